@@ -1,0 +1,63 @@
+# knowlyr monorepo. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Packages that have code (a src/ folder); the others are placeholders for their issues.
+PACKAGES := $(sort $(patsubst packages/%/src,%,$(wildcard packages/*/src)))
+# torch is pinned to the CPU build this machine ships on disk: a bare `torch` requirement
+# would pull a multi-GB CUDA build. Only installed when a package that needs it exists.
+TORCH_SPEC ?= torch==2.13.0
+NEEDS_TORCH := $(filter trainer,$(PACKAGES))
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python $(wildcard packages/*/pyproject.toml) Makefile
+	$(if $(NEEDS_TORCH),$(BIN)/pip install --quiet "$(TORCH_SPEC)")
+	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e "packages/$(p)[dev]")
+	touch $@
+
+install: $(VENV)/.installed ## create .venv and install every package (editable, dev extras)
+
+lint: install ## ruff check and format check
+	$(BIN)/ruff check packages tests examples bench scripts
+	$(BIN)/ruff format --check packages tests examples bench scripts
+
+format: install ## apply ruff formatting and import sorting
+	$(BIN)/ruff check --fix packages tests examples bench scripts
+	$(BIN)/ruff format packages tests examples bench scripts
+
+test: install lint ## lint, then run unit and integration tests (what CI runs)
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+test-unit: install ## fast tests only (no Docker, no model, no servers)
+	$(BIN)/pytest -m "not slow and not integration" $(PYTEST_ARGS)
+
+test-slow: install ## the slow tier (full demo runs)
+	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+
+test-isolated: ## each package alone in a clean venv runs its own tests
+	$(PYTHON) scripts/test_isolated.py $(PACKAGES)
+
+demo: install ## the main job: an example episode through wrappers, printing the trajectory
+	$(BIN)/python examples/quickstart.py
+
+docs: install ## build the documentation site into site/
+	$(BIN)/pip install --quiet -r docs/requirements.txt
+	$(BIN)/mkdocs build --strict
+
+bench: install ## run the benchmarks (one JSON line each)
+	@for b in bench/*.py; do $(BIN)/python $$b; done
+
+clean: ## remove virtual environments and caches
+	rm -rf $(VENV) .venv-isolated .pytest_cache .ruff_cache site
+
+.PHONY: help install lint format test test-unit test-slow test-isolated demo docs bench clean

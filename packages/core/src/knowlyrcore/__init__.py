@@ -1,0 +1,94 @@
+"""knowlyr-core: the MDP protocol shared by every knowlyr package.
+
+Environments (``AgentEnv``, ``TimeStep``, wrappers), the registry (``register``/``make``),
+domain profiles, and the trajectory schema with its JSONL helpers. Depends on pydantic and
+jsonschema only; never imports torch.
+"""
+
+from knowlyrcore.actions import Action, parse_action
+from knowlyrcore.checker import check_env
+from knowlyrcore.domain import (
+    DomainProfile,
+    OutcomeSpec,
+    ToolCategory,
+    ToolSpec,
+    get_domain_profile,
+    list_domain_profiles,
+    load_domain_profile,
+    register_domain_profile,
+)
+from knowlyrcore.env import AgentEnv, EnvWrapper
+from knowlyrcore.errors import (
+    DataFormatError,
+    DomainError,
+    EnvCheckError,
+    InvalidActionError,
+    KnowlyrError,
+    RegistryError,
+)
+from knowlyrcore.jsonl import read_jsonl, read_trajectories, write_jsonl, write_trajectories
+from knowlyrcore.models import TaskInfo, ToolResult
+from knowlyrcore.recording import TrajectoryBuilder
+from knowlyrcore.registry import EnvSpec, list_envs, make, register, spec, unregister
+from knowlyrcore.timestep import TimeStep
+from knowlyrcore.trajectory import (
+    SCHEMA_VERSION,
+    Observation,
+    Outcome,
+    Step,
+    TestSummary,
+    ToolCall,
+    Trajectory,
+    Usage,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # environment protocol
+    "Action",
+    "AgentEnv",
+    "EnvWrapper",
+    "TimeStep",
+    "check_env",
+    "parse_action",
+    # registry
+    "EnvSpec",
+    "list_envs",
+    "make",
+    "register",
+    "spec",
+    "unregister",
+    # domains
+    "DomainProfile",
+    "OutcomeSpec",
+    "ToolCategory",
+    "ToolSpec",
+    "get_domain_profile",
+    "list_domain_profiles",
+    "load_domain_profile",
+    "register_domain_profile",
+    # data
+    "SCHEMA_VERSION",
+    "Observation",
+    "Outcome",
+    "Step",
+    "TaskInfo",
+    "TestSummary",
+    "ToolCall",
+    "ToolResult",
+    "Trajectory",
+    "TrajectoryBuilder",
+    "Usage",
+    "read_jsonl",
+    "read_trajectories",
+    "write_jsonl",
+    "write_trajectories",
+    # errors
+    "DataFormatError",
+    "DomainError",
+    "EnvCheckError",
+    "InvalidActionError",
+    "KnowlyrError",
+    "RegistryError",
+]

@@ -1,0 +1,221 @@
+"""``DomainProfile``: a declarative description of an agent domain.
+
+A profile lists the domain's tools (name, description, JSON-schema parameters, category),
+which tools end an episode, how the outcome is judged and how the reward rubrics are
+weighted. Environments take their tool list from it, the reward model its weights, the
+exporters the tool schemas they put in chat-format datasets. New domains need no code: write
+a YAML or JSON file and ``load_domain_profile`` it.
+
+Example:
+    >>> profile = get_domain_profile("coding")
+    >>> profile.get_tool("bash").validate_params({"command": "ls"})
+    >>> "submit" in profile.terminal_tools
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from knowlyrcore.errors import DomainError, InvalidActionError
+
+RUBRICS = ("goal_progress", "tool_selection", "param_correctness", "info_utilization", "non_redundancy")
+
+
+class ToolCategory(str, Enum):
+    """What kind of effect a tool has; the reward rules reason about these."""
+
+    READ = "read"
+    WRITE = "write"
+    EXECUTE = "execute"
+    SEARCH = "search"
+    NAVIGATE = "navigate"
+    INTERACT = "interact"
+    COMMUNICATE = "communicate"
+    THINK = "think"
+    SUBMIT = "submit"
+    OTHER = "other"
+
+
+class ToolSpec(BaseModel):
+    """A tool: its name, what it does, its parameters as a JSON Schema object, its category."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    category: ToolCategory = ToolCategory.OTHER
+
+    @field_validator("parameters")
+    @classmethod
+    def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+        if schema.get("type", "object") != "object":
+            raise ValueError("tool parameters must be a JSON Schema of type 'object'")
+        return schema
+
+    def validate_params(self, params: Any) -> None:
+        """Raise ``InvalidActionError`` naming the offending parameter if ``params`` break the schema."""
+        validator = jsonschema.Draft202012Validator(self.parameters)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(params))
+        if error is not None:
+            where = ".".join(str(p) for p in error.absolute_path)
+            at = f" at '{where}'" if where else ""
+            raise InvalidActionError(f"tool {self.name!r}: invalid parameters{at}: {error.message}")
+
+    def to_openai_tool(self) -> dict[str, Any]:
+        """The tool in OpenAI function-calling form, as chat templates and APIs expect it."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+class OutcomeSpec(BaseModel):
+    """How an episode's success is decided in this domain."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = Field(
+        default="heuristic",
+        description="'tests' (a test command decides), 'terminal_tool' (reaching a terminal tool), "
+        "'judge' (an LLM judge decides) or 'heuristic' (rules only).",
+    )
+    success_threshold: float = Field(default=0.5, ge=0, le=1, description="Score at or above which an episode succeeded.")
+    description: str = ""
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, method: str) -> str:
+        allowed = ("tests", "terminal_tool", "judge", "heuristic")
+        if method not in allowed:
+            raise ValueError(f"method must be one of {', '.join(allowed)}")
+        return method
+
+
+class DomainProfile(BaseModel):
+    """Everything domain specific that the environments, reward model and exporters need."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    display_name: str = ""
+    description: str = ""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    terminal_tools: list[str] = Field(default_factory=list)
+    outcome: OutcomeSpec = Field(default_factory=OutcomeSpec)
+    rubric_weights: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(RUBRICS, 0.2))
+
+    @field_validator("rubric_weights")
+    @classmethod
+    def _non_negative(cls, weights: dict[str, float]) -> dict[str, float]:
+        for rubric, weight in weights.items():
+            if weight < 0:
+                raise ValueError(f"rubric weight {rubric!r} is negative")
+        return weights
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
+        seen: set[str] = set()
+        for tool in tools:
+            if tool.name in seen:
+                raise ValueError(f"tool {tool.name!r} is declared twice")
+            seen.add(tool.name)
+        return tools
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def get_tool(self, name: str) -> ToolSpec:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        raise InvalidActionError(
+            f"unknown tool {name!r} in domain {self.name!r}; available: {', '.join(self.tool_names) or '(none)'}"
+        )
+
+    def validate_action(self, action: Any) -> None:
+        """Check that ``action`` names one of this domain's tools with valid parameters."""
+        from knowlyrcore.actions import parse_action
+
+        tool, params = parse_action(action)
+        self.get_tool(tool).validate_params(params)
+
+    def normalized_weights(self) -> dict[str, float]:
+        """Rubric weights scaled to sum to 1 (all equal when every weight is 0)."""
+        total = sum(self.rubric_weights.values())
+        if total <= 0:
+            return {k: 1 / len(self.rubric_weights) for k in self.rubric_weights} if self.rubric_weights else {}
+        return {k: v / total for k, v in self.rubric_weights.items()}
+
+
+_CUSTOM_PROFILES: dict[str, DomainProfile] = {}
+
+
+def register_domain_profile(profile: DomainProfile, *, replace: bool = False) -> None:
+    """Make ``profile`` available to ``get_domain_profile`` under its name."""
+    from knowlyrcore.builtin_domains import BUILTIN_DOMAINS
+
+    if not replace and (profile.name in _CUSTOM_PROFILES or profile.name in BUILTIN_DOMAINS):
+        raise DomainError(f"domain {profile.name!r} already exists; pass replace=True to override it")
+    _CUSTOM_PROFILES[profile.name] = profile
+
+
+def get_domain_profile(name: str) -> DomainProfile:
+    """Return the profile called ``name`` (custom registrations win over built-ins)."""
+    from knowlyrcore.builtin_domains import BUILTIN_DOMAINS
+
+    if name in _CUSTOM_PROFILES:
+        return _CUSTOM_PROFILES[name]
+    if name in BUILTIN_DOMAINS:
+        return BUILTIN_DOMAINS[name]
+    raise DomainError(f"unknown domain {name!r}; known: {', '.join(list_domain_profiles())}")
+
+
+def list_domain_profiles() -> list[str]:
+    """Names of every known domain, built-in and registered, sorted."""
+    from knowlyrcore.builtin_domains import BUILTIN_DOMAINS
+
+    return sorted({*BUILTIN_DOMAINS, *_CUSTOM_PROFILES})
+
+
+def load_domain_profile(path: str | Path, *, register: bool = False) -> DomainProfile:
+    """Read a profile from a ``.yaml``/``.yml`` or ``.json`` file; optionally register it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DomainError(f"{path}: cannot read domain profile: {exc}") from None
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError and json.JSONDecodeError carry the position
+        raise DomainError(f"{path}: not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise DomainError(f"{path}: a domain profile is a mapping, got {type(data).__name__}")
+    try:
+        profile = DomainProfile.model_validate(data)
+    except ValidationError as err:
+        from knowlyrcore.jsonl import format_field_path
+
+        first = err.errors()[0]
+        raise DomainError(f"{path}: {format_field_path(first['loc'])}: {first['msg']}") from None
+    if register:
+        register_domain_profile(profile, replace=True)
+    return profile

@@ -1,0 +1,49 @@
+"""The error hierarchy of knowlyr-core.
+
+Every error raised on purpose by a knowlyr package derives from ``KnowlyrError`` so callers
+can catch the whole family in one ``except`` while still telling the cases apart.
+"""
+
+from __future__ import annotations
+
+
+class KnowlyrError(Exception):
+    """Base class of every error raised deliberately by knowlyr packages."""
+
+
+class InvalidActionError(KnowlyrError, ValueError):
+    """An action is not a well-formed tool call, or its parameters break the tool's schema."""
+
+
+class RegistryError(KnowlyrError, LookupError):
+    """An environment id is unknown, malformed, or its entry point failed to load."""
+
+
+class DomainError(KnowlyrError, LookupError):
+    """A domain profile is unknown or a profile file is invalid."""
+
+
+class DataFormatError(KnowlyrError, ValueError):
+    """A record in a data file is malformed.
+
+    The message always names the file, the line (1-based) and, when known, the field, in the
+    form ``path:line: field: problem`` so editors and terminals can jump to it.
+    """
+
+    def __init__(self, path: str, line: int | None, message: str, field: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.problem = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f"{field}: {message}" if field else message
+        super().__init__(f"{where}: {what}")
+
+
+class EnvCheckError(KnowlyrError, AssertionError):
+    """``check_env`` found protocol violations; ``violations`` lists each one."""
+
+    def __init__(self, violations: list[str]):
+        self.violations = list(violations)
+        lines = "\n".join(f"  - {v}" for v in self.violations)
+        super().__init__(f"environment breaks the AgentEnv protocol ({len(violations)}):\n{lines}")

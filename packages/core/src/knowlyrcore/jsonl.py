@@ -1,0 +1,149 @@
+"""JSONL reading and writing: streaming reads with precise errors, atomic writes.
+
+Reads never load a whole file: records come one line at a time, so a 50 GB dump costs the
+memory of its longest line. Every problem (bad UTF-8, broken JSON, a field of the wrong type)
+raises ``DataFormatError`` naming the file, the 1-based line and the dotted field path.
+
+Writes go to a temporary file in the target directory and are renamed over the target only
+when complete, so a crash never leaves a half-written dataset behind.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "t.jsonl"
+    >>> write_jsonl(path, [{"a": 1}, {"a": 2}])
+    2
+    >>> [r["a"] for r in read_jsonl(path)]
+    [1, 2]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from knowlyrcore.errors import DataFormatError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def format_field_path(loc: tuple[Any, ...]) -> str:
+    """Render a pydantic error location as ``steps[3].tool_call.name``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "<record>"
+
+
+def validation_error(path: str | os.PathLike, line: int | None, err: ValidationError) -> DataFormatError:
+    """Turn a pydantic ``ValidationError`` into a one-line ``DataFormatError`` (first problem)."""
+    first = err.errors()[0]
+    more = len(err.errors()) - 1
+    message = first["msg"] + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
+    return DataFormatError(str(path), line, message, field=format_field_path(first["loc"]))
+
+
+def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` for every non-blank line; each record must be an object."""
+    path = Path(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise DataFormatError(str(path), None, exc.strerror or str(exc)) from None
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFormatError(str(path), number, f"not UTF-8 text (byte {exc.start})") from None
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise DataFormatError(str(path), number, f"expected a JSON object, got {type(record).__name__}")
+            yield number, record
+
+
+def read_jsonl(path: str | os.PathLike, model: type[ModelT] | None = None) -> Iterator[Any]:
+    """Stream the records of a JSONL file, validated into ``model`` when given."""
+    for number, record in iter_json_lines(path):
+        if model is None:
+            yield record
+            continue
+        try:
+            yield model.model_validate(record)
+        except ValidationError as err:
+            raise validation_error(path, number, err) from None
+
+
+def _to_jsonable(record: Any) -> Any:
+    if isinstance(record, BaseModel):
+        return record.model_dump(mode="json", exclude_none=False)
+    return record
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Any], *, append: bool = False) -> int:
+    """Write records (dicts or pydantic models) atomically; return how many were written.
+
+    With ``append=True`` the existing lines are kept and the new ones added after them, still
+    through a temporary file, so readers never see a partial line.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            if append and path.exists():
+                with open(path, encoding="utf-8") as existing:
+                    for line in existing:
+                        out.write(line if line.endswith("\n") else line + "\n")
+            for record in records:
+                out.write(json.dumps(_to_jsonable(record), ensure_ascii=False) + "\n")
+                count += 1
+            out.flush()
+            os.fsync(out.fileno())
+        if path.exists():
+            os.chmod(tmp_name, path.stat().st_mode & 0o777)
+        else:
+            os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def read_trajectories(path: str | os.PathLike):
+    """Stream ``Trajectory`` records from a JSONL file."""
+    from knowlyrcore.trajectory import Trajectory
+
+    return read_jsonl(path, Trajectory)
+
+
+def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Any], *, append: bool = False) -> int:
+    """Validate and write trajectories (models or dicts) atomically."""
+    from knowlyrcore.trajectory import Trajectory
+
+    def validated() -> Iterator[Trajectory]:
+        for position, item in enumerate(trajectories):
+            if isinstance(item, Trajectory):
+                yield item
+                continue
+            try:
+                yield Trajectory.model_validate(item)
+            except ValidationError as err:
+                raise validation_error(f"<trajectory #{position}>", None, err) from None
+
+    return write_jsonl(path, validated(), append=append)

@@ -1,0 +1,83 @@
+"""Install each package alone in a clean virtual environment and run its own tests.
+
+This proves a package imports no sibling it does not declare: only the knowlyr packages in
+its pyproject ``dependencies`` (and theirs, recursively) are installed next to it, from this
+checkout, never from PyPI.
+
+    python scripts/test_isolated.py core sandbox ...
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ROOT / "packages"
+VENVS = ROOT / ".venv-isolated"
+TORCH_SPEC = "torch==2.13.0"  # the CPU build on this machine's disk; see the Makefile
+DIST_TO_FOLDER = {
+    tomllib.loads(p.read_text())["project"]["name"]: p.parent.name for p in PACKAGES.glob("*/pyproject.toml")
+}
+
+
+def requirement_name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
+
+
+def local_dependencies(folder: str, seen: set[str] | None = None) -> list[str]:
+    """Sibling package folders ``folder`` depends on, dependencies first."""
+    seen = set() if seen is None else seen
+    project = tomllib.loads((PACKAGES / folder / "pyproject.toml").read_text())["project"]
+    order: list[str] = []
+    for req in project.get("dependencies", []):
+        sibling = DIST_TO_FOLDER.get(requirement_name(req))
+        if sibling and sibling not in seen:
+            seen.add(sibling)
+            order += local_dependencies(sibling, seen) + [sibling]
+    return order
+
+
+def needs_torch(folder: str) -> bool:
+    project = tomllib.loads((PACKAGES / folder / "pyproject.toml").read_text())["project"]
+    reqs = project.get("dependencies", []) + project.get("optional-dependencies", {}).get("dev", [])
+    return any(requirement_name(r) == "torch" for r in reqs)
+
+
+def run(cmd: list[str]) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def test_package(folder: str) -> int:
+    env_dir = VENVS / folder
+    if not (env_dir / "bin" / "python").exists():
+        venv.create(env_dir, with_pip=True, clear=True)
+    python = str(env_dir / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    if needs_torch(folder):
+        run([*pip, TORCH_SPEC])
+    siblings = local_dependencies(folder)
+    run([*pip, *[str(PACKAGES / s) for s in siblings], f"{PACKAGES / folder}[dev]"])
+    tests = PACKAGES / folder / "tests"
+    print(f"== {folder}: installed alone (+ {', '.join(siblings) or 'no siblings'}); running its tests", flush=True)
+    result = subprocess.run([python, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", str(tests)], cwd=ROOT)
+    return result.returncode
+
+
+def main(folders: list[str]) -> int:
+    folders = folders or sorted(p.parent.parent.name for p in PACKAGES.glob("*/src"))
+    failed = [f for f in folders if test_package(f) != 0]
+    if failed:
+        print(f"isolated tests failed for: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print(f"isolated tests passed for: {', '.join(folders)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
