@@ -1,0 +1,1 @@
+"""knowlyr-trainer."""
