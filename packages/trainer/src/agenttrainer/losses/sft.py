@@ -1,0 +1,128 @@
+"""Token log-probabilities and the SFT cross-entropy, without materialising full-vocab logits.
+
+A causal LM's loss only needs logits at positions that have a label. We take the final hidden
+states and the LM-head weight, gather the positions whose (shifted) label is not ``IGNORE_INDEX``
+and compute ``log_softmax`` over the vocabulary one chunk of positions at a time. Each chunk runs
+under activation checkpointing, so only its ``(chunk, H)`` hidden slice is kept for backward and
+the ``(chunk, V)`` logits are rebuilt there: peak memory is one chunk of logits, not ``B*T*V``.
+
+Label convention is Hugging Face's: ``labels[b, t]`` is the token at position ``t`` and is
+predicted from ``hidden[b, t - 1]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+IGNORE_INDEX = -100
+
+
+def _chunk_logps(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    logits = hidden @ weight.t()  # (n, V)
+    if bias is not None:
+        logits = logits + bias
+    logits = logits.float()
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (n,)
+
+
+def chunked_token_logps(
+    hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    lm_head_bias: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of every label token, computed chunk by chunk.
+
+    Args:
+        hidden: final hidden states ``(B, T, H)`` (after the last norm).
+        lm_head_weight: ``(V, H)``.
+        labels: ``(B, T)``, ``IGNORE_INDEX`` where no loss is wanted.
+
+    Returns:
+        ``(logps, mask)``, both ``(B, T - 1)``: ``logps[b, t]`` is ``log p(labels[b, t + 1])`` (float32,
+        0 where masked) and ``mask`` is the boolean label mask.
+
+    Example:
+        >>> import torch
+        >>> w = torch.eye(2)                               # logits = hidden
+        >>> h = torch.tensor([[[0.0, 0.0], [0.0, 0.0]]])  # uniform over 2 tokens
+        >>> logps, mask = chunked_token_logps(h, w, torch.tensor([[-100, 1]]))
+        >>> round(logps[0, 0].item(), 4), mask.tolist()
+        (-0.6931, [[True]])
+    """
+    shift_labels = labels[:, 1:]  # (B, T-1)
+    mask = shift_labels != IGNORE_INDEX  # (B, T-1)
+    h = hidden[:, :-1][mask]  # (N, H)
+    y = shift_labels[mask]  # (N,)
+    pieces = []
+    for start in range(0, y.numel(), chunk_size):
+        h_c, y_c = h[start : start + chunk_size], y[start : start + chunk_size]
+        if torch.is_grad_enabled() and (h_c.requires_grad or lm_head_weight.requires_grad):
+            pieces.append(checkpoint(_chunk_logps, h_c, y_c, lm_head_weight, lm_head_bias, use_reentrant=False))
+        else:
+            pieces.append(_chunk_logps(h_c, y_c, lm_head_weight, lm_head_bias))
+    flat = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+    logps = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
+    logps = logps.masked_scatter(mask, flat)
+    return logps, mask
+
+
+def sft_loss(
+    hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    token_weights: torch.Tensor | None = None,
+    num_items: float | torch.Tensor | None = None,
+    lm_head_bias: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy summed over trainable tokens and divided by the number of trainable tokens.
+
+    ``loss = sum_t w_t * CE_t / num_items`` where ``w_t`` is ``token_weights`` (1 if not given,
+    e.g. ``step_reward / mean(step_rewards)`` for ``step_weighted_loss``) and ``num_items`` is the
+    trainable-token count of the whole optimizer step (defaults to this batch's count).
+
+    Hand-derived check (the unit test uses these numbers): with ``lm_head_weight = I`` (V = H = 2)
+    the logits equal the hidden state. Hidden ``[0, ln 3]`` gives ``p = [1/4, 3/4]``; a label 1
+    costs ``ln(4/3) = 0.28768`` and a label 0 costs ``ln 4 = 1.38629``. Two such tokens with
+    weights ``[2, 1]`` give ``(2 * 0.28768 + 1.38629) / 2 = 0.98083``.
+
+    Returns:
+        ``(loss, metrics)`` with ``metrics["loss/ce"]`` the unweighted mean CE over this batch's
+        tokens and ``metrics["train/num_tokens"]`` their count.
+    """
+    logps, mask = chunked_token_logps(hidden, lm_head_weight, labels, lm_head_bias=lm_head_bias, chunk_size=chunk_size)
+    n_tokens = int(mask.sum())
+    if num_items is None:
+        num_items = max(n_tokens, 1)
+    nll = -logps  # (B, T-1), 0 where masked
+    weighted = nll if token_weights is None else nll * token_weights[:, 1:].to(nll.dtype)
+    loss = weighted.sum() / num_items
+    metrics = {
+        "loss/ce": float(nll.sum().detach() / max(n_tokens, 1)),
+        "train/num_tokens": float(n_tokens),
+    }
+    return loss, metrics
+
+
+def step_weights(step_rewards: Sequence[float]) -> list[float]:
+    """``r_j / mean(r)`` per step, the weight of step ``j``'s tokens (or its advantage scale).
+
+    Rewards ``[0.7, 0.9]`` (mean 0.8) give ``[0.875, 1.125]``. The ratio is undefined when the
+    mean is not positive (all-zero or net-negative process rewards); every step then weighs 1.
+
+    >>> [round(w, 6) for w in step_weights([0.7, 0.9])]
+    [0.875, 1.125]
+    """
+    if not step_rewards:
+        return []
+    mean = sum(step_rewards) / len(step_rewards)
+    if mean <= 0:
+        return [1.0] * len(step_rewards)
+    return [r / mean for r in step_rewards]
