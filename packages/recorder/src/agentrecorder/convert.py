@@ -1,0 +1,163 @@
+"""Convert log files into trajectories: one file (``iter_convert``) or a batch (``convert_paths``).
+
+A file is read by ``loading.load_records``; the format is either named or detected from the
+first record; each record goes through the adapter. Every problem surfaces as one
+``ConversionError`` naming the file, the line (JSONL) and the JSON path of the bad field:
+adapters raise ``FieldError`` (path only) and schema violations raise pydantic errors, and
+both are rewritten here.
+
+A batch expands directories and globs, converts file by file and writes all trajectories
+with one atomic ``write_trajectories``; with ``skip_invalid`` a bad file is reported and
+skipped, otherwise the first bad file aborts the batch and nothing is written.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from knowlyrcore.jsonl import format_field_path, write_trajectories
+from knowlyrcore.trajectory import Trajectory
+from pydantic import ValidationError
+
+from agentrecorder.detect import detect
+from agentrecorder.errors import ConversionError, FieldError
+from agentrecorder.loading import load_records
+from agentrecorder.registry import get_adapter
+
+#: file names a directory walk picks up
+LOG_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj")
+
+
+@dataclass
+class FileResult:
+    """What happened to one input file."""
+
+    path: Path
+    format: str = ""
+    detection: str = ""
+    trajectories: int = 0
+    steps: int = 0
+    error: str | None = None
+
+
+@dataclass
+class BatchReport:
+    """The outcome of ``convert_paths``: per-file results and how many trajectories were written."""
+
+    files: list[FileResult] = field(default_factory=list)
+    written: int = 0
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.error is not None]
+
+    @property
+    def converted(self) -> list[FileResult]:
+        return [f for f in self.files if f.error is None]
+
+
+def iter_convert(
+    path: str | os.PathLike, fmt: str = "auto", *, result: FileResult | None = None
+) -> Iterator[Trajectory]:
+    """Yield the trajectories of one log file; ``result`` (if given) records format and counts."""
+    path = Path(path)
+    result = result if result is not None else FileResult(path)
+    adapter = None if fmt == "auto" else get_adapter(fmt)
+    count = 0
+    for line, record in load_records(path):
+        if adapter is None:
+            detection = detect(record, str(path), line)
+            adapter = detection.adapter
+            result.detection = detection.describe()
+        else:
+            why = adapter.check(record)
+            if why is not None:
+                raise ConversionError(str(path), line, f"not a {adapter.name} log: {why}")
+        result.format = adapter.name
+        try:
+            for trajectory in adapter.convert(record, source=f"{adapter.name}:{path}"):
+                if not trajectory.id:
+                    trajectory.id = path.stem if count == 0 and line is None else f"{path.stem}#{count}"
+                count += 1
+                result.trajectories += 1
+                result.steps += len(trajectory.steps)
+                yield trajectory
+        except FieldError as exc:
+            raise ConversionError(str(path), line, exc.message, field=exc.where) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ConversionError(
+                str(path), line, f"does not fit the trajectory schema: {first['msg']}",
+                field=f"{exc.title}.{format_field_path(first['loc'])}",
+            ) from None  # fmt: skip
+        except RecursionError:
+            raise ConversionError(str(path), line, "nesting too deep to convert") from None
+    if result.trajectories == 0 and adapter is not None:
+        raise ConversionError(str(path), None, f"no trajectories found ({adapter.name})")
+
+
+def convert_file(path: str | os.PathLike, fmt: str = "auto") -> list[Trajectory]:
+    """All trajectories of one log file (``fmt`` a format name or ``"auto"``)."""
+    return list(iter_convert(path, fmt))
+
+
+def expand_inputs(inputs: Iterable[str | os.PathLike]) -> list[Path]:
+    """Files named by ``inputs``: files as given, directories walked, globs expanded (sorted)."""
+    files: list[Path] = []
+    for item in inputs:
+        text = str(item)
+        candidate = Path(text)
+        if candidate.is_dir():
+            files.extend(
+                sorted(p for p in candidate.rglob("*") if p.is_file() and p.suffix.lower() in LOG_SUFFIXES)
+            )
+        elif candidate.exists():
+            files.append(candidate)
+        elif glob.has_magic(text):
+            matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+            if not matches:
+                raise ConversionError(text, None, "glob matches no files")
+            files.extend(matches)
+        else:
+            raise ConversionError(text, None, "no such file or directory")
+    return files
+
+
+def convert_paths(
+    inputs: Iterable[str | os.PathLike],
+    output: str | os.PathLike | None,
+    fmt: str = "auto",
+    *,
+    skip_invalid: bool = False,
+) -> tuple[BatchReport, list[Trajectory]]:
+    """Convert every input file; write the trajectories to ``output`` (JSONL, atomic).
+
+    With ``output=None`` nothing is written and the trajectories are returned instead (the
+    list is empty when writing). Raises the first ``ConversionError`` unless ``skip_invalid``.
+    """
+    report = BatchReport()
+    collected: list[Trajectory] = []
+
+    def generate() -> Iterator[Trajectory]:
+        for path in expand_inputs(inputs):
+            result = FileResult(path)
+            report.files.append(result)
+            try:
+                converted = list(iter_convert(path, fmt, result=result))
+            except ConversionError as exc:
+                result.error = str(exc)
+                if not skip_invalid:
+                    raise
+                continue
+            yield from converted
+
+    if output is None:
+        collected = list(generate())
+        report.written = len(collected)
+    else:
+        report.written = write_trajectories(output, generate())
+    return report, collected

@@ -1,0 +1,109 @@
+"""Read a log file into JSON records, with one-line errors for every way a file can be bad.
+
+Two layouts exist in the wild: one JSON document per file (``.json``, ``.traj``: a dict or a
+list) and JSONL (one record per line, e.g. OpenHands' evaluation ``output.jsonl``). JSONL is
+streamed line by line so a file of any size costs the memory of its longest record; a JSON
+document has to be parsed whole (``json.loads``; a 50 MB log takes about a second and a few
+hundred MB).
+
+Before parsing, the first block is sniffed: NUL bytes mean binary data (an image, a
+tarball, a pickle) and get their own error instead of a confusing JSON one.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.jsonl"
+    >>> _ = p.write_text('{"a": 1}\\n{"a": 2}\\n')
+    >>> [(line, rec["a"]) for line, rec in load_records(p)]
+    [(1, 1), (2, 2)]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agentrecorder.errors import ConversionError
+
+SNIFF_BYTES = 8192
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def _sniff(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+    except IsADirectoryError:
+        raise ConversionError(str(path), None, "is a directory, not a log file") from None
+    except OSError as exc:
+        raise ConversionError(str(path), None, exc.strerror or str(exc)) from None
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise ConversionError(str(path), None, f"binary data, not a JSON log (NUL byte at offset {nul})")
+    if not head.strip():
+        raise ConversionError(str(path), None, "empty file, no records")
+    return head
+
+
+def _decode(raw: bytes, path: Path, line: int | None = None) -> str:
+    try:
+        return raw.decode("utf-8-sig") if line in (None, 1) else raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if line is None:
+            line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConversionError(
+            str(path), line, f"not UTF-8 text (byte offset {exc.start}); binary or another encoding"
+        ) from None
+
+
+def _json_error(path: Path, exc: json.JSONDecodeError, line_offset: int = 0) -> ConversionError:
+    problem = "truncated JSON, the file ends early" if exc.pos >= len(exc.doc.rstrip()) else "invalid JSON"
+    return ConversionError(
+        str(path), exc.lineno + line_offset, f"{problem}: {exc.msg} (column {exc.colno}, char {exc.pos})"
+    )
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            text = _decode(raw, path, number)
+            try:
+                yield number, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _json_error(path, exc, line_offset=number - 1) from None
+
+
+def _looks_like_jsonl(path: Path, head: bytes) -> bool:
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        return True
+    first, _, rest = head.lstrip().partition(b"\n")
+    if not rest.strip() or not first.rstrip().endswith(b"}"):
+        return False
+    try:
+        json.loads(first)
+    except ValueError:
+        return False
+    return rest.lstrip()[:1] == b"{"
+
+
+def load_records(path: str | os.PathLike) -> Iterator[tuple[int | None, Any]]:
+    """Yield ``(line, record)``: one ``(None, document)`` for a JSON file, one per line for JSONL.
+
+    Raises ``ConversionError`` (file, line, column) for binary data, empty files, bad UTF-8,
+    and broken or truncated JSON.
+    """
+    path = Path(path)
+    head = _sniff(path)
+    if _looks_like_jsonl(path, head):
+        yield from _iter_jsonl(path)
+        return
+    text = _decode(path.read_bytes(), path)
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _json_error(path, exc) from None
+    yield None, document
