@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 import venv
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
@@ -38,7 +39,7 @@ def local_dependencies(folder: str, seen: set[str] | None = None) -> list[str]:
         sibling = DIST_TO_FOLDER.get(requirement_name(req))
         if sibling and sibling not in seen:
             seen.add(sibling)
-            order += local_dependencies(sibling, seen) + [sibling]
+            order += [*local_dependencies(sibling, seen), sibling]
     return order
 
 
@@ -66,7 +67,9 @@ def test_package(folder: str) -> int:
     run([*pip, *[str(PACKAGES / s) for s in siblings], f"{PACKAGES / folder}[dev]"])
     tests = PACKAGES / folder / "tests"
     print(f"== {folder}: installed alone (+ {', '.join(siblings) or 'no siblings'}); running its tests", flush=True)
-    result = subprocess.run([python, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", str(tests)], cwd=ROOT)
+    result = subprocess.run(
+        [python, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", str(tests)], cwd=ROOT
+    )
     return result.returncode
 
 

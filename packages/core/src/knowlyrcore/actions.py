@@ -42,7 +42,5 @@ def parse_action(action: Any) -> tuple[str, dict[str, Any]]:
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        raise InvalidActionError(
-            f"action field 'params' of tool {tool!r} must be a dict, got {type(params).__name__}"
-        )
+        raise InvalidActionError(f"action field 'params' of tool {tool!r} must be a dict, got {type(params).__name__}")
     return tool, params

@@ -1,11 +1,11 @@
 """The ``knowlyr-core`` command: inspect environments, domains and the trajectory schema.
 
-    knowlyr-core envs [--domain D]      registered environment ids
-    knowlyr-core domains                built-in and registered domain profiles
-    knowlyr-core domain show NAME       a profile's tools, terminal tools, rubric weights
-    knowlyr-core check ENV_ID           run check_env on an environment
-    knowlyr-core schema trajectory      the JSON Schema of a trajectory record
-    knowlyr-core validate FILE.jsonl    validate a trajectory file
+knowlyr-core envs [--domain D]      registered environment ids
+knowlyr-core domains                built-in and registered domain profiles
+knowlyr-core domain show NAME       a profile's tools, terminal tools, rubric weights
+knowlyr-core check ENV_ID           run check_env on an environment
+knowlyr-core schema trajectory      the JSON Schema of a trajectory record
+knowlyr-core validate FILE.jsonl    validate a trajectory file
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         return 0
     for env_id in ids:
         s = spec(env_id)
-        where = s.entry_point if isinstance(s.entry_point, str) else f"{s.entry_point.__module__}:{s.entry_point.__qualname__}"
+        where = (
+            s.entry_point
+            if isinstance(s.entry_point, str)
+            else f"{s.entry_point.__module__}:{s.entry_point.__qualname__}"
+        )
         print(f"{env_id:32} {s.domain or '':14} {where}")
     return 0
 
@@ -45,7 +49,11 @@ def _cmd_domains(args: argparse.Namespace) -> int:
 def _cmd_domain_show(args: argparse.Namespace) -> int:
     from knowlyrcore.domain import get_domain_profile, load_domain_profile
 
-    p = load_domain_profile(args.name) if args.name.endswith((".yaml", ".yml", ".json")) else get_domain_profile(args.name)
+    p = (
+        load_domain_profile(args.name)
+        if args.name.endswith((".yaml", ".yml", ".json"))
+        else get_domain_profile(args.name)
+    )
     if args.json:
         print(p.model_dump_json(indent=2))
         return 0
@@ -96,7 +104,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="knowlyr-core", description="Inspect knowlyr environments, domains and schemas.")
+    parser = argparse.ArgumentParser(
+        prog="knowlyr-core", description="Inspect knowlyr environments, domains and schemas."
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

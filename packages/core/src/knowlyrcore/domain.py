@@ -91,7 +91,9 @@ class OutcomeSpec(BaseModel):
         description="'tests' (a test command decides), 'terminal_tool' (reaching a terminal tool), "
         "'judge' (an LLM judge decides) or 'heuristic' (rules only).",
     )
-    success_threshold: float = Field(default=0.5, ge=0, le=1, description="Score at or above which an episode succeeded.")
+    success_threshold: float = Field(
+        default=0.5, ge=0, le=1, description="Score at or above which an episode succeeded."
+    )
     description: str = ""
 
     @field_validator("method")

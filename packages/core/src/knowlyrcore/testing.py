@@ -67,8 +67,13 @@ class EnvConformance:
             env.close()
 
     def test_check_env_passes(self, env):
-        check_env(env, task=self.task, actions=self.actions or None, check_determinism=self.deterministic_reset,
-                  make_env=self.make_env)
+        check_env(
+            env,
+            task=self.task,
+            actions=self.actions or None,
+            check_determinism=self.deterministic_reset,
+            make_env=self.make_env,
+        )
 
     def test_reset_returns_fresh_timestep(self, env):
         ts = env.reset(task=self.task, seed=0)

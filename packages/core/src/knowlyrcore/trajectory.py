@@ -142,7 +142,9 @@ class Trajectory(_Record):
     def _indices_in_order(self) -> Trajectory:
         for position, step in enumerate(self.steps):
             if step.index != position:
-                raise ValueError(f"steps[{position}].index is {step.index}, expected {position} (steps must be in order)")
+                raise ValueError(
+                    f"steps[{position}].index is {step.index}, expected {position} (steps must be in order)"
+                )
         return self
 
     @property

@@ -44,7 +44,7 @@ class ObservationTruncateWrapper(EnvWrapper):
         else:
             head = self.max_chars // 2
             tail = self.max_chars - head
-            ts.observation = f"{text[:head]}\n{marker}\n{text[len(text) - tail:]}"
+            ts.observation = f"{text[:head]}\n{marker}\n{text[len(text) - tail :]}"
         ts.info["observation_truncated"] = len(text)
         return ts
 

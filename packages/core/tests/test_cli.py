@@ -1,0 +1,103 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from knowlyrcore import register
+from knowlyrcore.cli import main
+
+pytestmark = pytest.mark.usefixtures("clean_registry")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_domains_lists_all_seven(capsys):
+    code, out, _ = run(capsys, "domains")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == [
+        "advisory",
+        "browser",
+        "coding",
+        "conversation",
+        "discussion",
+        "engineering",
+        "generic",
+    ]
+
+
+def test_domain_show(capsys):
+    code, out, _ = run(capsys, "domain", "show", "coding")
+    assert code == 0
+    assert "terminal tools: submit, finish" in out
+    assert "read_file(path: string, start_line?: integer, end_line?: integer)" in out
+
+
+def test_domain_show_json(capsys):
+    _, out, _ = run(capsys, "domain", "show", "browser", "--json")
+    assert json.loads(out)["name"] == "browser"
+
+
+def test_unknown_domain_is_a_one_line_error(capsys):
+    code, out, err = run(capsys, "domain", "show", "astrology")
+    assert code == 1 and out == ""
+    assert err.startswith("error: unknown domain 'astrology'") and err.count("\n") == 1
+
+
+def test_envs_and_check(capsys, counter_cls):
+    register("cli/counter", counter_cls, domain="generic")
+    code, out, _ = run(capsys, "envs")
+    assert code == 0 and "cli/counter" in out
+    code, out, _ = run(capsys, "check", "cli/counter")
+    assert code == 0 and "cli/counter: OK" in out
+
+
+def test_check_reports_violations(capsys):
+    from knowlyrcore import AgentEnv, TimeStep
+
+    class Broken(AgentEnv):
+        def reset(self, *, task=None, seed=None):
+            return TimeStep("x")
+
+        def step(self, action):
+            return None
+
+    register("cli/broken", Broken)
+    code, _, err = run(capsys, "check", "cli/broken")
+    assert code == 1 and "step 0 must return a TimeStep" in err
+
+
+def test_check_unknown_env(capsys):
+    code, _, err = run(capsys, "check", "nope/nope")
+    assert code == 1 and "unknown environment 'nope/nope'" in err
+
+
+def test_schema_trajectory_is_json_schema(capsys):
+    code, out, _ = run(capsys, "schema", "trajectory")
+    schema = json.loads(out)
+    assert code == 0 and schema["title"] == "Trajectory" and "steps" in schema["properties"]
+
+
+def test_validate(capsys, tmp_path):
+    from knowlyrcore import Trajectory, write_trajectories
+
+    good = tmp_path / "good.jsonl"
+    write_trajectories(good, [Trajectory(id="1"), Trajectory(id="2")])
+    code, out, _ = run(capsys, "validate", str(good))
+    assert code == 0 and out.strip() == f"{good}: 2 valid trajectories"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"steps": 1}\n')
+    code, _, err = run(capsys, "validate", str(bad))
+    assert code == 1 and f"{bad}:1: steps:" in err
+
+
+def test_console_script_help():
+    out = subprocess.run(
+        [sys.executable, "-m", "knowlyrcore.cli", "--help"], capture_output=True, text=True, check=True
+    )
+    for command in ("envs", "domains", "domain", "check", "schema", "validate"):
+        assert command in out.stdout

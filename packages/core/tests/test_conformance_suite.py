@@ -1,0 +1,50 @@
+"""The standard suite every environment runs, applied to the test environment here."""
+
+import pytest
+
+from knowlyrcore import AgentEnv, TimeStep
+from knowlyrcore.testing import REQUIRE_ENV_VAR, EnvConformance, require
+
+
+class SmallEnv(AgentEnv):
+    domain = "generic"
+
+    def reset(self, *, task=None, seed=None):
+        self.n = 0
+        return TimeStep(f"task: {task}")
+
+    def step(self, action):
+        from knowlyrcore import InvalidActionError
+
+        if action["tool"] == "note":
+            self.n += 1
+            return TimeStep(f"noted {self.n}")
+        if action["tool"] == "submit":
+            return TimeStep("bye", terminated=True, info={"success": True})
+        raise InvalidActionError(f"no tool {action['tool']!r}")
+
+    @property
+    def available_tools(self):
+        return ["note", "submit"]
+
+
+class TestSmallEnvConforms(EnvConformance):
+    task = "write two notes"
+    actions = [{"tool": "note", "params": {}}, {"tool": "note", "params": {"x": 1}}]
+    terminal_action = {"tool": "submit", "params": {}}
+
+    def make_env(self):
+        return SmallEnv()
+
+
+def test_require_skips_normally(monkeypatch):
+    monkeypatch.delenv(REQUIRE_ENV_VAR, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no daemon"):
+        require(False, "no daemon")
+    require(True, "unused")
+
+
+def test_require_fails_under_ci(monkeypatch):
+    monkeypatch.setenv(REQUIRE_ENV_VAR, "1")
+    with pytest.raises(pytest.fail.Exception, match="required component missing"):
+        require(False, "no daemon")
