@@ -1,0 +1,286 @@
+"""``Sandbox``: the protocol every backend implements, and the behaviour they all share.
+
+A sandbox is a contained place to run an agent's commands: a workspace directory (a host
+directory mounted at ``config.workdir``), a persistent shell, resource limits and no network
+by default. A backend supplies four primitives — create the container/namespace, spawn a
+shell process and hand back its byte stream, kill every process inside, destroy — and this
+class builds the public operations on them:
+
+- ``run`` / ``run_argv``: one command through the persistent shell, with a timeout that kills
+  it (and restarts the shell in the same directory) and an output cap;
+- ``read_file`` / ``write_file`` / ``upload`` / ``download``: host-side, symlink-safe access to
+  the workspace (see ``workspace.py``), never through a shell;
+- ``load`` / ``snapshot`` / ``reset``: set the initial state of the workspace and return to it
+  cheaply (an in-shell ``kill -9 -1`` + copy + ``exec bash``, no new container).
+
+Every live sandbox is closed at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import weakref
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.models import ToolResult
+
+from agentsandbox.config import SandboxConfig
+from agentsandbox.shell import BOOT, DRIVER, PersistentShell, ShellOutput, Transport, reset_script
+from agentsandbox.workspace import Workspace, chown_tree
+
+#: Where the read-only snapshot of the initial workspace is mounted inside every sandbox.
+SNAPSHOT_MOUNT = "/.knowlyr/snapshot"
+#: Exit code reported for a command killed by its timeout (as coreutils ``timeout`` does).
+TIMEOUT_EXIT_CODE = 124
+STARTUP_TIMEOUT = 30.0
+RESET_TIMEOUT = 30.0
+TEMP_PREFIX = "knowlyr-sandbox-"
+
+
+class SandboxError(KnowlyrError, RuntimeError):
+    """The sandbox could not be created, reset or reached."""
+
+
+class BackendUnavailable(SandboxError):
+    """The backend cannot run on this machine (no daemon, no image, no bubblewrap)."""
+
+
+_LIVE: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_sandboxes() -> None:
+    for sandbox in list(_LIVE):
+        try:
+            sandbox.close()
+        except Exception:  # interpreter is exiting; gc cleans what is left
+            pass
+
+
+class Sandbox(ABC):
+    """A contained workspace with a persistent shell. Use as a context manager.
+
+    Example:
+        >>> from agentsandbox import make_sandbox
+        >>> with make_sandbox() as sb:  # doctest: +SKIP
+        ...     sb.run("cd /tmp && export X=1")
+        ...     sb.run("echo $X $PWD").output
+        '1 /tmp\\n'
+    """
+
+    #: Backend name as used by ``make_sandbox(backend=...)`` and the CLI.
+    backend: ClassVar[str]
+
+    def __init__(self, config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig()
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
+        (self._tmp / "workspace").mkdir()
+        (self._tmp / "snapshot").mkdir()
+        owner = self._owner()
+        if owner is not None:
+            # The sandbox user must traverse the (otherwise private) temp dir to its mounts.
+            os.chmod(self._tmp, 0o711)
+            for sub in ("workspace", "snapshot"):
+                os.chown(self._tmp / sub, *owner)
+        self.workspace = Workspace(self._tmp / "workspace", self.config.workdir, owner)
+        self._snapshot = Workspace(self._tmp / "snapshot", SNAPSHOT_MOUNT, owner)
+        self._shell: PersistentShell | None = None
+        self._created = False
+        self._closed = False
+        _LIVE.add(self)
+
+    # -- backend primitives --------------------------------------------------------------
+    @abstractmethod
+    def _create(self) -> None:
+        """Create the container / check the tools; called once, before the first shell."""
+
+    @abstractmethod
+    def _spawn_shell(self, argv: list[str], env: dict[str, str]) -> Transport:
+        """Start ``argv`` inside the sandbox in ``workdir`` with exactly ``env``; return its stream."""
+
+    @abstractmethod
+    def _kill_all(self) -> None:
+        """Kill every process in the sandbox, including the shell (used after a timeout)."""
+
+    @abstractmethod
+    def _destroy(self) -> None:
+        """Remove the container / processes. Must be safe when ``_create`` never ran."""
+
+    def _owner(self) -> tuple[int, int] | None:
+        """(uid, gid) the sandbox runs as when it differs from the host process's."""
+        return None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def host_workspace(self) -> Path:
+        """The host directory mounted as the workspace."""
+        return self.workspace.root
+
+    def start(self) -> None:
+        """Create the sandbox and its shell (idempotent; every operation calls it)."""
+        if self._closed:
+            raise SandboxError("this sandbox is closed")
+        if not self._created:
+            self._create()
+            self._created = True
+        if self._shell is None:
+            self._start_shell()
+
+    def _start_shell(self, cwd: str | None = None) -> None:
+        token = PersistentShell.new_token()
+        env = self.config.shell_env()
+        env.update(
+            KNOWLYR_TOKEN=token,
+            KNOWLYR_RESET=reset_script(self.config.workdir, SNAPSHOT_MOUNT, self.config.shell_env()),
+            KNOWLYR_DRIVER_TEXT=DRIVER,
+            KNOWLYR_BOOT=BOOT,
+        )
+        transport = self._spawn_shell(["bash", "--noprofile", "--norc", "-c", BOOT], env)
+        shell = PersistentShell(
+            transport, token, max_output_bytes=self.config.max_output_bytes, overflow_bytes=self.config.overflow_bytes
+        )
+        ready = shell.wait_ready(STARTUP_TIMEOUT)
+        if ready.exit_code is None:
+            shell.close()
+            raise SandboxError(f"{self.backend} sandbox shell did not start: {ready.output.strip() or 'no output'}")
+        self._shell = shell
+        if cwd and cwd != ready.cwd:
+            shell.run_argv(["cd", cwd], STARTUP_TIMEOUT)
+
+    def close(self) -> None:
+        """Kill everything, remove the container and the temporary workspace. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
+        try:
+            self._destroy()
+        finally:
+            shutil.rmtree(self._tmp, onerror=_force_remove)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self):
+        # Last resort when the owner forgot close(); atexit and `knowlyr-sandbox gc` also clean.
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    # -- commands ------------------------------------------------------------------------
+    def run(self, command: str, *, timeout: float | None = None) -> ToolResult:
+        """Run ``command`` in the persistent shell (cwd and exported variables carry over)."""
+        if "\x00" in command:
+            return ToolResult(error="a command cannot contain NUL bytes")
+        self.start()
+        return self._finish(self._shell.run(command, self._timeout(timeout)), timeout)
+
+    def run_argv(self, argv: list[str], *, timeout: float | None = None) -> ToolResult:
+        """Run a program with exactly these arguments: no shell parses them (no injection)."""
+        if not argv or any("\x00" in a for a in argv):
+            return ToolResult(error="argv must be non-empty and contain no NUL bytes")
+        self.start()
+        return self._finish(self._shell.run_argv(list(argv), self._timeout(timeout)), timeout)
+
+    def _timeout(self, timeout: float | None) -> float:
+        return float(timeout) if timeout is not None else self.config.timeout
+
+    def _finish(self, out: ShellOutput, timeout: float | None) -> ToolResult:
+        meta = {"cwd": out.cwd} if out.cwd else {}
+        if out.exit_code is not None:
+            error = None
+            if out.truncated:
+                meta["note"] = f"output truncated to {self.config.max_output_bytes} bytes"
+            return ToolResult(output=out.output, exit_code=out.exit_code, error=error, truncated=out.truncated, metadata=meta)
+        cwd = self._shell.cwd if self._shell else None
+        if out.timed_out:
+            why = f"command timed out after {self._timeout(timeout):g}s and was killed"
+            code: int | None = TIMEOUT_EXIT_CODE
+        elif out.overflowed:
+            why = f"command produced more than {self.config.overflow_bytes} bytes of output and was killed"
+            code = None
+        else:
+            why = "the shell exited (the command ended it or it was killed)"
+            code = None
+        self._restart(cwd)
+        where = f" in {cwd}" if cwd else ""
+        error = f"{why}; a fresh shell was started{where} (environment variables and background jobs are gone)"
+        return ToolResult(output=out.output, exit_code=code, error=error, truncated=out.truncated, metadata=meta)
+
+    def _restart(self, cwd: str | None) -> None:
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
+        self._kill_all()
+        self._start_shell(cwd)
+
+    # -- state ---------------------------------------------------------------------------
+    def load(self, source: str | os.PathLike | None) -> None:
+        """Make ``source`` (host directory or archive; None = empty) the initial workspace, and reset to it."""
+        self._snapshot.clear()
+        if source is not None:
+            self._snapshot.import_tree(source)
+        self.reset()
+
+    def snapshot(self) -> None:
+        """Make the current workspace the state ``reset`` returns to (after setup commands)."""
+        self._snapshot.clear()
+        self.workspace.export_tree(".", self._snapshot.root)
+        if self._snapshot.owner is not None:
+            chown_tree(self._snapshot.root, self._snapshot.owner)
+
+    def reset(self) -> None:
+        """Kill every process, restore the snapshot, start a pristine shell in ``workdir``."""
+        self.start()
+        out = self._shell.reset(RESET_TIMEOUT)
+        if out.exit_code == 0:
+            return
+        # The shell was broken (exited, hung, its variables clobbered): start over from outside.
+        self._restart(None)
+        out = self._shell.reset(RESET_TIMEOUT)
+        if out.exit_code != 0:
+            raise SandboxError(f"{self.backend} sandbox could not be reset: {out.output.strip() or 'no output'}")
+
+    # -- files ---------------------------------------------------------------------------
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        """Bytes of a workspace file (relative, or absolute under ``workdir``)."""
+        return self.workspace.read_bytes(path, max_bytes)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Create or overwrite a workspace file, creating parent directories."""
+        self.workspace.write_bytes(path, data.encode() if isinstance(data, str) else data)
+
+    def upload(self, host_dir: str | os.PathLike, dest: str = ".") -> int:
+        """Copy a host directory (or archive) into the workspace; return the number of files."""
+        return self.workspace.import_tree(host_dir, dest)
+
+    def download(self, source: str, host_dir: str | os.PathLike) -> int:
+        """Copy a workspace directory to the host; return the number of files."""
+        return self.workspace.export_tree(source, host_dir)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self._created else "new")
+        return f"<{type(self).__name__} {state} workspace={self.host_workspace}>"
+
+
+def _force_remove(func, path, _exc_info) -> None:
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        func(path)
+    except OSError:
+        pass

@@ -1,0 +1,187 @@
+"""``DockerSandbox``: a sandbox in a Docker container, driven through the docker SDK.
+
+The container is created once per sandbox and kept warm across episodes: ``reset`` restores
+the workspace and replaces the shell in place, so an episode does not pay for a container
+start. The container's pid 1 is a bash loop that reaps orphans and survives ``kill -9 -1``; it runs as
+the host's uid (so the bind-mounted workspace stays owned by the caller), with:
+
+- no network (``network_mode="none"``) unless ``config.network``;
+- a read-only root filesystem, a size-limited tmpfs ``/tmp``, the workspace bind-mounted
+  read-write and the snapshot read-only;
+- CPU quota, memory (swap included) and pids cgroup limits, RLIMIT_FSIZE;
+- every capability dropped and ``no-new-privileges``;
+- labels naming the owner process, so ``knowlyr-sandbox gc`` can remove orphans.
+
+The persistent shell is one ``docker exec -i`` whose attach socket carries the requests
+(stdin) and the multiplexed output stream (8-byte frame headers, decoded here).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+
+from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox, SandboxError
+from agentsandbox.shell import ShellError, Transport
+
+#: Every container this package creates carries this label (``gc`` selects on it).
+LABEL = "knowlyr.sandbox"
+LABEL_PID = "knowlyr.sandbox.pid"
+LABEL_HOST = "knowlyr.sandbox.host"
+LABEL_CREATED = "knowlyr.sandbox.created"
+
+#: The container's pid 1. The kernel shields a namespace's pid 1 from signals sent inside it,
+#: so the in-shell ``kill -9 -1`` of ``reset`` cannot stop the container; bash as pid 1 also
+#: reaps the orphans that kill leaves behind (Docker's tini would exit with its child instead).
+KEEPER = "while :; do sleep infinity & wait; done"
+
+
+def docker_client(timeout: int = 30):
+    """A docker SDK client from the environment (``DOCKER_HOST`` or the default socket)."""
+    import docker
+
+    return docker.from_env(timeout=timeout)
+
+
+def docker_status(image: str | None = None) -> tuple[bool, str]:
+    """Whether a Docker daemon is reachable (and ``image`` present), and why not."""
+    try:
+        client = docker_client(timeout=5)
+        version = client.version().get("Version", "?")
+    except Exception as exc:
+        return False, f"no Docker daemon reachable ({type(exc).__name__}: {exc}); run scripts/setup_docker.sh"
+    try:
+        if image is not None:
+            try:
+                client.images.get(image)
+            except Exception:
+                return False, f"Docker {version} is up but image {image!r} is missing; run scripts/setup_docker.sh"
+        return True, f"Docker daemon {version}"
+    finally:
+        client.close()
+
+
+class DockerTransport(Transport):
+    """The attach socket of a ``docker exec -i`` (non-tty, so output frames are multiplexed)."""
+
+    def __init__(self, sock):
+        # The SDK wraps the raw socket; reading it directly keeps select() honest.
+        self.sock: socket.socket = getattr(sock, "_sock", sock)
+        self._raw = bytearray()
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise ShellError(f"shell stdin closed: {exc}") from None
+
+    def recv(self, timeout: float) -> bytes | None:
+        deadline = time.monotonic() + max(timeout, 0)
+        while True:
+            payload = self._decode()
+            if payload:
+                return payload
+            ready, _, _ = select.select([self.sock], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                return None
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return b""
+            self._raw.extend(chunk)
+
+    def _decode(self) -> bytes:
+        out = bytearray()
+        while len(self._raw) >= 8:
+            _stream, size = struct.unpack(">BxxxL", self._raw[:8])
+            if len(self._raw) < 8 + size:
+                break
+            out.extend(self._raw[8 : 8 + size])
+            del self._raw[: 8 + size]
+        return bytes(out)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class DockerSandbox(Sandbox):
+    """Runs commands in a warm Docker container; see the module docstring for the containment."""
+
+    backend = "docker"
+
+    def _create(self) -> None:
+        from docker.types import Ulimit
+
+        ok, why = docker_status(self.config.image)
+        if not ok:
+            raise BackendUnavailable(f"docker backend unavailable: {why}")
+        cfg = self.config
+        self._client = docker_client()
+        fsize = cfg.max_file_mb * 1024 * 1024
+        try:
+            self.container = self._client.containers.run(
+                cfg.image,
+                ["bash", "-c", KEEPER],
+                detach=True,
+                user=f"{os.getuid()}:{os.getgid()}",
+                working_dir=cfg.workdir,
+                network_mode="bridge" if cfg.network else "none",
+                read_only=True,
+                tmpfs={"/tmp": f"rw,nosuid,nodev,size={cfg.tmp_mb}m,mode=1777"},
+                volumes={
+                    str(self.workspace.root): {"bind": cfg.workdir, "mode": "rw"},
+                    str(self._snapshot.root): {"bind": SNAPSHOT_MOUNT, "mode": "ro"},
+                },
+                mem_limit=f"{cfg.memory_mb}m",
+                memswap_limit=f"{cfg.memory_mb}m",
+                nano_cpus=int(cfg.cpus * 1e9),
+                pids_limit=cfg.pids_limit,
+                ulimits=[Ulimit(name="fsize", soft=fsize, hard=fsize), Ulimit(name="core", soft=0, hard=0)],
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                labels={
+                    LABEL: "1",
+                    LABEL_PID: str(os.getpid()),
+                    LABEL_HOST: os.uname().nodename,
+                    LABEL_CREATED: str(int(time.time())),
+                },
+                environment=cfg.shell_env(),
+            )
+        except Exception as exc:
+            raise SandboxError(f"cannot start a container from {cfg.image!r}: {exc}") from exc
+
+    def _spawn_shell(self, argv: list[str], env: dict[str, str]) -> Transport:
+        api = self._client.api
+        exec_id = api.exec_create(
+            self.container.id,
+            ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            workdir=self.config.workdir,
+        )["Id"]
+        return DockerTransport(api.exec_start(exec_id, socket=True))
+
+    def _kill_all(self) -> None:
+        # A restart kills every process (even a fork bomb that leaves no pid free for a
+        # `docker exec kill`) and keeps the container, its mounts and its limits.
+        self.container.restart(timeout=0)
+
+    def _destroy(self) -> None:
+        container = getattr(self, "container", None)
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception as exc:
+                if "No such container" not in str(exc):
+                    raise
+            self.container = None
+        client = getattr(self, "_client", None)
+        if client is not None:
+            client.close()

@@ -1,0 +1,144 @@
+"""``LocalSandbox``: a daemonless sandbox built on bubblewrap (``bwrap``) and rlimits.
+
+Used when no Docker daemon is reachable. Each shell runs as
+``bwrap --unshare-all --die-with-parent ... bash``: new user, pid, network, ipc, uts and
+cgroup namespaces (so no network but loopback, and ``kill -9 -1`` reaches only the sandbox),
+a root filesystem that holds read-only system directories (``/usr``, a minimal ``/etc``), a
+private ``/tmp`` and ``/dev``, the workspace bind-mounted read-write, and nothing else of the
+host (no ``/home``, ``/root`` or ``/work``).
+
+Limits come from rlimits set before ``bwrap`` starts, since there are no cgroups to use:
+address space (``memory_mb`` per process), file size, open files and processes. The process
+limit is counted per user, so when the host runs as root each sandbox gets a private uid —
+its fork bomb then cannot exhaust anyone else's process table. ``cpus`` is not enforced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+
+from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox
+from agentsandbox.shell import PipeTransport, Transport
+
+#: First uid handed to sandboxes when the host runs as root (far from real accounts).
+PRIVATE_UID_BASE = 200_000
+_uid_counter = itertools.count()
+
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = (
+    "passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "alternatives", "ssl", "ca-certificates", "localtime", "os-release", "mime.types", "python3",
+)  # fmt: skip
+
+
+def bwrap_status() -> tuple[bool, str]:
+    """Whether bubblewrap can create a sandbox here, and why not."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return False, "bwrap not found (apt-get install bubblewrap)"
+    probe = subprocess.run(
+        [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
+        capture_output=True,
+        text=True,
+        **_user_kwargs(_private_owner()),
+    )
+    if probe.returncode != 0:
+        return False, f"bwrap cannot create namespaces here: {probe.stderr.strip() or probe.returncode}"
+    return True, f"bubblewrap at {path}"
+
+
+def _private_owner() -> tuple[int, int] | None:
+    if os.geteuid() != 0:
+        return None
+    uid = PRIVATE_UID_BASE + (os.getpid() % 10_000) * 100 + next(_uid_counter) % 100
+    return uid, uid
+
+
+def _user_kwargs(owner: tuple[int, int] | None) -> dict:
+    if owner is None:
+        return {}
+    return {"user": owner[0], "group": owner[1], "extra_groups": []}
+
+
+class LocalSandbox(Sandbox):
+    """Runs commands under bubblewrap on this machine; see the module docstring for the containment."""
+
+    backend = "local"
+
+    def _owner(self) -> tuple[int, int] | None:
+        if not hasattr(self, "_uid"):
+            self._uid = _private_owner()
+        return self._uid
+
+    def _create(self) -> None:
+        ok, why = bwrap_status()
+        if not ok:
+            raise BackendUnavailable(f"local backend unavailable: {why}")
+        self._process: subprocess.Popen | None = None
+
+    def _bwrap_argv(self, argv: list[str]) -> list[str]:
+        cfg = self.config
+        args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        if cfg.network:
+            args.append("--share-net")
+        for path in _SYSTEM_DIRS:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        for name in _ETC_FILES:
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
+        args += ["--bind", str(self.workspace.root), cfg.workdir]
+        args += ["--ro-bind", str(self._snapshot.root), SNAPSHOT_MOUNT]
+        args += ["--chdir", cfg.workdir]
+        return [*args, "--", *argv]
+
+    def _limits(self) -> None:
+        # Runs in the child between fork and exec: only async-signal-safe-ish calls.
+        cfg = self.config
+        mem = cfg.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_NPROC, (cfg.pids_limit, cfg.pids_limit))
+        fsize = cfg.max_file_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    def _spawn_shell(self, argv: list[str], env: dict[str, str]) -> Transport:
+        self._process = subprocess.Popen(
+            self._bwrap_argv(argv),
+            # exactly this environment (bwrap passes its own on): nothing leaks from the host
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=self._limits,
+            start_new_session=True,
+            close_fds=True,
+            **_user_kwargs(self._owner()),
+        )
+        return PipeTransport(self._process)
+
+    def _kill_all(self) -> None:
+        # bwrap's init is the pid namespace's pid 1: when it dies the kernel kills the rest.
+        process = getattr(self, "_process", None)
+        if process is None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        self._process = None
+
+    def _destroy(self) -> None:
+        self._kill_all()

@@ -1,0 +1,59 @@
+"""``SandboxConfig``: the image, limits and defaults a sandbox is created with.
+
+One dataclass shared by both backends, so a task or a CLI flag means the same thing on
+Docker and on the local bubblewrap backend. Where a backend cannot enforce a field, its
+docstring says so (the local backend has no cgroups: ``cpus`` is not enforced there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_IMAGE = "knowlyr/sandbox-base:latest"
+
+
+@dataclass
+class SandboxConfig:
+    """Limits and defaults of one sandbox."""
+
+    #: Docker image (Docker backend only); build it with ``scripts/setup_docker.sh``.
+    image: str = DEFAULT_IMAGE
+    #: Path of the workspace inside the sandbox; commands start there.
+    workdir: str = "/workspace"
+    #: CPU cores (Docker: CFS quota; local: not enforced, there are no cgroups).
+    cpus: float = 1.0
+    #: Memory limit in MiB (Docker: cgroup limit; local: address-space limit per process).
+    memory_mb: int = 1024
+    #: Maximum number of processes (Docker: pids cgroup; local: RLIMIT_NPROC of a private uid).
+    pids_limit: int = 256
+    #: Allow network access. Off by default: the sandbox has only a loopback interface.
+    network: bool = False
+    #: Default per-command timeout in seconds; the command is killed when it runs longer.
+    timeout: float = 60.0
+    #: Output kept per command; the rest is dropped and the result marked truncated.
+    max_output_bytes: int = 64 * 1024
+    #: Output after which a still-running command is killed (a runaway `yes`).
+    overflow_bytes: int = 8 * 1024 * 1024
+    #: Largest file a process may write, in MiB (RLIMIT_FSIZE on both backends).
+    max_file_mb: int = 256
+    #: Size of the in-sandbox /tmp (a tmpfs on Docker), in MiB.
+    tmp_mb: int = 256
+    #: Extra environment variables for the shell.
+    env: dict[str, str] = field(default_factory=dict)
+
+    def shell_env(self) -> dict[str, str]:
+        """The environment every sandbox shell starts with (nothing leaks from the host)."""
+        base = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+            "GIT_AUTHOR_NAME": "knowlyr-sandbox",
+            "GIT_AUTHOR_EMAIL": "sandbox@knowlyr.invalid",
+            "GIT_COMMITTER_NAME": "knowlyr-sandbox",
+            "GIT_COMMITTER_EMAIL": "sandbox@knowlyr.invalid",
+            "GIT_CONFIG_NOSYSTEM": "1",
+        }
+        return {**base, **self.env}
