@@ -1,3 +1,67 @@
-"""knowlyr-recorder: real agent logs into standard knowlyr trajectories."""
+"""knowlyr-recorder: real agent logs into standard knowlyr trajectories.
+
+Adapters turn OpenHands, SWE-agent, mini-swe-agent, OpenAI tool-call chats (tau-bench),
+ShareGPT and Who&When logs into core ``Trajectory`` records; ``Recorder`` records live
+agents into the same schema.
+
+Example:
+    >>> from agentrecorder import names
+    >>> "openhands" in names()
+    True
+"""
+
+from agentrecorder.adapters.base import RESPOND, Adapter, StepList
+from agentrecorder.convert import (
+    BatchReport,
+    FileResult,
+    convert_file,
+    convert_paths,
+    expand_inputs,
+    iter_convert,
+    load_trajectories,
+)
+from agentrecorder.detect import Detection, detect
+from agentrecorder.errors import ConversionError, FieldError, UnknownFormatError
+from agentrecorder.loading import load_records
+from agentrecorder.recorder import Episode, Recorder
+from agentrecorder.registry import ENTRY_POINT_GROUP, adapters, get_adapter, names, register_adapter
+from agentrecorder.show import render
+from agentrecorder.stats import format_summary, summarize
+from agentrecorder.view import render_html
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # adapters and registry
+    "ENTRY_POINT_GROUP",
+    "RESPOND",
+    "Adapter",
+    # conversion
+    "BatchReport",
+    # errors
+    "ConversionError",
+    "Detection",
+    # live recording
+    "Episode",
+    "FieldError",
+    "FileResult",
+    "Recorder",
+    "StepList",
+    "UnknownFormatError",
+    "adapters",
+    "convert_file",
+    "convert_paths",
+    "detect",
+    "expand_inputs",
+    # views
+    "format_summary",
+    "get_adapter",
+    "iter_convert",
+    "load_records",
+    "load_trajectories",
+    "names",
+    "register_adapter",
+    "render",
+    "render_html",
+    "summarize",
+]

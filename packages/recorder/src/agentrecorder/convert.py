@@ -14,19 +14,22 @@ skipped, otherwise the first bad file aborts the batch and nothing is written.
 from __future__ import annotations
 
 import glob
+import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from knowlyrcore.jsonl import format_field_path, write_trajectories
-from knowlyrcore.trajectory import Trajectory
 from pydantic import ValidationError
 
+from agentrecorder.adapters.base import Adapter
 from agentrecorder.detect import detect
 from agentrecorder.errors import ConversionError, FieldError
 from agentrecorder.loading import load_records
 from agentrecorder.registry import get_adapter
+from knowlyrcore.jsonl import format_field_path, write_trajectories
+from knowlyrcore.trajectory import Trajectory
 
 #: file names a directory walk picks up
 LOG_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj")
@@ -60,6 +63,24 @@ class BatchReport:
         return [f for f in self.files if f.error is None]
 
 
+def convert_record(
+    adapter: Adapter, record: Any, *, path: str | os.PathLike = "<input>", line: int | None = None
+) -> Iterator[Trajectory]:
+    """Run one record through ``adapter``, turning every problem into a ``ConversionError``."""
+    try:
+        yield from adapter.convert(record, source=f"{adapter.name}:{path}")
+    except FieldError as exc:
+        raise ConversionError(str(path), line, exc.message, field=exc.where) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConversionError(
+            str(path), line, f"does not fit the trajectory schema: {first['msg']}",
+            field=f"{exc.title}.{format_field_path(first['loc'])}",
+        ) from None  # fmt: skip
+    except RecursionError:
+        raise ConversionError(str(path), line, "nesting too deep to convert") from None
+
+
 def iter_convert(
     path: str | os.PathLike, fmt: str = "auto", *, result: FileResult | None = None
 ) -> Iterator[Trajectory]:
@@ -67,7 +88,6 @@ def iter_convert(
     path = Path(path)
     result = result if result is not None else FileResult(path)
     adapter = None if fmt == "auto" else get_adapter(fmt)
-    count = 0
     for line, record in load_records(path):
         if adapter is None:
             detection = detect(record, str(path), line)
@@ -78,24 +98,13 @@ def iter_convert(
             if why is not None:
                 raise ConversionError(str(path), line, f"not a {adapter.name} log: {why}")
         result.format = adapter.name
-        try:
-            for trajectory in adapter.convert(record, source=f"{adapter.name}:{path}"):
-                if not trajectory.id:
-                    trajectory.id = path.stem if count == 0 and line is None else f"{path.stem}#{count}"
-                count += 1
-                result.trajectories += 1
-                result.steps += len(trajectory.steps)
-                yield trajectory
-        except FieldError as exc:
-            raise ConversionError(str(path), line, exc.message, field=exc.where) from None
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ConversionError(
-                str(path), line, f"does not fit the trajectory schema: {first['msg']}",
-                field=f"{exc.title}.{format_field_path(first['loc'])}",
-            ) from None  # fmt: skip
-        except RecursionError:
-            raise ConversionError(str(path), line, "nesting too deep to convert") from None
+        for trajectory in convert_record(adapter, record, path=path, line=line):
+            if not trajectory.id:
+                first = result.trajectories == 0 and line is None
+                trajectory.id = path.stem if first else f"{path.stem}#{result.trajectories}"
+            result.trajectories += 1
+            result.steps += len(trajectory.steps)
+            yield trajectory
     if result.trajectories == 0 and adapter is not None:
         raise ConversionError(str(path), None, f"no trajectories found ({adapter.name})")
 
@@ -112,9 +121,7 @@ def expand_inputs(inputs: Iterable[str | os.PathLike]) -> list[Path]:
         text = str(item)
         candidate = Path(text)
         if candidate.is_dir():
-            files.extend(
-                sorted(p for p in candidate.rglob("*") if p.is_file() and p.suffix.lower() in LOG_SUFFIXES)
-            )
+            files.extend(sorted(p for p in candidate.rglob("*") if p.is_file() and p.suffix.lower() in LOG_SUFFIXES))
         elif candidate.exists():
             files.append(candidate)
         elif glob.has_magic(text):
@@ -161,3 +168,25 @@ def convert_paths(
     else:
         report.written = write_trajectories(output, generate())
     return report, collected
+
+
+def is_trajectory_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is already trajectory JSONL (first record has ``schema_version`` and ``steps``)."""
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                if raw.strip():
+                    record = json.loads(raw)
+                    return isinstance(record, dict) and "schema_version" in record and "steps" in record
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def load_trajectories(path: str | os.PathLike, fmt: str = "auto") -> Iterator[Trajectory]:
+    """Trajectories from trajectory JSONL as they are, or converted from a framework log."""
+    from knowlyrcore.jsonl import read_trajectories
+
+    if fmt == "auto" and is_trajectory_file(path):
+        return read_trajectories(path)
+    return iter_convert(path, fmt)

@@ -28,7 +28,7 @@ class Detection:
 
     def describe(self) -> str:
         skipped = f" (ruled out: {', '.join(self.ruled_out)})" if self.ruled_out else ""
-        return f"detected format {self.adapter.name}: {self.adapter.description}{skipped}"
+        return f"detected format {self.adapter.name}{skipped}"
 
 
 def detect(record: Any, path: str = "<input>", line: int | None = None) -> Detection:

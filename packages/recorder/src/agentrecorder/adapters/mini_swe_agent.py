@@ -19,11 +19,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from knowlyrcore.models import TaskInfo
-from knowlyrcore.trajectory import Outcome, Trajectory, Usage
-
 from agentrecorder.adapters.base import Adapter, StepList, code_blocks, strip_blocks
 from agentrecorder.fields import expect, get, path, text_of
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.trajectory import Outcome, Trajectory, Usage
 
 BASH_LANGUAGES = {"bash", "mswea_bash_command", "sh", "shell"}
 SUBMIT_SENTINELS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
@@ -69,9 +68,9 @@ class MiniSWEAgentAdapter(Adapter):
             return "messages carry tool_calls (an OpenAI tool-calling chat)"
         for m in messages:
             content = m.get("content")
-            if m.get("role") == "assistant" and isinstance(content, str):
-                if any(lang in BASH_LANGUAGES for lang, *_ in code_blocks(content)):
-                    return None
+            is_reply = m.get("role") == "assistant" and isinstance(content, str)
+            if is_reply and any(lang in BASH_LANGUAGES for lang, *_ in code_blocks(content)):
+                return None
         return "no assistant message with a ```bash / ```mswea_bash_command block"
 
     def convert(self, record: Any, *, source: str) -> Iterator[Trajectory]:
@@ -108,9 +107,11 @@ class MiniSWEAgentAdapter(Adapter):
 
         exit_status = get(info, "exit_status", "$.info", str, None)
         last = steps.last
-        if exit_status is None and last is not None and last.tool_call.name == "bash":
-            if any(s in last.tool_call.parameters["command"] for s in SUBMIT_SENTINELS):
-                exit_status = "Submitted"
+        submitted = last is not None and any(
+            s in str(last.tool_call.parameters.get("command")) for s in SUBMIT_SENTINELS
+        )
+        if exit_status is None and submitted:
+            exit_status = "Submitted"
         stats = get(info, "model_stats", "$.info", dict, {})
         cost = get(stats, "instance_cost", "$.info.model_stats", (int, float), None)
         calls = get(stats, "api_calls", "$.info.model_stats", int, None)
@@ -136,7 +137,9 @@ class MiniSWEAgentAdapter(Adapter):
                 terminated=exit_status is not None and exit_status.lower() == "submitted",
                 truncated=exit_status is not None and "limit" in exit_status.lower(),
             ),
-            usage=Usage(cost_usd=float(cost), api_calls=calls) if cost is not None or calls is not None else None,
+            usage=Usage(cost_usd=None if cost is None else float(cost), api_calls=calls)
+            if cost is not None or calls is not None
+            else None,
             source=source,
             metadata=metadata,
         )

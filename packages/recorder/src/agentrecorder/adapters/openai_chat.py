@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from knowlyrcore.models import TaskInfo
-from knowlyrcore.trajectory import Outcome, Step, Trajectory, Usage
-
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.trajectory import Outcome, Step, Trajectory, Usage
 
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -30,7 +29,7 @@ def _is_messages(value: Any) -> bool:
     return (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(m, dict) and m.get("role") in _ROLES for m in value)
+        and all(isinstance(m, dict) and str(m.get("role")) in _ROLES for m in value)
     )
 
 
@@ -150,16 +149,12 @@ class OpenAIChatAdapter(Adapter):
         usage = get(record, "usage", where, dict, None)
         return Trajectory(
             id=traj_id,
-            task=TaskInfo(
-                id=str(task_id), description=task_text, domain="conversation", metadata=task_meta
-            ),
+            task=TaskInfo(id=str(task_id), description=task_text, domain="conversation", metadata=task_meta),
             agent=str(record.get("agent") or ("tau-bench" if tau_task is not None else "")),
             model=str(record.get("model") or ""),
             steps=steps,
             outcome=Outcome(success=success, score=float(reward) if reward is not None else None),
-            usage=Usage.model_validate(
-                {k: v for k, v in usage.items() if k in Usage.model_fields}
-            ) if usage else None,
+            usage=Usage.model_validate({k: v for k, v in usage.items() if k in Usage.model_fields}) if usage else None,
             source=source,
             metadata=metadata,
         )

@@ -22,11 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from knowlyrcore.models import TaskInfo
-from knowlyrcore.trajectory import Outcome, Step, Trajectory, Usage
-
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList, iso_timestamp
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.trajectory import Outcome, Step, Trajectory, Usage
 
 #: agent actions that are bookkeeping, not decisions
 SKIP_ACTIONS = {"system", "recall", "change_agent_state", "null", "condensation", "condensation_request"}
@@ -37,9 +36,16 @@ RUNTIME_ARGS = {
 }  # fmt: skip
 
 
+def _count(value: Any) -> int:
+    """A token count, or 0 for anything that is not a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _is_event(value: Any) -> bool:
-    return isinstance(value, dict) and ("action" in value or "observation" in value) and (
-        "source" in value or "id" in value
+    return (
+        isinstance(value, dict)
+        and ("action" in value or "observation" in value)
+        and ("source" in value or "id" in value)
     )
 
 
@@ -55,15 +61,17 @@ def _events(history: list) -> list[tuple[str, Any]]:
 
 
 def _tool_arguments(metadata: dict, where: str) -> dict[str, Any] | None:
+    """Parsed arguments of the tool call ``metadata`` refers to, from its ``model_response``."""
     response = metadata.get("model_response")
-    if not isinstance(response, dict):
-        return None
-    for c, choice in enumerate(response.get("choices") or []):
+    choices = response.get("choices") if isinstance(response, dict) else None
+    for c, choice in enumerate(choices if isinstance(choices, list) else []):
         message = choice.get("message") if isinstance(choice, dict) else None
-        for t, call in enumerate((message or {}).get("tool_calls") or []):
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for t, call in enumerate(calls if isinstance(calls, list) else []):
             if isinstance(call, dict) and call.get("id") == metadata.get("tool_call_id"):
+                function = call.get("function") if isinstance(call.get("function"), dict) else {}
                 cwhere = f"{where}.model_response.choices[{c}].message.tool_calls[{t}].function.arguments"
-                return parse_arguments((call.get("function") or {}).get("arguments"), cwhere)
+                return parse_arguments(function.get("arguments"), cwhere)
     return None
 
 
@@ -141,7 +149,7 @@ class OpenHandsAdapter(Adapter):
                         timestamp=stamp,
                         metadata=meta,
                     )
-                if event.get("id") is not None:
+                if isinstance(event.get("id"), (int, str)):
                     by_id[event["id"]] = step
             elif "observation" in event:
                 kind = get(event, "observation", where, str)
@@ -149,7 +157,8 @@ class OpenHandsAdapter(Adapter):
                 if kind == "agent_state_changed":
                     final_state = extras.get("agent_state", final_state)
                     continue
-                step = by_id.get(event.get("cause"))
+                cause = event.get("cause")
+                step = by_id.get(cause) if isinstance(cause, (int, str)) else None
                 if step is None:
                     continue
                 exit_code = extras.get("exit_code")
@@ -217,8 +226,8 @@ class OpenHandsAdapter(Adapter):
             usages = [r.get("usage") for r in responses.values() if isinstance(r.get("usage"), dict)]
             if not usages and cost is None:
                 return None
-            prompt = sum(int(u.get("prompt_tokens") or 0) for u in usages) if usages else None
-            completion = sum(int(u.get("completion_tokens") or 0) for u in usages) if usages else None
+            prompt = sum(_count(u.get("prompt_tokens")) for u in usages) if usages else None
+            completion = sum(_count(u.get("completion_tokens")) for u in usages) if usages else None
         total = prompt + completion if isinstance(prompt, int) and isinstance(completion, int) else None
         return Usage(
             prompt_tokens=prompt if isinstance(prompt, int) else None,

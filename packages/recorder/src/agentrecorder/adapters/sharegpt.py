@@ -15,12 +15,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from knowlyrcore.models import TaskInfo
-from knowlyrcore.trajectory import Outcome, Trajectory
-
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList
 from agentrecorder.errors import FieldError
 from agentrecorder.fields import expect, get, parse_arguments, path
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.trajectory import Outcome, Trajectory
 
 HUMAN = {"human", "user"}
 GPT = {"gpt", "assistant", "chatgpt", "bing", "bard"}

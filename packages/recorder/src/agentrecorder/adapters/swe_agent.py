@@ -21,12 +21,11 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from knowlyrcore.models import TaskInfo
-from knowlyrcore.trajectory import Outcome, Trajectory, Usage
-
 from agentrecorder.adapters.base import Adapter, StepList
 from agentrecorder.errors import FieldError
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.trajectory import Outcome, Trajectory, Usage
 
 #: SWE-agent's built-in commands and their positional parameters (names as in its tool schemas)
 COMMANDS: dict[str, list[str]] = {
@@ -234,7 +233,8 @@ class SWEAgentAdapter(Adapter):
             elif role in ("tool", "user") and current:
                 output = text_of(message.get("content"), path(where, "content"))
                 ids = message.get("tool_call_ids") or ([message["tool_call_id"]] if message.get("tool_call_id") else [])
-                targets = [pending.pop(cid) for cid in ids if cid in pending] or current[-1:]
+                ids = ids if isinstance(ids, list) else []
+                targets = [pending.pop(cid) for cid in ids if isinstance(cid, str) and cid in pending] or current[-1:]
                 for step in targets:
                     steps.set_observation(step, output)
                 if role == "user":
@@ -264,7 +264,9 @@ class SWEAgentAdapter(Adapter):
         if not calls:
             action = message.get("action")
             if not isinstance(action, str):
-                raise FieldError(path(where, "action"), "assistant message has neither 'tool_calls' nor an 'action' string")
+                raise FieldError(
+                    path(where, "action"), "assistant message has neither 'tool_calls' nor an 'action' string"
+                )
             tool, params = parse_text_action(action)
             made.append(steps.add(tool, params, thought=thought, metadata={"action": action}))
         return made

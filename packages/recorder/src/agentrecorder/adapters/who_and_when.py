@@ -19,11 +19,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from knowlyrcore.models import TaskInfo
-from knowlyrcore.trajectory import Outcome, Trajectory
-
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList, code_blocks, strip_blocks
 from agentrecorder.fields import expect, get, path
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.trajectory import Outcome, Trajectory
 
 TERMINAL = "Computer_terminal"
 _EXITCODE = re.compile(r"exitcode:\s*(-?\d+)")
@@ -84,9 +83,7 @@ class WhoAndWhenAdapter(Adapter):
         return_meta = {k: record[k] for k in ("ground_truth", "level") if k in record}
         yield Trajectory(
             id=question_id,
-            task=TaskInfo(
-                id=question_id, description=get(record, "question", "$", str, ""), metadata=return_meta
-            ),
+            task=TaskInfo(id=question_id, description=get(record, "question", "$", str, ""), metadata=return_meta),
             agent="ag2-groupchat",
             steps=steps.steps,
             outcome=Outcome(success=correct, score=None if correct is None else float(correct)),
