@@ -1,0 +1,7 @@
+"""Errors raised by model loading, so callers can tell 'this model cannot be had here' apart."""
+
+from __future__ import annotations
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be resolved, converted or loaded; the message says why."""

@@ -1,0 +1,80 @@
+"""Save a (possibly LoRA-wrapped) model and its tokenizer as a loadable checkpoint directory.
+
+``save_model`` writes safetensors weights, config, generation config and tokenizer (with its
+chat template). With ``merge_lora=True`` (default) a LoRA model is merged into a plain model on a
+copy, so the caller's training model keeps its adapters; with ``merge_lora=False`` only the
+adapter is written and ``load_model_and_tokenizer`` re-attaches it to the base on load.
+
+Writes are atomic: everything goes to a temp directory next to ``output_dir``; a new directory is
+renamed into place at once, an existing one gets each file replaced with ``os.replace`` (other
+files there, e.g. a trainer's state, are left alone; stale weights of the other kind are removed).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# Files that describe the weights; when overwriting a checkpoint, ones the new save did not
+# produce are stale (e.g. an old adapter next to new merged weights) and are removed.
+_WEIGHT_FILES = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def _is_peft(model: Any) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike, *, merge_lora: bool = True) -> Path:
+    """Write ``model`` + ``tokenizer`` to ``output_dir``; returns the directory."""
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    to_save = model
+    if _is_peft(model) and merge_lora:
+        if getattr(model, "is_loaded_in_4bit", False):
+            raise ValueError("cannot merge LoRA into 4-bit weights; save with merge_lora=False (adapter only)")
+        # merge_and_unload rewrites modules in place; work on a copy so training can continue.
+        to_save = copy.deepcopy(model).merge_and_unload()
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    try:
+        to_save.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if output_dir.exists():
+            _replace_files(tmp, output_dir)
+            shutil.rmtree(tmp)
+        else:
+            tmp.chmod(0o755)  # mkdtemp makes it owner-only
+            os.rename(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output_dir
+
+
+def _replace_files(src: Path, dst: Path) -> None:
+    written = {p.name for p in src.iterdir()}
+    for stale in _WEIGHT_FILES:
+        if stale not in written:
+            (dst / stale).unlink(missing_ok=True)
+    for stale_shard in dst.glob("model-*-of-*.safetensors"):
+        if stale_shard.name not in written:
+            stale_shard.unlink()
+    # config.json last: a reader that finds the new config also finds the new weights.
+    for name in sorted(written, key=lambda n: n == "config.json"):
+        os.replace(src / name, dst / name)
