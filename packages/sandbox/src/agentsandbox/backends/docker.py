@@ -152,6 +152,7 @@ class DockerSandbox(Sandbox):
                 },
                 environment=cfg.shell_env(),
             )
+            self._container_id = self.container.id
         except Exception as exc:
             raise SandboxError(f"cannot start a container from {cfg.image!r}: {exc}") from exc
 

@@ -21,6 +21,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import time
 
 from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox
 from agentsandbox.shell import PipeTransport, Transport
@@ -50,6 +51,16 @@ def bwrap_status() -> tuple[bool, str]:
     if probe.returncode != 0:
         return False, f"bwrap cannot create namespaces here: {probe.stderr.strip() or probe.returncode}"
     return True, f"bubblewrap at {path}"
+
+
+def _kill(pid: int) -> None:
+    try:
+        if pid < 0:
+            os.killpg(-pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _private_owner() -> tuple[int, int] | None:
@@ -126,19 +137,37 @@ class LocalSandbox(Sandbox):
         return PipeTransport(self._process)
 
     def _kill_all(self) -> None:
-        # bwrap's init is the pid namespace's pid 1: when it dies the kernel kills the rest.
+        # bwrap's inner init is the pid namespace's pid 1: when it dies the kernel kills every
+        # process inside. It is not our child, so find it by its command line (which names this
+        # sandbox's private directory), kill it, and wait until it is really gone.
         process = getattr(self, "_process", None)
         if process is None:
             return
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for pid in self._namespace_inits():
+            _kill(pid)
+        _kill(-process.pid)
         process.wait()
         for stream in (process.stdin, process.stdout):
             if stream is not None:
                 stream.close()
         self._process = None
+        deadline = time.monotonic() + 10
+        while self._namespace_inits() and time.monotonic() < deadline:
+            time.sleep(0.005)  # polling the kernel's process table, not guessing a duration
+
+    def _namespace_inits(self) -> list[int]:
+        marker = str(self._tmp).encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if marker in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+        return found
 
     def _destroy(self) -> None:
         self._kill_all()

@@ -1,0 +1,184 @@
+"""``SandboxEnv`` (``knowlyr/sandbox``): a coding task executed for real in a sandbox.
+
+``reset(task=...)`` puts the task's repository (a local directory, an archive, or a git URL
+cloned on the host) into the workspace, checks out ``base_commit``, runs ``setup_commands``
+and snapshots the result; resetting again to the same task restores that snapshot in a few
+milliseconds instead of redoing the setup. The agent acts with the coding domain's tools
+(see ``tools.py``); ``submit`` / ``finish`` end the episode, after which the task's test
+command decides the outcome and the workspace diff becomes the trajectory's patch.
+
+Example:
+    >>> from knowlyrcore import make
+    >>> env = make("knowlyr/sandbox", backend="local")  # doctest: +SKIP
+    >>> env.reset(task={"description": "say hi", "test_command": "test -f hi.txt"})  # doctest: +SKIP
+    >>> env.step({"tool": "write_file", "params": {"path": "hi.txt", "content": "hi"}})  # doctest: +SKIP
+    >>> env.step({"tool": "submit", "params": {}}).info["success"]  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from knowlyrcore.actions import parse_action
+from knowlyrcore.domain import get_domain_profile
+from knowlyrcore.env import AgentEnv
+from knowlyrcore.errors import InvalidActionError
+from knowlyrcore.models import TaskInfo, ToolResult
+from knowlyrcore.timestep import TimeStep
+
+from agentsandbox.backends import make_sandbox
+from agentsandbox.backends.base import Sandbox, SandboxError
+from agentsandbox.config import SandboxConfig
+from agentsandbox.tools import SANDBOX_TOOLS, call_tool, diff, run_tests
+
+#: Seconds each setup command may take.
+SETUP_TIMEOUT = 600.0
+
+
+def timestep_for(result: ToolResult, tool: str, **info: Any) -> TimeStep:
+    """The TimeStep of a non-terminal tool call: observation text plus machine-readable info."""
+    details = {"tool": tool, "exit_code": result.exit_code, "error": result.error, "truncated": result.truncated}
+    details.update(result.metadata)
+    details.update(info)
+    return TimeStep(observation=result.to_observation(), info=details)
+
+
+def fetch_repo(repo: str) -> str:
+    """A host path for ``repo``: local paths as they are, git URLs cloned into a cache."""
+    if "://" not in repo and not repo.startswith("git@"):
+        if not os.path.exists(repo):
+            raise SandboxError(f"task repository {repo!r} does not exist")
+        return repo
+    cache = Path(tempfile.gettempdir()) / "knowlyr-repos" / hashlib.sha256(repo.encode()).hexdigest()[:16]
+    if not cache.exists():
+        tmp = cache.with_suffix(".partial")
+        done = subprocess.run(["git", "clone", "--quiet", "--", repo, str(tmp)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SandboxError(f"cannot clone {repo}: {done.stderr.strip()}")
+        tmp.rename(cache)
+    return str(cache)
+
+
+class SandboxEnv(AgentEnv):
+    """Coding environment on a Docker or local sandbox (``backend="auto"`` picks what works)."""
+
+    domain = "coding"
+
+    def __init__(
+        self,
+        backend: str = "auto",
+        config: SandboxConfig | None = None,
+        *,
+        sandbox: Sandbox | None = None,
+        domain: str | None = None,
+        **config_overrides: Any,
+    ):
+        if domain is not None:
+            self.domain = domain
+        self.backend = backend
+        self.config = config or SandboxConfig()
+        if config_overrides:
+            from dataclasses import replace
+
+            self.config = replace(self.config, **config_overrides)
+        self._sandbox = sandbox
+        self._owns_sandbox = sandbox is None
+        self._task: TaskInfo | None = None
+        self._loaded_key: str | None = None
+        self._done = False
+        self.profile = get_domain_profile(self.domain)
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox, created on first use."""
+        if self._sandbox is None:
+            self._sandbox = make_sandbox(self.backend, self.config)
+        return self._sandbox
+
+    @property
+    def task(self) -> TaskInfo | None:
+        return self._task
+
+    def reset(self, *, task: TaskInfo | dict | str | None = None, seed: int | None = None) -> TimeStep:
+        self._task = TaskInfo.coerce(task)
+        self._done = False
+        key = json.dumps([self._task.repo, self._task.base_commit, self._task.setup_commands])
+        if key == self._loaded_key:
+            self.sandbox.reset()
+        else:
+            self._prepare(self._task)
+            self._loaded_key = key
+        files = sum(len(names) for _, _, names in os.walk(self.sandbox.host_workspace))
+        lines = [self._task.description or "(no task description)", "", f"Workspace: {self.config.workdir} ({files} files)"]
+        if self._task.test_command:
+            lines.append(f"Tests: {self._task.test_command}")
+        lines.append(f"Tools: {', '.join(self.available_tools)}")
+        return TimeStep(observation="\n".join(lines), info={"task_id": self._task.id, "backend": self.sandbox.backend})
+
+    def _prepare(self, task: TaskInfo) -> None:
+        sandbox = self.sandbox
+        self._loaded_key = None
+        sandbox.load(fetch_repo(task.repo) if task.repo else None)
+        if task.base_commit:
+            checkout = sandbox.run_argv(["git", "checkout", "--quiet", task.base_commit])
+            if not checkout.success:
+                raise SandboxError(f"cannot check out {task.base_commit}: {checkout.to_observation()}")
+        for command in task.setup_commands:
+            result = sandbox.run(command, timeout=SETUP_TIMEOUT)
+            if not result.success:
+                raise SandboxError(f"setup command {command!r} failed: {result.to_observation()[-2000:]}")
+        sandbox.snapshot()
+        sandbox.reset()
+
+    def step(self, action: Any) -> TimeStep:
+        tool, params = parse_action(action)
+        if self._task is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done:
+            return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
+                            info={"tool": tool, "error": "episode over"})  # fmt: skip
+        try:
+            self.profile.get_tool(tool).validate_params(params)
+        except InvalidActionError as exc:
+            return TimeStep(observation=f"[error] {exc}", info={"tool": tool, "error": str(exc)})
+        if tool in self.profile.terminal_tools:
+            return self._finish(tool, params)
+        if tool in SANDBOX_TOOLS or tool == "run_tests":
+            result = call_tool(self.sandbox, tool, params, test_command=self._task.test_command)
+            return timestep_for(result, tool)
+        error = f"tool {tool!r} has no implementation in {type(self).__name__}"
+        return TimeStep(observation=f"[error] {error}", info={"tool": tool, "error": error})
+
+    def _finish(self, tool: str, params: dict[str, Any]) -> TimeStep:
+        self._done = True
+        task = self._task
+        info: dict[str, Any] = {"tool": tool, "exit_status": "submitted" if tool == "submit" else "finished"}
+        info["patch"] = diff(self.sandbox)
+        lines = [f"Episode ended ({tool})."]
+        reward = 0.0
+        if task.test_command:
+            result = run_tests(self.sandbox, task.test_command)
+            counts = result.metadata.get("tests", {})
+            passed = result.exit_code == 0
+            info["success"] = passed
+            info["score"] = 1.0 if passed else 0.0
+            info["tests"] = {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0),
+                             "errors": counts.get("error", 0), "output": result.output[-4000:]}  # fmt: skip
+            reward = info["score"]
+            lines.append(f"Tests {'passed' if passed else 'failed'} (exit code {result.exit_code}).")
+        if params:
+            info["answer"] = params.get("answer") or params.get("summary") or params.get("message")
+        return TimeStep(observation="\n".join(lines), reward=reward, terminated=True, info=info)
+
+    def close(self) -> None:
+        if self._sandbox is not None and self._owns_sandbox:
+            self._sandbox.close()
+            self._sandbox = None
+            self._loaded_key = None

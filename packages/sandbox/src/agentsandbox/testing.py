@@ -1,0 +1,194 @@
+"""``SandboxConformance``: the standard suite every sandbox backend passes.
+
+Subclass it, set ``backend`` (or override ``make_sandbox``), and pytest runs the whole
+protocol against real processes or containers::
+
+    class TestMyBackend(SandboxConformance):
+        backend = "docker"
+
+``leftovers(sandbox)`` lists what a closed sandbox left behind (containers, processes,
+directories); the suites assert it is empty after every test.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from typing import ClassVar
+
+import pytest
+from knowlyrcore.testing import require
+
+from agentsandbox.backends import BACKENDS, available_backends
+from agentsandbox.backends.base import Sandbox
+from agentsandbox.config import SandboxConfig
+
+_STATUS: dict[str, tuple[bool, str]] = {}
+
+
+def backend_status(name: str) -> tuple[bool, str]:
+    """Cached ``available_backends()[name]``."""
+    if not _STATUS:
+        _STATUS.update(available_backends())
+    return _STATUS[name]
+
+
+def require_backend(name: str) -> None:
+    """Skip (or fail under ``KNOWLYR_REQUIRE_COMPONENTS=1``) when ``name`` cannot run here."""
+    ok, why = backend_status(name)
+    require(ok, f"{name} sandbox backend unavailable: {why}")
+
+
+def leftovers(sandbox: Sandbox) -> list[str]:
+    """Containers, processes and directories of a closed ``sandbox`` that still exist."""
+    found: list[str] = []
+    if sandbox._tmp.exists():
+        found.append(f"directory {sandbox._tmp}")
+    marker = str(sandbox._tmp).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if marker in handle.read():
+                    found.append(f"process {pid}")
+        except OSError:
+            continue
+    container = getattr(sandbox, "_container_id", None)
+    if container:
+        from agentsandbox.backends.docker import docker_client
+
+        client = docker_client()
+        try:
+            client.containers.get(container)
+            found.append(f"container {container[:12]}")
+        except Exception as exc:
+            if "No such container" not in str(exc) and "404" not in str(exc):
+                raise
+        finally:
+            client.close()
+    return found
+
+
+class SandboxConformance:
+    """Protocol tests for a backend: commands, persistence, files, reset, limits, cleanup."""
+
+    backend: ClassVar[str] = ""
+    config: ClassVar[SandboxConfig] = SandboxConfig(timeout=20, max_output_bytes=4096, overflow_bytes=1 << 20)
+
+    def make_sandbox(self) -> Sandbox:
+        require_backend(self.backend)
+        return BACKENDS[self.backend](self.config)
+
+    @pytest.fixture
+    def sandbox(self):
+        sandbox = self.make_sandbox()
+        try:
+            sandbox.start()
+            yield sandbox
+        finally:
+            sandbox.close()
+        left = leftovers(sandbox)
+        assert not left, f"left behind: {left}"
+
+    def test_run_returns_output_and_exit_code(self, sandbox):
+        ok = sandbox.run("echo hello")
+        assert (ok.output, ok.exit_code, ok.error) == ("hello\n", 0, None)
+        bad = sandbox.run("echo oops >&2; exit_code=3; (exit $exit_code)")
+        assert (bad.output, bad.exit_code) == ("oops\n", 3)
+
+    def test_cwd_and_environment_persist_between_commands(self, sandbox):
+        sandbox.run("mkdir -p sub && cd sub && export GREETING=hi && alias ll=ls")
+        result = sandbox.run("echo $GREETING $PWD")
+        assert result.output == f"hi {sandbox.config.workdir}/sub\n"
+        assert result.metadata["cwd"] == f"{sandbox.config.workdir}/sub"
+
+    def test_run_argv_is_never_parsed_by_a_shell(self, sandbox):
+        hostile = "$(touch pwned); touch pwned2 `touch pwned3` && echo *"
+        result = sandbox.run_argv(["printf", "%s", hostile])
+        assert result.output == hostile
+        assert sandbox.run("ls").output == ""
+
+    def test_command_reading_stdin_gets_eof(self, sandbox):
+        result = sandbox.run("cat; read line; echo after=$?")
+        assert result.output == "after=1\n"
+
+    def test_unicode_and_missing_trailing_newline(self, sandbox):
+        assert sandbox.run("printf 'héllo ✓'").output == "héllo ✓"
+
+    def test_files_round_trip_between_host_api_and_shell(self, sandbox):
+        sandbox.write_file("pkg/mod.py", "x = 1\n")
+        assert sandbox.run("cat pkg/mod.py").output == "x = 1\n"
+        sandbox.run("echo made-inside > inside.txt && chmod +x inside.txt")
+        assert sandbox.read_file("inside.txt") == b"made-inside\n"
+        assert sandbox.read_file(f"{sandbox.config.workdir}/pkg/mod.py") == b"x = 1\n"
+        sandbox.write_file("pkg/mod.py", "x = 2\n")
+        assert sandbox.run("cat pkg/mod.py && echo more >> pkg/mod.py").exit_code == 0
+
+    def test_upload_and_download_directories(self, sandbox, tmp_path):
+        src = tmp_path / "src"
+        (src / "a" / "b").mkdir(parents=True)
+        (src / "a" / "b" / "deep.txt").write_text("deep")
+        (src / "top.sh").write_text("echo top")
+        (src / "top.sh").chmod(0o755)
+        assert sandbox.upload(src, "up") == 2
+        assert sandbox.run("./up/top.sh && cat up/a/b/deep.txt").output == "top\ndeep"
+        sandbox.run("echo new > up/a/new.txt")
+        out = tmp_path / "out"
+        assert sandbox.download("up", out) == 3
+        assert (out / "a" / "new.txt").read_text() == "new\n"
+        assert os.access(out / "top.sh", os.X_OK)
+
+    def test_load_archive_and_reset_restores_initial_state(self, sandbox, tmp_path):
+        archive = tmp_path / "repo.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            data = b"print('v1')\n"
+            info = tarfile.TarInfo("project/app.py")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        sandbox.load(archive)
+        assert sandbox.run("cat app.py").output == "print('v1')\n"
+        sandbox.run("echo broken > app.py; touch extra; mkdir d; cd d; export LEFT=1; sleep 300 &")
+        sandbox.reset()
+        assert sandbox.run("ls").output == "app.py\n"
+        assert sandbox.run("echo cwd=$PWD left=$LEFT").output == f"cwd={sandbox.config.workdir} left=\n"
+        assert sandbox.read_file("app.py") == b"print('v1')\n"
+        assert sandbox.run("pgrep -f 'sleep 300'").exit_code == 1
+
+    def test_snapshot_after_setup_is_what_reset_restores(self, sandbox):
+        sandbox.run("echo configured > setup.txt")
+        sandbox.snapshot()
+        sandbox.run("rm setup.txt")
+        sandbox.reset()
+        assert sandbox.read_file("setup.txt") == b"configured\n"
+
+    def test_timeout_kills_the_command_and_keeps_the_directory(self, sandbox):
+        sandbox.run("mkdir -p work && cd work")
+        result = sandbox.run("sleep 30; echo never", timeout=0.5)
+        assert result.exit_code == 124 and "timed out" in result.error
+        assert "never" not in result.output
+        follow = sandbox.run("pwd; pgrep -f 'sleep 30' || echo none")
+        assert follow.output == f"{sandbox.config.workdir}/work\nnone\n"
+
+    def test_output_is_capped_and_marked_truncated(self, sandbox):
+        result = sandbox.run("head -c 100000 /dev/zero | tr '\\0' a")
+        assert result.exit_code == 0 and result.truncated
+        assert len(result.output) == sandbox.config.max_output_bytes
+
+    def test_no_network_interface_but_loopback(self, sandbox):
+        interfaces = sandbox.run("tail -n +3 /proc/net/dev | cut -d: -f1").output.split()
+        assert interfaces == ["lo"]
+
+    def test_shell_exit_is_reported_and_a_new_shell_started(self, sandbox):
+        result = sandbox.run("exit 7")
+        assert result.exit_code is None and "shell exited" in result.error
+        assert sandbox.run("echo back").output == "back\n"
+
+    def test_close_is_idempotent_and_cleans_up(self):
+        sandbox = self.make_sandbox()
+        sandbox.close()  # never started
+        sandbox = self.make_sandbox()
+        sandbox.run("sleep 300 &")
+        sandbox.close()
+        sandbox.close()
+        left = leftovers(sandbox)
+        assert not left, f"left behind: {left}"
