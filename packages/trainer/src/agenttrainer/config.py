@@ -1,0 +1,295 @@
+"""Training configuration: one dataclass per method, every field documented.
+
+Load from YAML with ``SFTConfig.from_yaml(path, **overrides)``; the CLI passes its flags as
+overrides so ``--config`` sets defaults and flags win. Unknown keys and out-of-range values raise
+:class:`ConfigError` with a one-line message.
+
+Example:
+    >>> SFTConfig(train_file="sft.jsonl", batch_size=2).effective_batch_size
+    2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+C = TypeVar("C", bound="TrainConfig")
+
+SCHEDULERS = ("cosine", "linear", "constant")
+REPORT_TO = ("wandb", "tensorboard")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value or file."""
+
+
+@dataclass
+class TrainConfig:
+    """Fields shared by SFT, DPO and GRPO."""
+
+    model_name_or_path: str = field(
+        default="smollm2-135m", metadata={"help": "Model path, Hugging Face id or alias (smollm2-135m)."}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "Training JSONL (knowlyr-hub export)."})
+    eval_file: str | None = field(
+        default=None, metadata={"help": "Evaluation JSONL in the same format; enables eval and early stopping."}
+    )
+    output_dir: str = field(default="./output", metadata={"help": "Where checkpoints, the final model and logs go."})
+    num_epochs: int = field(default=3, metadata={"help": "Passes over the training data."})
+    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: run all epochs)."})
+    batch_size: int = field(
+        default=4, metadata={"help": "Examples (SFT/DPO pairs/GRPO groups) per micro-batch per process."}
+    )
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimizer step."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "Fraction of optimizer steps with linear LR warmup."})
+    lr_scheduler: str = field(default="cosine", metadata={"help": "LR decay after warmup: cosine, linear or constant."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0 disables)."})
+    max_length: int = field(
+        default=2048, metadata={"help": "Longest sequence in tokens; longer ones are truncated (or chunked)."}
+    )
+    bf16: bool = field(
+        default=True, metadata={"help": "bf16 autocast where the device supports it (weights stay fp32)."}
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in backward to save memory."}
+    )
+    seed: int = field(default=42, metadata={"help": "Seed for data order, initialisation and dropout."})
+    packing: bool = field(
+        default=True,
+        metadata={"help": "Padding-free batches: sequences packed into one row with a block-diagonal mask."},
+    )
+    loss_chunk_size: int = field(
+        default=1024, metadata={"help": "Label positions per LM-head chunk (bounds logits memory)."}
+    )
+    use_lora: bool = field(
+        default=False, metadata={"help": "Train LoRA adapters instead of all weights (needs the peft extra)."}
+    )
+    lora_preset: str = field(
+        default="recommended", metadata={"help": "LoRA target preset: minimal, recommended or full."}
+    )
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha (usually 2 * r)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Explicit LoRA target modules (overrides the preset)."}
+    )
+    save_steps: int = field(
+        default=0, metadata={"help": "Write a resumable checkpoint every N optimizer steps (0: only the final model)."}
+    )
+    save_total_limit: int = field(
+        default=2, metadata={"help": "Keep at most this many checkpoints (oldest deleted first)."}
+    )
+    resume_from_checkpoint: str | None = field(
+        default=None, metadata={"help": "Checkpoint directory to resume from, or 'latest' in output_dir."}
+    )
+    eval_steps: int = field(
+        default=0, metadata={"help": "Evaluate every N optimizer steps (0: at the end of each epoch)."}
+    )
+    early_stopping_patience: int = field(
+        default=0, metadata={"help": "Stop after N evaluations without improvement (0 disables)."}
+    )
+    logging_steps: int = field(default=1, metadata={"help": "Log metrics every N optimizer steps."})
+    report_to: list[str] = field(
+        default_factory=list, metadata={"help": "Extra metric sinks: wandb (offline) and/or tensorboard."}
+    )
+    run_name: str | None = field(
+        default=None, metadata={"help": "Run name for wandb / TensorBoard (default: output_dir's name)."}
+    )
+    progress_bar: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
+
+    def __post_init__(self) -> None:
+        positive = (
+            "num_epochs",
+            "batch_size",
+            "gradient_accumulation_steps",
+            "max_length",
+            "loss_chunk_size",
+            "lora_r",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.lr_scheduler not in SCHEDULERS:
+            raise ConfigError(f"lr_scheduler must be one of {SCHEDULERS}, got {self.lr_scheduler!r}")
+        if isinstance(self.report_to, str):
+            self.report_to = [s for s in self.report_to.split(",") if s and s != "none"]
+        bad = [s for s in self.report_to if s not in REPORT_TO]
+        if bad:
+            raise ConfigError(f"report_to accepts {REPORT_TO}, got {bad}")
+        for name in ("save_steps", "eval_steps", "early_stopping_patience", "save_total_limit"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.early_stopping_patience and not self.eval_file:
+            raise ConfigError("early_stopping_patience needs an eval_file")
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.batch_size * self.gradient_accumulation_steps
+
+    @classmethod
+    def field_help(cls) -> dict[str, str]:
+        return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_dict(cls: type[C], values: dict[str, Any], *, source: str = "config") -> C:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(f"{source}: unknown {cls.__name__} field(s) {unknown}")
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+    @classmethod
+    def from_yaml(cls: type[C], path: str | Path | None = None, **overrides: Any) -> C:
+        """Fields from a YAML mapping, then ``overrides`` (``None`` values are ignored)."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            try:
+                loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                raise ConfigError(f"{path}: cannot read config ({exc})") from None
+            if loaded is not None and not isinstance(loaded, dict):
+                raise ConfigError(f"{path}: expected a mapping of config fields")
+            values.update(loaded or {})
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_dict(values, source=str(path or "config"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class SFTConfig(TrainConfig):
+    """Supervised fine-tuning on trajectories, with the agent training enhancements."""
+
+    agent_format: bool = field(
+        default=True, metadata={"help": "Steps become chat turns: assistant = thought + action, user = observation."}
+    )
+    mask_observations: bool = field(
+        default=True, metadata={"help": "Labels -100 on observations: train only on what the model produced."}
+    )
+    step_weighted_loss: bool = field(
+        default=False, metadata={"help": "Weight each step's token CE by step_reward / mean(step_rewards)."}
+    )
+    chunk_long_trajectories: bool = field(
+        default=False, metadata={"help": "Split trajectories longer than max_length at step boundaries."}
+    )
+    curriculum: bool = field(default=False, metadata={"help": "Train easy (short, high-reward) examples first."})
+    curriculum_start_ratio: float = field(
+        default=0.3, metadata={"help": "Fraction of easiest examples used in the first epoch."}
+    )
+    curriculum_warmup_epochs: int = field(default=2, metadata={"help": "Epochs until the whole dataset is used."})
+    use_coreset_selection: bool = field(
+        default=False, metadata={"help": "Keep only coreset_target_size examples chosen by coreset_strategy."}
+    )
+    coreset_target_size: int = field(default=1000, metadata={"help": "Examples kept by coreset selection."})
+    coreset_strategy: str = field(default="hybrid", metadata={"help": "loss_topk, diversity, hybrid or random."})
+    use_online_continual: bool = field(
+        default=False, metadata={"help": "Mix replayed examples from earlier runs (rehearsal buffer)."}
+    )
+    continual_buffer_size: int = field(default=4096, metadata={"help": "Capacity of the rehearsal buffer (examples)."})
+    continual_replay_ratio: float = field(
+        default=0.3, metadata={"help": "Replayed examples added, as a fraction of the new data."}
+    )
+    continual_buffer_path: str | None = field(
+        default=None, metadata={"help": "Buffer file (default: <output_dir>/replay_buffer.jsonl)."}
+    )
+    task_weights: dict[str, float] | None = field(
+        default=None, metadata={"help": "Resample each epoch to these task_type proportions."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from agenttrainer.data.selection import CORESET_STRATEGIES
+
+        if not 0 < self.curriculum_start_ratio <= 1:
+            raise ConfigError(f"curriculum_start_ratio must be in (0, 1], got {self.curriculum_start_ratio}")
+        if self.curriculum_warmup_epochs < 0:
+            raise ConfigError(f"curriculum_warmup_epochs must be >= 0, got {self.curriculum_warmup_epochs}")
+        if self.coreset_strategy not in CORESET_STRATEGIES:
+            raise ConfigError(f"coreset_strategy must be one of {CORESET_STRATEGIES}, got {self.coreset_strategy!r}")
+        if self.coreset_target_size <= 0 or self.continual_buffer_size <= 0:
+            raise ConfigError("coreset_target_size and continual_buffer_size must be positive")
+        if not 0 <= self.continual_replay_ratio <= 1:
+            raise ConfigError(f"continual_replay_ratio must be in [0, 1], got {self.continual_replay_ratio}")
+        if self.curriculum and self.task_weights:
+            raise ConfigError("curriculum and task_weights both choose each epoch's examples; use one")
+
+
+@dataclass
+class DPOConfig(TrainConfig):
+    """Direct preference optimisation on prompt / chosen / rejected pairs."""
+
+    learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate of AdamW."})
+    beta: float = field(
+        default=0.1, metadata={"help": "Strength of the implicit KL to the reference (DPO temperature)."}
+    )
+    loss_type: str = field(default="sigmoid", metadata={"help": "sigmoid (DPO), hinge (SLiC) or ipo."})
+    label_smoothing: float = field(
+        default=0.0, metadata={"help": "Probability that a preference label is flipped (cDPO; sigmoid only)."}
+    )
+    reference_free: bool = field(default=False, metadata={"help": "Use a uniform reference (no reference model)."})
+    ref_model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Reference model (default: the initial policy)."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from agenttrainer.losses.dpo import LOSS_TYPES
+
+        if self.beta <= 0:
+            raise ConfigError(f"beta must be positive, got {self.beta}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ConfigError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ConfigError("label_smoothing applies to loss_type 'sigmoid' only")
+
+
+@dataclass
+class GRPOConfig(TrainConfig):
+    """Offline group relative policy optimisation over groups of scored trajectories."""
+
+    batch_size: int = field(default=2, metadata={"help": "Groups (tasks) per micro-batch per process."})
+    learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate of AdamW."})
+    group_size: int | None = field(
+        default=None, metadata={"help": "Trajectories per group; records with another count raise (None: any)."}
+    )
+    clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range of the probability ratio."})
+    kl_coef: float = field(
+        default=0.04, metadata={"help": "Weight of the k3 KL to the reference model (0: no reference)."}
+    )
+    step_level_advantage: bool = field(
+        default=True, metadata={"help": "A_ij = A_i * r_step_j / mean(r_steps) when step rewards exist."}
+    )
+    grpo_iterations: int = field(
+        default=1, metadata={"help": "Optimizer updates per batch of groups (ratios differ from 1 after the first)."}
+    )
+    ref_model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Reference model for the KL (default: the initial policy)."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.group_size is not None and self.group_size < 2:
+            raise ConfigError(f"group_size must be >= 2, got {self.group_size}")
+        if not 0 < self.clip_eps < 1:
+            raise ConfigError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
+        if self.kl_coef < 0:
+            raise ConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.grpo_iterations <= 0:
+            raise ConfigError(f"grpo_iterations must be positive, got {self.grpo_iterations}")

@@ -1,0 +1,65 @@
+"""Metric sinks: a JSONL file always, plus wandb (offline) and TensorBoard when asked for.
+
+Keys are namespaced (``loss/…``, ``train/…``, ``eval/…``, ``rewards/…``). Only the main process logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLogger:
+    def __init__(
+        self, output_dir: str | Path, report_to: list[str], *, run_name: str, config: dict[str, Any], enabled: bool
+    ):
+        self.enabled = enabled
+        self._wandb = self._tb = None
+        self._file = None
+        if not enabled:
+            return
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self._file = (out / "metrics.jsonl").open("a", encoding="utf-8")
+        if "tensorboard" in report_to:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ImportError("report_to tensorboard needs: pip install 'knowlyr-trainer[tensorboard]'") from None
+            self._tb = SummaryWriter(log_dir=str(out / "tensorboard"))
+        if "wandb" in report_to:
+            try:
+                import wandb
+            except ImportError:
+                raise ImportError("report_to wandb needs: pip install 'knowlyr-trainer[wandb]'") from None
+            os.environ.setdefault("WANDB_MODE", "offline")
+            os.environ.setdefault("WANDB_SILENT", "true")
+            self._wandb = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "knowlyr-trainer"),
+                name=run_name,
+                dir=str(out),
+                config=config,
+                mode=os.environ["WANDB_MODE"],
+                reinit="finish_previous",
+            )
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps({"step": step, **metrics}) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for k, v in metrics.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()

@@ -1,0 +1,1 @@
+"""Training recipes, one file per method: ``sft``, ``dpo``, ``grpo``."""

@@ -1,0 +1,224 @@
+"""Leaf helpers the recipes share: model setup, the hidden-state forward, schedules, checkpoints.
+
+Kept flat on purpose — each recipe reads top to bottom and calls these by name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agenttrainer.config import TrainConfig
+from agenttrainer.data.batching import attention_bias
+
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+def make_accelerator(config: TrainConfig) -> Any:
+    """An ``accelerate.Accelerator`` with bf16 autocast when asked for and supported."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    mixed = "no"
+    if config.bf16:
+        cuda_ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        mixed = "bf16" if cuda_ok or not torch.cuda.is_available() else "no"
+    accelerator = Accelerator(mixed_precision=mixed)
+    set_seed(config.seed)
+    return accelerator
+
+
+def load_policy(config: TrainConfig, model: Any = None, tokenizer: Any = None) -> tuple[Any, Any]:
+    """The model to train (fp32 master weights), with LoRA adapters if ``use_lora``."""
+    from agenttrainer.models import apply_lora, create_lora_config, load_model_and_tokenizer
+
+    if model is None:
+        model, tokenizer = load_model_and_tokenizer(
+            config.model_name_or_path, torch_dtype=torch.float32, gradient_checkpointing=config.gradient_checkpointing
+        )
+    elif tokenizer is None:
+        raise ValueError("pass the tokenizer together with the model")
+    if config.use_lora:
+        model = apply_lora(
+            model,
+            create_lora_config(
+                config.lora_preset,
+                r=config.lora_r,
+                lora_alpha=config.lora_alpha,
+                lora_dropout=config.lora_dropout,
+                target_modules=config.lora_target_modules,
+            ),
+        )
+    return model, tokenizer
+
+
+def _base(lm: Any) -> Any:
+    return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+
+
+class HiddenStates(nn.Module):
+    """Runs a causal LM's backbone and returns final hidden states ``(B, T, H)``.
+
+    The LM head is applied by the loss (chunked, label positions only), so full logits never
+    exist. Wrapping (rather than calling the backbone directly) keeps DDP's gradient hooks intact.
+    """
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
+        base = _base(self.lm)
+        backbone = getattr(base, base.base_model_prefix)
+        mask = attention_bias(seq_ids, torch.float32)  # (B, 1, T, T)
+        out = backbone(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False)
+        return out.last_hidden_state
+
+    def lm_head(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        head = _base(self.lm).get_output_embeddings()
+        return head.weight, head.bias
+
+
+def sequence_sums(values: torch.Tensor, mask: torch.Tensor, seq_ids: torch.Tensor, num_seqs: int) -> torch.Tensor:
+    """Sum per-token ``values`` ``(B, T-1)`` per sequence (label positions only) -> ``(num_seqs,)``."""
+    sid = seq_ids[:, 1:][mask]  # sequence of each label token
+    return torch.zeros(num_seqs, dtype=values.dtype, device=values.device).index_add(0, sid, values[mask])
+
+
+def unpack_tokens(values: torch.Tensor, mask: torch.Tensor, seq_ids: torch.Tensor, num_seqs: int) -> torch.Tensor:
+    """Label-position values of a packed batch as a right-padded ``(num_seqs, L_max)`` tensor."""
+    sid = seq_ids[:, 1:][mask]  # (N,), non-decreasing within each row
+    counts = torch.bincount(sid, minlength=num_seqs)
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(sid.numel(), device=sid.device) - starts[sid]
+    out = torch.zeros(num_seqs, int(counts.max()) if sid.numel() else 0, dtype=values.dtype, device=values.device)
+    return out.index_put((sid, pos), values[mask])
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def make_optimizer_and_scheduler(model: nn.Module, config: TrainConfig, total_steps: int) -> tuple[Any, Any]:
+    from transformers import get_scheduler
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    name = "constant_with_warmup" if config.lr_scheduler == "constant" else config.lr_scheduler
+    warmup = math.ceil(total_steps * config.warmup_ratio)
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+    return optimizer, scheduler
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+
+
+def save_checkpoint(
+    accelerator: Any, model: nn.Module, optimizer: Any, scheduler: Any, config: TrainConfig, state: dict[str, Any]
+) -> Path:
+    """Write ``checkpoint-<step>`` atomically: a temp directory renamed into place when complete.
+
+    Holds the trainable weights, optimizer, scheduler, each process's RNG state and the trainer
+    state (step, data position, best eval). Old checkpoints beyond ``save_total_limit`` are removed.
+    """
+    root = Path(config.output_dir)
+    final = root / f"{CHECKPOINT_PREFIX}{state['global_step']}"
+    tmp = root / f".tmp-{CHECKPOINT_PREFIX}{state['global_step']}"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    torch.save(_rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
+    if accelerator.is_main_process:
+        torch.save(trainable_state(accelerator.unwrap_model(model)), tmp / "trainable.pt")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        for f in tmp.iterdir():  # data reaches the disk before the rename makes it visible
+            with f.open("rb") as fh:
+                os.fsync(fh.fileno())
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        kept = sorted(list_checkpoints(root), key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
+        for old in kept[: max(len(kept) - config.save_total_limit, 0)] if config.save_total_limit else []:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    return [
+        p
+        for p in root.glob(f"{CHECKPOINT_PREFIX}*")
+        if p.is_dir() and p.name[len(CHECKPOINT_PREFIX) :].isdigit() and (p / "trainer_state.json").is_file()
+    ]
+
+
+def resolve_checkpoint(config: TrainConfig) -> Path | None:
+    if not config.resume_from_checkpoint:
+        return None
+    if config.resume_from_checkpoint == "latest":
+        found = list_checkpoints(Path(config.output_dir))
+        return max(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :])) if found else None
+    path = Path(config.resume_from_checkpoint)
+    if not (path / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"resume_from_checkpoint={path}: not a checkpoint (no trainer_state.json)")
+    return path
+
+
+def load_checkpoint(path: Path, accelerator: Any, model: nn.Module, optimizer: Any, scheduler: Any) -> dict[str, Any]:
+    """Restore what :func:`save_checkpoint` wrote; returns the trainer state."""
+    weights = torch.load(path / "trainable.pt", map_location="cpu")
+    params = dict(accelerator.unwrap_model(model).named_parameters())
+    missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
+    if missing:
+        raise ValueError(
+            f"{path}: checkpoint lacks trainable parameters {missing[:3]} (different model or LoRA setup?)"
+        )
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
+    rng_file = path / f"rng-{accelerator.process_index}.pt"
+    if rng_file.exists():
+        rng = torch.load(rng_file, weights_only=False)
+        random.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
+    return json.loads((path / "trainer_state.json").read_text())
+
+
+def epoch_windows(batches: list[list[int]], accumulation: int) -> list[list[list[int]]]:
+    """Group an epoch's global micro-batches into optimizer steps of ``accumulation`` micro-batches."""
+    return [batches[i : i + accumulation] for i in range(0, len(batches), accumulation)]
+
+
+def shard(batch: list[int], accelerator: Any) -> list[int]:
+    """This process's share of a global micro-batch (strided, so a short last batch still splits).
+
+    Losses are normalised by counts of the whole global batch, so how it is split does not change
+    the gradient.
+    """
+    return batch[accelerator.process_index :: accelerator.num_processes]
+
+
+def global_batches(batches: list[list[int]], accelerator: Any) -> list[list[int]]:
+    """Drop a trailing global batch too small to give every process an example."""
+    return [b for b in batches if len(b) >= accelerator.num_processes]

@@ -1,0 +1,293 @@
+"""Supervised fine-tuning on agent trajectories (the SFT recipe).
+
+Reads SFT JSONL, renders it with the chat template (agent steps as turns), masks everything the
+model did not produce, optionally weights each step's tokens by its process reward, and trains
+with a token-normalised cross-entropy whose LM head is applied only at label positions, chunk by
+chunk. One optimizer step = ``gradient_accumulation_steps`` micro-batches of ``batch_size``
+examples on every process; the loss is divided by the trainable-token count of that whole step,
+so any split of the same global batch (accumulation, processes) gives the same gradient.
+
+Simplifications: the data set is tokenised up front in memory; ``max_steps``/``save_steps``
+count optimizer steps.
+
+Run: ``knowlyr-trainer sft --train-file sft.jsonl --model smollm2-135m`` or, on 2 processes,
+``accelerate launch --num_processes 2 -m agenttrainer.cli sft ...``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from agenttrainer.config import SFTConfig
+from agenttrainer.data import (
+    DataError,
+    Example,
+    ReplayBuffer,
+    chunk_conversation,
+    collate,
+    coreset_indices,
+    curriculum_indices,
+    length_grouped_batches,
+    read_jsonl,
+    sft_conversation,
+    shuffled_batches,
+    task_weighted_indices,
+    tokenize_conversation,
+)
+from agenttrainer.logging_backends import MetricsLogger
+from agenttrainer.losses import chunked_token_logps, sft_loss
+from agenttrainer.trainers import common
+
+
+class SFTTrainer:
+    """``SFTTrainer(config).train()``; pass ``model``/``tokenizer`` to train an already loaded model."""
+
+    def __init__(self, config: SFTConfig, *, model: Any = None, tokenizer: Any = None):
+        self.config = config
+        self.accelerator = common.make_accelerator(config)
+        self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
+        self.wrapped = common.HiddenStates(self.model)
+
+    # ----------------------------------------------------------------------------- data
+    def load_examples(self, path: str | Path) -> tuple[list[Example], list[dict[str, Any]]]:
+        """Tokenised examples (chunked or truncated to ``max_length``) and the raw records."""
+        c = self.config
+        examples, records = [], []
+        for where, record in read_jsonl(path):
+            conv = sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
+            if c.chunk_long_trajectories and conv.num_steps > 1:
+                examples += chunk_conversation(self.tokenizer, conv, c.max_length)
+            else:
+                examples.append(tokenize_conversation(self.tokenizer, conv, max_length=c.max_length))
+            records.append(record)
+        if not examples:
+            raise DataError(f"{path}: no training records")
+        return examples, records
+
+    def _replay(self, records: list[dict[str, Any]]) -> tuple[list[Example], ReplayBuffer]:
+        c = self.config
+        path = c.continual_buffer_path or str(Path(c.output_dir) / "replay_buffer.jsonl")
+        buffer = ReplayBuffer.load(path, c.continual_buffer_size, seed=c.seed)
+        replayed = []
+        for i, record in enumerate(buffer.sample(int(len(records) * c.continual_replay_ratio))):
+            conv = sft_conversation(
+                record, f"{path}:replay[{i}]", agent_format=c.agent_format, mask_observations=c.mask_observations
+            )
+            replayed.append(tokenize_conversation(self.tokenizer, conv, max_length=c.max_length))
+        buffer.add(records)
+        return replayed, buffer
+
+    @torch.no_grad()
+    def example_losses(self, examples: list[Example]) -> list[float]:
+        """Per-example mean token loss under the current model (coreset difficulty proxy)."""
+        self.wrapped.eval()
+        device, out = self.accelerator.device, []
+        for start in range(0, len(examples), self.config.batch_size):
+            chunk = examples[start : start + self.config.batch_size]
+            batch = common.to_device(collate(chunk, packing=True, pad_token_id=0), device)
+            with self.accelerator.autocast():
+                hidden = self.wrapped(batch["input_ids"], batch["position_ids"], batch["seq_ids"])
+                weight, bias = self.wrapped.lm_head()
+                logps, mask = chunked_token_logps(
+                    hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
+                )
+            sums = common.sequence_sums(-logps, mask, batch["seq_ids"], len(chunk))
+            out += (sums / torch.tensor([ex.num_trainable for ex in chunk], device=device)).tolist()
+        return out
+
+    def _epoch_plan(self, examples: list[Example]) -> list[list[list[int]]]:
+        """Per epoch, the optimizer steps, each a list of global micro-batches (example indices)."""
+        c, acc = self.config, self.accelerator
+        global_bs = c.batch_size * acc.num_processes
+        plan = []
+        for epoch in range(c.num_epochs):
+            rng = random.Random(c.seed * 1000 + epoch)
+            if c.curriculum:
+                pool = curriculum_indices(examples, epoch, c.curriculum_start_ratio, c.curriculum_warmup_epochs)
+            elif c.task_weights:
+                pool = task_weighted_indices(examples, c.task_weights, rng)
+            else:
+                pool = list(range(len(examples)))
+            if c.packing:
+                local = shuffled_batches(len(pool), global_bs, rng)
+            else:
+                local = length_grouped_batches([len(examples[i]) for i in pool], global_bs, rng)
+            batches = common.global_batches([[pool[i] for i in b] for b in local], acc)
+            plan.append(common.epoch_windows(batches, c.gradient_accumulation_steps))
+        return plan
+
+    # ----------------------------------------------------------------------------- eval
+    @torch.no_grad()
+    def evaluate(self, examples: list[Example]) -> dict[str, float]:
+        """Token-mean cross-entropy and perplexity over ``examples`` (shared across processes)."""
+        acc, c = self.accelerator, self.config
+        self.wrapped.eval()
+        mine = examples[acc.process_index :: acc.num_processes]
+        total = torch.zeros(2, device=acc.device)  # (nll sum, tokens)
+        for start in range(0, len(mine), c.batch_size):
+            batch = common.to_device(
+                collate(mine[start : start + c.batch_size], packing=c.packing, pad_token_id=self._pad_id()), acc.device
+            )
+            with acc.autocast():
+                hidden = self.wrapped(batch["input_ids"], batch["position_ids"], batch["seq_ids"])
+                weight, bias = self.wrapped.lm_head()
+                logps, mask = chunked_token_logps(
+                    hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=c.loss_chunk_size
+                )
+            total += torch.stack([-logps.sum(), mask.sum().float()])
+        total = acc.reduce(total, reduction="sum")
+        loss = float(total[0] / total[1].clamp(min=1))
+        return {"eval/loss": loss, "eval/perplexity": math.exp(min(loss, 50.0))}
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.tokenizer.eos_token_id
+
+    # ----------------------------------------------------------------------------- train
+    def train(self) -> dict[str, Any]:
+        c, acc = self.config, self.accelerator
+        if not c.train_file:
+            raise ValueError("SFTConfig.train_file is required")
+        examples, records = self.load_examples(c.train_file)
+        buffer = None
+        if c.use_online_continual:
+            replayed, buffer = self._replay(records)
+            examples += replayed
+        if c.use_coreset_selection:
+            hints = [ex.meta.get("loss") for ex in examples]
+            losses = hints if all(h is not None for h in hints) else None
+            if losses is None and c.coreset_strategy in ("loss_topk", "hybrid"):
+                losses = self.example_losses(examples)
+            keep = coreset_indices(examples, losses, c.coreset_strategy, c.coreset_target_size, random.Random(c.seed))
+            examples = [examples[i] for i in keep]
+        eval_examples = self.load_examples(c.eval_file)[0] if c.eval_file else None
+
+        plan = self._epoch_plan(examples)
+        total_steps = sum(len(w) for w in plan)
+        if c.max_steps > 0:
+            total_steps = min(total_steps, c.max_steps)
+        optimizer, scheduler = common.make_optimizer_and_scheduler(self.wrapped, c, total_steps)
+        model, optimizer = acc.prepare(self.wrapped, optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        state = {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0}
+        resume = common.resolve_checkpoint(c)
+        if resume is not None:
+            state.update(common.load_checkpoint(resume, acc, model, optimizer, scheduler))
+        logger = MetricsLogger(
+            c.output_dir,
+            c.report_to,
+            run_name=c.run_name or Path(c.output_dir).name,
+            config=c.to_dict(),
+            enabled=acc.is_main_process,
+        )
+        bar = tqdm(
+            total=total_steps,
+            initial=state["global_step"],
+            desc="sft",
+            disable=not (c.progress_bar and acc.is_main_process),
+        )
+        step, done, last_loss, eval_metrics = 0, False, float("nan"), {}
+        started, tokens_at_start = time.perf_counter(), state["tokens"]
+        for epoch, windows in enumerate(plan):
+            for window in windows:
+                step += 1
+                if step <= state["global_step"]:
+                    continue  # resuming: this step's data was already consumed
+                model.train()
+                # Normalise by the trainable tokens of the whole step on all processes (DDP averages grads).
+                num_items = sum(examples[i].num_trainable for b in window for i in b) / acc.num_processes
+                step_loss = torch.zeros((), device=acc.device)
+                for k, batch_idx in enumerate(window):
+                    batch_examples = [examples[i] for i in common.shard(batch_idx, acc)]
+                    batch = common.to_device(
+                        collate(batch_examples, packing=c.packing, pad_token_id=self._pad_id()), acc.device
+                    )
+                    sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
+                    with sync:
+                        with acc.autocast():
+                            hidden = model(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (B, T, H)
+                            weight, bias = self.wrapped.lm_head()
+                            loss, _ = sft_loss(
+                                hidden,
+                                weight,
+                                batch["labels"],
+                                lm_head_bias=bias,
+                                token_weights=batch["weights"] if c.step_weighted_loss else None,
+                                num_items=num_items,
+                                chunk_size=c.loss_chunk_size,
+                            )
+                        acc.backward(loss)
+                    step_loss += loss.detach()
+                    state["tokens"] += sum(len(ex) for ex in batch_examples)
+                grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                state["global_step"] = step
+                last_loss = float(acc.reduce(step_loss, reduction="mean"))
+                bar.update(1)
+                bar.set_postfix(loss=f"{last_loss:.4f}")
+                if step % c.logging_steps == 0:
+                    log = {
+                        "loss/train": last_loss,
+                        "train/learning_rate": scheduler.get_last_lr()[0],
+                        "train/epoch": epoch + 1,
+                        "train/tokens": state["tokens"],
+                    }
+                    if grad_norm is not None:
+                        log["train/grad_norm"] = float(grad_norm)
+                    logger.log(log, step)
+                if eval_examples and (
+                    (c.eval_steps and step % c.eval_steps == 0) or (not c.eval_steps and window is windows[-1])
+                ):
+                    eval_metrics = self.evaluate(eval_examples)
+                    logger.log(eval_metrics, step)
+                    if state["best_eval_loss"] is None or eval_metrics["eval/loss"] < state["best_eval_loss"]:
+                        state["best_eval_loss"], state["bad_evals"] = eval_metrics["eval/loss"], 0
+                        self.save_model(Path(c.output_dir) / "best")
+                    else:
+                        state["bad_evals"] += 1
+                    done = bool(c.early_stopping_patience) and state["bad_evals"] >= c.early_stopping_patience
+                if c.save_steps and step % c.save_steps == 0:
+                    common.save_checkpoint(acc, model, optimizer, scheduler, c, {**state, "epoch": epoch})
+                if done or step >= total_steps:
+                    done = True
+                    break
+            if done:
+                break
+        bar.close()
+        elapsed = time.perf_counter() - started
+        final_dir = Path(c.output_dir) / "final"
+        self.save_model(final_dir)
+        if buffer is not None and acc.is_main_process:
+            buffer.save(c.continual_buffer_path or Path(c.output_dir) / "replay_buffer.jsonl")
+        logger.close()
+        return {
+            "output_dir": str(final_dir),
+            "global_step": state["global_step"],
+            "train_loss": last_loss,
+            "eval_loss": eval_metrics.get("eval/loss"),
+            "best_eval_loss": state["best_eval_loss"],
+            "best_model": str(Path(c.output_dir) / "best") if state["best_eval_loss"] is not None else None,
+            "num_examples": len(examples),
+            "tokens_per_second": (state["tokens"] - tokens_at_start) / elapsed if elapsed > 0 else None,
+            "early_stopped": state["bad_evals"] >= c.early_stopping_patience > 0,
+        }
+
+    def save_model(self, path: str | Path) -> Path:
+        """Write the (LoRA-merged) model and tokenizer to ``path`` from the main process."""
+        from agenttrainer.models import save_model
+
+        if self.accelerator.is_main_process:
+            save_model(self.model, self.tokenizer, path)
+        self.accelerator.wait_for_everyone()
+        return Path(path)
