@@ -71,8 +71,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
             sys.stdout.write(trajectory.model_dump_json() + "\n")
     failed = len(report.failed)
     where = output or "stdout"
-    _err(f"wrote {report.written} trajectories from {len(report.converted)} files to {where}"
-         + (f"; {failed} file{'s' if failed != 1 else ''} skipped" if failed else ""))  # fmt: skip
+    if not args.quiet or failed:
+        _err(f"wrote {_plural(report.written, 'trajectory')} from {_plural(len(report.converted), 'file')} to {where}"
+             + (f"; {failed} file{'s' if failed != 1 else ''} skipped" if failed else ""))  # fmt: skip
     return 0 if report.converted or not report.files else 1
 
 

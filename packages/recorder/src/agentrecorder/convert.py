@@ -8,7 +8,9 @@ both are rewritten here.
 
 A batch expands directories and globs, converts file by file and writes all trajectories
 with one atomic ``write_trajectories``; with ``skip_invalid`` a bad file is reported and
-skipped, otherwise the first bad file aborts the batch and nothing is written.
+skipped (each file is buffered, so none of a bad file's records are written), otherwise
+trajectories stream to the output (memory stays flat for big JSONL) and the first bad file
+aborts the batch with nothing written.
 """
 
 from __future__ import annotations
@@ -121,7 +123,10 @@ def expand_inputs(inputs: Iterable[str | os.PathLike]) -> list[Path]:
         text = str(item)
         candidate = Path(text)
         if candidate.is_dir():
-            files.extend(sorted(p for p in candidate.rglob("*") if p.is_file() and p.suffix.lower() in LOG_SUFFIXES))
+            found = sorted(p for p in candidate.rglob("*") if p.is_file() and p.suffix.lower() in LOG_SUFFIXES)
+            if not found:
+                raise ConversionError(text, None, f"directory has no log files ({', '.join(LOG_SUFFIXES)})")
+            files.extend(found)
         elif candidate.exists():
             files.append(candidate)
         elif glob.has_magic(text):
@@ -153,12 +158,17 @@ def convert_paths(
         for path in expand_inputs(inputs):
             result = FileResult(path)
             report.files.append(result)
-            try:
+            if not skip_invalid:  # stream: a failure aborts the whole (atomic) write anyway
+                try:
+                    yield from iter_convert(path, fmt, result=result)
+                except ConversionError as exc:
+                    result.error = str(exc)
+                    raise
+                continue
+            try:  # buffer the file so a bad record halfway leaves none of its trajectories behind
                 converted = list(iter_convert(path, fmt, result=result))
             except ConversionError as exc:
                 result.error = str(exc)
-                if not skip_invalid:
-                    raise
                 continue
             yield from converted
 

@@ -59,7 +59,8 @@ def _decode(raw: bytes, path: Path, line: int | None = None) -> str:
 
 
 def _json_error(path: Path, exc: json.JSONDecodeError, line_offset: int = 0) -> ConversionError:
-    problem = "truncated JSON, the file ends early" if exc.pos >= len(exc.doc.rstrip()) else "invalid JSON"
+    at_end = exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated string")
+    problem = "truncated JSON, the file ends early" if at_end else "invalid JSON"
     return ConversionError(
         str(path), exc.lineno + line_offset, f"{problem}: {exc.msg} (column {exc.colno}, char {exc.pos})"
     )
@@ -70,7 +71,7 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue
-            text = _decode(raw, path, number)
+            text = _decode(raw, path, number).rstrip("\r\n")
             try:
                 yield number, json.loads(text)
             except json.JSONDecodeError as exc:
