@@ -88,12 +88,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 for trajectory in read_trajectories(path):
                     count += 1
                     steps += len(trajectory.steps)
-                print(f"{path}: ok, {count} trajectories, {steps} steps")
+                print(f"{path}: ok, {_plural(count, 'trajectory')}, {_plural(steps, 'step')}")
             else:
                 trajectories = list(iter_convert(path, args.format))
                 fmt = trajectories[0].source.split(":", 1)[0] if trajectories and trajectories[0].source else "?"
                 steps = sum(len(t.steps) for t in trajectories)
-                print(f"{path}: ok as {fmt} log, {len(trajectories)} trajectories, {steps} steps")
+                print(f"{path}: ok as {fmt} log, {_plural(len(trajectories), 'trajectory')}, {_plural(steps, 'step')}")
         except KnowlyrError as exc:
             bad += 1
             print(f"{exc}", file=sys.stderr)

@@ -11,6 +11,13 @@ with one atomic ``write_trajectories``; with ``skip_invalid`` a bad file is repo
 skipped (each file is buffered, so none of a bad file's records are written), otherwise
 trajectories stream to the output (memory stays flat for big JSONL) and the first bad file
 aborts the batch with nothing written.
+
+Example:
+    >>> import json, tempfile, pathlib
+    >>> log = pathlib.Path(tempfile.mkdtemp()) / "run.traj"
+    >>> _ = log.write_text(json.dumps({"trajectory": [{"action": "submit", "observation": ""}]}))
+    >>> [t.tool_names for t in convert_file(log)]
+    [['submit']]
 """
 
 from __future__ import annotations
@@ -151,6 +158,8 @@ def convert_paths(
     With ``output=None`` nothing is written and the trajectories are returned instead (the
     list is empty when writing). Raises the first ``ConversionError`` unless ``skip_invalid``.
     """
+    if fmt != "auto":
+        get_adapter(fmt)  # an unknown format name fails before any file is read
     report = BatchReport()
     collected: list[Trajectory] = []
 

@@ -3,6 +3,11 @@
 Long texts are clipped to ``max_lines`` lines (with a note of how much was left out) so a
 50-step coding episode fits on a few screens; parameters are shown as compact JSON, or as
 the raw text for single-string parameters such as a bash command.
+
+Example:
+    >>> from knowlyrcore.trajectory import Step, ToolCall, Trajectory
+    >>> print(render(Trajectory(id="t", steps=[Step(index=0, tool_call=ToolCall(name="bash", parameters={"command": "ls"}))])).splitlines()[3])
+    [0] bash
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ network, or as a CI artifact: the task, the outcome, then every step as a ``<sec
 with its thought, the tool call (name and parameters) and the observation folded in a
 ``<details>`` element (long outputs stay collapsed until clicked). Everything from the log
 is HTML-escaped.
+
+Example:
+    >>> from knowlyrcore.trajectory import Step, ToolCall, Trajectory
+    >>> page = render_html(Trajectory(steps=[Step(index=0, tool_call=ToolCall(name="<b>"))]))
+    >>> 'data-tool="&lt;b&gt;"' in page and "<script" not in page
+    True
 """
 
 from __future__ import annotations
