@@ -1,0 +1,256 @@
+"""Direct preference optimisation on prompt / chosen / rejected pairs (the DPO recipe).
+
+The reference model's sequence log-probs do not change during training, so they are computed
+once, before the first step, in a no-grad pre-pass over the data set (with the initial policy,
+or ``ref_model_name_or_path``) and cached in ``<output_dir>/ref_logps.pt``; each training step
+then runs one forward over the policy only. Chosen and rejected completions of a micro-batch are
+packed into one row; only completion tokens are scored. The loss is summed over pairs and
+divided by the number of pairs in the whole optimizer step (all micro-batches, all processes).
+
+Run: ``knowlyr-trainer dpo --train-file dpo.jsonl --model ./output/sft/final --beta 0.1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from agenttrainer.config import DPOConfig
+from agenttrainer.data import DataError, Example, collate, dpo_pair, read_jsonl, shuffled_batches, tokenize_conversation
+from agenttrainer.logging_backends import MetricsLogger
+from agenttrainer.losses import chunked_token_logps, dpo_loss
+from agenttrainer.trainers import common
+
+Pair = tuple[Example, Example]
+
+
+class DPOTrainer:
+    """``DPOTrainer(config).train()``; pass ``model``/``tokenizer`` to train an already loaded model."""
+
+    def __init__(self, config: DPOConfig, *, model: Any = None, tokenizer: Any = None):
+        self.config = config
+        self.accelerator = common.make_accelerator(config)
+        self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
+        self.wrapped = common.HiddenStates(self.model)
+
+    def load_pairs(self, path: str | Path) -> list[Pair]:
+        pairs = []
+        for where, record in read_jsonl(path):
+            chosen, rejected = dpo_pair(record, where)
+            pairs.append(
+                (
+                    tokenize_conversation(self.tokenizer, chosen, max_length=self.config.max_length),
+                    tokenize_conversation(self.tokenizer, rejected, max_length=self.config.max_length),
+                )
+            )
+        if not pairs:
+            raise DataError(f"{path}: no preference pairs")
+        return pairs
+
+    def sequence_logps(self, module: Any, pairs: list[Pair]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(chosen, rejected)`` summed completion log-probs ``(P,)`` under ``module`` (a HiddenStates)."""
+        examples = [p[0] for p in pairs] + [p[1] for p in pairs]
+        batch = common.to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        with self.accelerator.autocast():
+            hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
+            weight, bias = common.HiddenStates.lm_head(self.accelerator.unwrap_model(module))
+            logps, mask = chunked_token_logps(
+                hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
+            )
+        sums = common.sequence_sums(logps, mask, batch["seq_ids"], len(examples))  # (2P,)
+        return sums[: len(pairs)], sums[len(pairs) :]
+
+    @torch.no_grad()
+    def reference_logps(self, pairs: list[Pair], name: str) -> torch.Tensor:
+        """``(P, 2)`` reference log-probs, computed once and cached on disk (keyed by data + model)."""
+        c = self.config
+        key = hashlib.sha256(
+            repr(
+                [(p[0].input_ids, p[1].input_ids) for p in pairs] + [c.ref_model_name_or_path or c.model_name_or_path]
+            ).encode()
+        ).hexdigest()
+        cache = Path(c.output_dir) / f"ref_logps-{name}.pt"
+        if cache.exists():
+            saved = torch.load(cache)
+            if saved["key"] == key:
+                return saved["logps"]
+        if c.ref_model_name_or_path:
+            from agenttrainer.models import load_model_and_tokenizer
+
+            ref = common.HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
+            ref.to(self.accelerator.device)
+        else:
+            ref = self.wrapped  # the policy before its first update is the reference
+        ref.eval()
+        out = []
+        for start in range(0, len(pairs), c.batch_size):
+            chosen, rejected = self.sequence_logps(ref, pairs[start : start + c.batch_size])
+            out.append(torch.stack([chosen, rejected], dim=1).float().cpu())
+        logps = torch.cat(out)
+        if self.accelerator.is_main_process:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"key": key, "logps": logps}, cache.with_suffix(".tmp"))
+            os.replace(cache.with_suffix(".tmp"), cache)
+        return logps
+
+    def _loss(
+        self, model: Any, pairs: list[Pair], ref: torch.Tensor | None, num_items: float
+    ) -> tuple[torch.Tensor, dict]:
+        c = self.config
+        chosen, rejected = self.sequence_logps(model, pairs)
+        return dpo_loss(
+            chosen,
+            rejected,
+            None if ref is None else ref[:, 0].to(chosen.device),
+            None if ref is None else ref[:, 1].to(chosen.device),
+            beta=c.beta,
+            loss_type=c.loss_type,
+            label_smoothing=c.label_smoothing,
+            reference_free=c.reference_free,
+            chosen_num_tokens=torch.tensor([float(p[0].num_trainable) for p in pairs], device=chosen.device),
+            rejected_num_tokens=torch.tensor([float(p[1].num_trainable) for p in pairs], device=chosen.device),
+            num_items=num_items,
+        )
+
+    @torch.no_grad()
+    def evaluate(self, pairs: list[Pair], ref: torch.Tensor | None) -> dict[str, float]:
+        """Mean DPO loss and preference accuracy over ``pairs`` (all processes)."""
+        acc, c = self.accelerator, self.config
+        self.wrapped.eval()
+        idx = list(range(len(pairs)))[acc.process_index :: acc.num_processes]
+        total = torch.zeros(3, device=acc.device)  # loss sum, correct, count
+        for start in range(0, len(idx), c.batch_size):
+            sel = idx[start : start + c.batch_size]
+            loss, m = self._loss(self.wrapped, [pairs[i] for i in sel], None if ref is None else ref[sel], 1.0)
+            total += torch.tensor([loss.item(), m["rewards/accuracies"] * len(sel), len(sel)], device=acc.device)
+        total = acc.reduce(total, reduction="sum")
+        return {"eval/loss": float(total[0] / total[2]), "eval/rewards_accuracy": float(total[1] / total[2])}
+
+    def train(self) -> dict[str, Any]:
+        c, acc = self.config, self.accelerator
+        if not c.train_file:
+            raise ValueError("DPOConfig.train_file is required")
+        pairs = self.load_pairs(c.train_file)
+        eval_pairs = self.load_pairs(c.eval_file) if c.eval_file else None
+        ref = None if c.reference_free else self.reference_logps(pairs, "train")
+        eval_ref = None if c.reference_free or not eval_pairs else self.reference_logps(eval_pairs, "eval")
+
+        plan = []
+        for epoch in range(c.num_epochs):
+            batches = shuffled_batches(
+                len(pairs), c.batch_size * acc.num_processes, random.Random(c.seed * 1000 + epoch)
+            )
+            plan.append(common.epoch_windows(common.global_batches(batches, acc), c.gradient_accumulation_steps))
+        total_steps = sum(len(w) for w in plan)
+        if c.max_steps > 0:
+            total_steps = min(total_steps, c.max_steps)
+        optimizer, scheduler = common.make_optimizer_and_scheduler(self.wrapped, c, total_steps)
+        model, optimizer = acc.prepare(self.wrapped, optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        state = {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0}
+        resume = common.resolve_checkpoint(c)
+        if resume is not None:
+            state.update(common.load_checkpoint(resume, acc, model, optimizer, scheduler))
+        logger = MetricsLogger(
+            c.output_dir,
+            c.report_to,
+            run_name=c.run_name or Path(c.output_dir).name,
+            config=c.to_dict(),
+            enabled=acc.is_main_process,
+        )
+        bar = tqdm(
+            total=total_steps,
+            initial=state["global_step"],
+            desc="dpo",
+            disable=not (c.progress_bar and acc.is_main_process),
+        )
+        step, done, last_loss, eval_metrics = 0, False, float("nan"), {}
+        started, tokens_at_start = time.perf_counter(), state["tokens"]
+        for epoch, windows in enumerate(plan):
+            for window in windows:
+                step += 1
+                if step <= state["global_step"]:
+                    continue  # resuming: this step's data was already consumed
+                model.train()
+                num_items = sum(len(b) for b in window) / acc.num_processes  # pairs in the step, per process
+                step_loss, sums = torch.zeros((), device=acc.device), {}
+                for k, batch_idx in enumerate(window):
+                    mine = common.shard(batch_idx, acc)
+                    sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
+                    with sync:
+                        loss, metrics = self._loss(
+                            model, [pairs[i] for i in mine], None if ref is None else ref[mine], num_items
+                        )
+                        acc.backward(loss)
+                    step_loss += loss.detach()
+                    for key, v in metrics.items():
+                        sums[key] = sums.get(key, 0.0) + v * len(mine)
+                    state["tokens"] += sum(len(pairs[i][0]) + len(pairs[i][1]) for i in mine)
+                grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                state["global_step"] = step
+                last_loss = float(acc.reduce(step_loss, reduction="mean"))
+                bar.update(1)
+                bar.set_postfix(loss=f"{last_loss:.4f}")
+                if step % c.logging_steps == 0:
+                    n = sum(len(common.shard(b, acc)) for b in window)
+                    log = {
+                        "loss/train": last_loss,
+                        "train/learning_rate": scheduler.get_last_lr()[0],
+                        "train/epoch": epoch + 1,
+                    }
+                    log.update({k: v / n for k, v in sums.items() if not k.startswith("loss/")})
+                    if grad_norm is not None:
+                        log["train/grad_norm"] = float(grad_norm)
+                    logger.log(log, step)
+                if eval_pairs and (
+                    (c.eval_steps and step % c.eval_steps == 0) or (not c.eval_steps and window is windows[-1])
+                ):
+                    eval_metrics = self.evaluate(eval_pairs, eval_ref)
+                    logger.log(eval_metrics, step)
+                    if state["best_eval_loss"] is None or eval_metrics["eval/loss"] < state["best_eval_loss"]:
+                        state["best_eval_loss"], state["bad_evals"] = eval_metrics["eval/loss"], 0
+                        self.save_model(Path(c.output_dir) / "best")
+                    else:
+                        state["bad_evals"] += 1
+                    done = bool(c.early_stopping_patience) and state["bad_evals"] >= c.early_stopping_patience
+                if c.save_steps and step % c.save_steps == 0:
+                    common.save_checkpoint(acc, model, optimizer, scheduler, c, {**state, "epoch": epoch})
+                if done or step >= total_steps:
+                    done = True
+                    break
+            if done:
+                break
+        bar.close()
+        elapsed = time.perf_counter() - started
+        final_dir = self.save_model(Path(c.output_dir) / "final")
+        logger.close()
+        return {
+            "output_dir": str(final_dir),
+            "global_step": state["global_step"],
+            "train_loss": last_loss,
+            "eval_loss": eval_metrics.get("eval/loss"),
+            "eval_rewards_accuracy": eval_metrics.get("eval/rewards_accuracy"),
+            "best_eval_loss": state["best_eval_loss"],
+            "num_pairs": len(pairs),
+            "tokens_per_second": (state["tokens"] - tokens_at_start) / elapsed if elapsed > 0 else None,
+        }
+
+    def save_model(self, path: str | Path) -> Path:
+        from agenttrainer.models import save_model
+
+        if self.accelerator.is_main_process:
+            save_model(self.model, self.tokenizer, path)
+        self.accelerator.wait_for_everyone()
+        return Path(path)

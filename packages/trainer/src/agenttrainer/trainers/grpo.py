@@ -1,0 +1,264 @@
+"""Offline GRPO over groups of scored trajectories (the GRPO recipe).
+
+Each record of the GRPO JSONL is one task with ``G`` trajectories and their rewards (from
+``knowlyr-hub export --format grpo``). Advantages are normalised within the group; with
+``step_level_advantage`` each step's tokens get ``A_i * r_step_j / mean(r_steps)``. The loss is
+the clipped surrogate plus ``kl_coef`` times the k3 KL to the reference (the initial policy,
+scored once in a cached pre-pass). ``grpo_iterations > 1`` takes several optimizer steps on the
+same groups; the log-probs before the first of them are the "old" policy of the ratio.
+
+Simplification: no generation — rollouts come from the environment stack (``knowlyr-hub
+collect``), which is what makes this offline.
+
+Run: ``knowlyr-trainer grpo --train-file grpo.jsonl --model ./output/sft/final``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from agenttrainer.config import GRPOConfig
+from agenttrainer.data import (
+    DataError,
+    Example,
+    collate,
+    grpo_group,
+    read_jsonl,
+    shuffled_batches,
+    tokenize_conversation,
+)
+from agenttrainer.logging_backends import MetricsLogger
+from agenttrainer.losses import chunked_token_logps, group_advantages, grpo_loss
+from agenttrainer.trainers import common
+
+
+class GRPOTrainer:
+    """``GRPOTrainer(config).train()``; pass ``model``/``tokenizer`` to train an already loaded model."""
+
+    def __init__(self, config: GRPOConfig, *, model: Any = None, tokenizer: Any = None):
+        self.config = config
+        self.accelerator = common.make_accelerator(config)
+        self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
+        self.wrapped = common.HiddenStates(self.model)
+
+    def load_groups(self, path: str | Path) -> list[list[Example]]:
+        """Tokenised trajectories per task; ``meta['advantage']`` holds the group-normalised advantage."""
+        c = self.config
+        groups = []
+        for where, record in read_jsonl(path):
+            convs = grpo_group(record, where)
+            if c.group_size is not None and len(convs) != c.group_size:
+                raise DataError(f"{where}: field 'trajectories' has {len(convs)} entries, group_size is {c.group_size}")
+            if len(convs) < 2:
+                raise DataError(f"{where}: field 'trajectories' needs at least 2 trajectories to compare")
+            adv = group_advantages(torch.tensor([cv.reward for cv in convs]), len(convs)).tolist()
+            group = []
+            for conv, a in zip(convs, adv):
+                ex = tokenize_conversation(self.tokenizer, conv, max_length=c.max_length)
+                ex.meta["advantage"] = a
+                if not (c.step_level_advantage and conv.step_rewards):
+                    ex.weights = [1.0 if lab != -100 else 0.0 for lab in ex.labels]
+                group.append(ex)
+            groups.append(group)
+        if not groups:
+            raise DataError(f"{path}: no groups")
+        return groups
+
+    def token_logps(
+        self, module: Any, examples: list[Example]
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-token completion log-probs ``(S, L)``, their mask and the packed batch."""
+        batch = common.to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        with self.accelerator.autocast():
+            hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
+            weight, bias = common.HiddenStates.lm_head(self.accelerator.unwrap_model(module))
+            logps, mask = chunked_token_logps(
+                hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
+            )
+        per_seq = common.unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
+        token_mask = common.unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
+        return per_seq, token_mask, batch
+
+    @torch.no_grad()
+    def reference_logps(self, groups: list[list[Example]], name: str) -> list[torch.Tensor]:
+        """Per trajectory, the reference log-prob of each completion token; cached on disk."""
+        c = self.config
+        flat = [ex for g in groups for ex in g]
+        key = hashlib.sha256(
+            repr([ex.input_ids for ex in flat] + [c.ref_model_name_or_path or c.model_name_or_path]).encode()
+        ).hexdigest()
+        cache = Path(c.output_dir) / f"ref_token_logps-{name}.pt"
+        if cache.exists():
+            saved = torch.load(cache)
+            if saved["key"] == key:
+                return saved["logps"]
+        if c.ref_model_name_or_path:
+            from agenttrainer.models import load_model_and_tokenizer
+
+            ref = common.HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
+            ref.to(self.accelerator.device)
+        else:
+            ref = self.wrapped  # the policy before its first update is the reference
+        ref.eval()
+        out: list[torch.Tensor] = []
+        for start in range(0, len(flat), c.batch_size * 4):
+            chunk = flat[start : start + c.batch_size * 4]
+            logps, mask, _ = self.token_logps(ref, chunk)
+            out += [logps[i, : int(mask[i].sum())].float().cpu() for i in range(len(chunk))]
+        if self.accelerator.is_main_process:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"key": key, "logps": out}, cache.with_suffix(".tmp"))
+            os.replace(cache.with_suffix(".tmp"), cache)
+        return out
+
+    def _loss(self, model, examples, ref, old, num_items):
+        """GRPO loss of one micro-batch; returns ``(loss, metrics, detached logps)``."""
+        logps, mask, batch = self.token_logps(model, examples)
+        weights = common.unpack_tokens(
+            batch["weights"][:, 1:], batch["labels"][:, 1:] != -100, batch["seq_ids"], len(examples)
+        )
+        adv = torch.tensor([ex.meta["advantage"] for ex in examples], device=logps.device)[:, None] * weights  # (S, L)
+        ref_t = None
+        if ref is not None:
+            ref_t = torch.nn.utils.rnn.pad_sequence([r.to(logps.device) for r in ref], batch_first=True)  # (S, L)
+        old_t = logps.detach() if old is None else old
+        loss, metrics = grpo_loss(
+            logps,
+            old_t,
+            ref_t,
+            adv,
+            mask,
+            clip_eps=self.config.clip_eps,
+            kl_coef=self.config.kl_coef,
+            num_items=num_items,
+        )
+        return loss, metrics, logps.detach()
+
+    def train(self) -> dict[str, Any]:
+        c, acc = self.config, self.accelerator
+        if not c.train_file:
+            raise ValueError("GRPOConfig.train_file is required")
+        groups = self.load_groups(c.train_file)
+        flat_index, offset = [], 0  # trajectory indices of each group, into the flat ref list
+        for g in groups:
+            flat_index.append(list(range(offset, offset + len(g))))
+            offset += len(g)
+        ref = self.reference_logps(groups, "train") if c.kl_coef else None
+
+        plan = []
+        for epoch in range(c.num_epochs):
+            batches = shuffled_batches(
+                len(groups), c.batch_size * acc.num_processes, random.Random(c.seed * 1000 + epoch)
+            )
+            plan.append(common.epoch_windows(common.global_batches(batches, acc), c.gradient_accumulation_steps))
+        total_windows = sum(len(w) for w in plan)
+        total_steps = total_windows * c.grpo_iterations
+        if c.max_steps > 0:
+            total_steps = min(total_steps, c.max_steps)
+        optimizer, scheduler = common.make_optimizer_and_scheduler(self.wrapped, c, total_steps)
+        model, optimizer = acc.prepare(self.wrapped, optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        state = {"global_step": 0, "windows_done": 0, "tokens": 0}
+        resume = common.resolve_checkpoint(c)
+        if resume is not None:
+            state.update(common.load_checkpoint(resume, acc, model, optimizer, scheduler))
+        logger = MetricsLogger(
+            c.output_dir,
+            c.report_to,
+            run_name=c.run_name or Path(c.output_dir).name,
+            config=c.to_dict(),
+            enabled=acc.is_main_process,
+        )
+        bar = tqdm(
+            total=total_steps,
+            initial=state["global_step"],
+            desc="grpo",
+            disable=not (c.progress_bar and acc.is_main_process),
+        )
+        window_no, done, last_loss = 0, False, float("nan")
+        started, tokens_at_start = time.perf_counter(), state["tokens"]
+        for epoch, windows in enumerate(plan):
+            for window in windows:
+                window_no += 1
+                if window_no <= state["windows_done"]:
+                    continue  # resuming: these groups were already trained on
+                # Trajectories in the whole step on all processes, per process (DDP averages grads).
+                num_items = sum(len(groups[g]) for b in window for g in b) / acc.num_processes
+                micro = [common.shard(b, acc) for b in window]
+                old_logps: list[torch.Tensor | None] = [None] * len(micro)
+                for _ in range(c.grpo_iterations):
+                    model.train()
+                    step_loss, sums, n_seq = torch.zeros((), device=acc.device), {}, 0
+                    for k, mine in enumerate(micro):
+                        examples = [ex for g in mine for ex in groups[g]]
+                        refs = None if ref is None else [ref[t] for g in mine for t in flat_index[g]]
+                        sync = contextlib.nullcontext() if k == len(micro) - 1 else acc.no_sync(model)
+                        with sync:
+                            loss, metrics, logps = self._loss(model, examples, refs, old_logps[k], num_items)
+                            acc.backward(loss)
+                        if old_logps[k] is None:
+                            old_logps[k] = logps
+                        step_loss += loss.detach()
+                        for key, v in metrics.items():
+                            sums[key] = sums.get(key, 0.0) + v * len(examples)
+                        n_seq += len(examples)
+                        state["tokens"] += sum(len(ex) for ex in examples)
+                    grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    state["global_step"] += 1
+                    last_loss = float(acc.reduce(step_loss, reduction="mean"))
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{last_loss:.4f}")
+                    if state["global_step"] % c.logging_steps == 0:
+                        rewards = [ex.meta["reward"] for m in micro for g in m for ex in groups[g]]
+                        log = {
+                            "loss/train": last_loss,
+                            "train/learning_rate": scheduler.get_last_lr()[0],
+                            "train/epoch": epoch + 1,
+                        }
+                        log.update({k: v / n_seq for k, v in sums.items() if not k.startswith("loss/grpo")})
+                        log["rollout/reward_mean"] = sum(rewards) / len(rewards)
+                        if grad_norm is not None:
+                            log["train/grad_norm"] = float(grad_norm)
+                        logger.log(log, state["global_step"])
+                    if state["global_step"] >= total_steps:
+                        done = True
+                        break
+                state["windows_done"] = window_no
+                if c.save_steps and window_no % c.save_steps == 0:
+                    common.save_checkpoint(acc, model, optimizer, scheduler, c, {**state, "epoch": epoch})
+                if done:
+                    break
+            if done:
+                break
+        bar.close()
+        elapsed = time.perf_counter() - started
+        final_dir = self.save_model(Path(c.output_dir) / "final")
+        logger.close()
+        return {
+            "output_dir": str(final_dir),
+            "global_step": state["global_step"],
+            "train_loss": last_loss,
+            "num_groups": len(groups),
+            "tokens_per_second": (state["tokens"] - tokens_at_start) / elapsed if elapsed > 0 else None,
+        }
+
+    def save_model(self, path: str | Path) -> Path:
+        from agenttrainer.models import save_model
+
+        if self.accelerator.is_main_process:
+            save_model(self.model, self.tokenizer, path)
+        self.accelerator.wait_for_everyone()
+        return Path(path)
