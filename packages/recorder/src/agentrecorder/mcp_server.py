@@ -12,8 +12,10 @@ from typing import Any
 
 try:  # mcp >= 2
     from mcp.server.mcpserver import MCPServer as _Server
+    from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:  # mcp 1.x
     from mcp.server.fastmcp import FastMCP as _Server
+    from mcp.server.fastmcp.exceptions import ToolError
 
 from agentrecorder.convert import convert_paths, expand_inputs, is_trajectory_file, iter_convert, load_trajectories
 from agentrecorder.stats import summarize
@@ -33,7 +35,7 @@ def convert(inputs: list[str], output: str, format: str = "auto", skip_invalid: 
     try:
         report, _ = convert_paths(inputs, output, format, skip_invalid=skip_invalid)
     except KnowlyrError as exc:
-        raise ValueError(str(exc)) from None
+        raise ToolError(str(exc)) from None
     return {
         "output": output,
         "written": report.written,
@@ -52,7 +54,7 @@ def validate(path: str, format: str = "auto") -> dict[str, Any]:
     try:
         files = expand_inputs([path])
     except KnowlyrError as exc:
-        raise ValueError(str(exc)) from None
+        raise ToolError(str(exc)) from None
     for file in files:
         try:
             if format == "auto" and is_trajectory_file(file):
@@ -75,7 +77,7 @@ def stats(path: str, format: str = "auto") -> dict[str, Any]:
         files = expand_inputs([path])
         return summarize(t for file in files for t in load_trajectories(file, format))
     except KnowlyrError as exc:
-        raise ValueError(str(exc)) from None
+        raise ToolError(str(exc)) from None
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ header h1{font-size:18px;margin:0 0 4px}
 pre{background:#f3f4f7;border-radius:6px;padding:8px;overflow:auto;max-height:480px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
 details summary{cursor:pointer;color:#3a5fa0}
 .err{color:#b3261e}
+.task pre{max-height:240px}
 """
 
 
