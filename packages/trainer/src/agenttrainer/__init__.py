@@ -1,1 +1,42 @@
-"""knowlyr-trainer."""
+"""knowlyr-trainer: pure-PyTorch SFT / DPO / GRPO for LLM tool-use agents.
+
+Example:
+    >>> from agenttrainer import SFTConfig
+    >>> SFTConfig(train_file="sft.jsonl", mask_observations=True).agent_format
+    True
+"""
+
+from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig
+from agenttrainer.data import DataError
+from agenttrainer.eval import evaluate_model
+from agenttrainer.inference import AgentInference
+from agenttrainer.models import LORA_PRESETS, apply_lora, create_lora_config, load_model_and_tokenizer, save_model
+from agenttrainer.trainers.dpo import DPOTrainer
+from agenttrainer.trainers.grpo import GRPOTrainer
+from agenttrainer.trainers.sft import SFTTrainer
+from agenttrainer.wrapper import GRPOTrainerWrapper, SFTTrainerWrapper
+
+__all__ = [
+    # configuration
+    "ConfigError",
+    "DPOConfig",
+    "GRPOConfig",
+    "SFTConfig",
+    # trainers
+    "DPOTrainer",
+    "GRPOTrainer",
+    "SFTTrainer",
+    # seed-002 wrappers
+    "GRPOTrainerWrapper",
+    "SFTTrainerWrapper",
+    # evaluation and data
+    "DataError",
+    "evaluate_model",
+    # models, LoRA, inference (agenttrainer.models / agenttrainer.inference)
+    "LORA_PRESETS",
+    "AgentInference",
+    "apply_lora",
+    "create_lora_config",
+    "load_model_and_tokenizer",
+    "save_model",
+]

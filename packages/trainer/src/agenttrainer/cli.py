@@ -1,0 +1,166 @@
+"""``knowlyr-trainer`` command line: ``sft``, ``dpo``, ``grpo``, ``eval`` (and ``serve`` when installed).
+
+Every config field is a flag (``--batch-size``, ``--mask-observations/--no-mask-observations``,
+``--report-to wandb,tensorboard``, ``--task-weights '{"a": 0.7, "b": 0.3}'``); ``--model`` is
+``model_name_or_path``. ``--config file.yaml`` provides defaults, flags given on the command line
+win. Each training command prints its result as one JSON line.
+
+Multi-process: ``accelerate launch --num_processes 2 -m agenttrainer.cli sft --config c.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from typing import Any
+
+import click
+
+from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig, TrainConfig
+
+
+def _parse_list(value: str | None) -> list[str] | None:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _parse_dict(value: str | None) -> dict[str, float] | None:
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"expected a JSON object: {exc.msg}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("expected a JSON object")
+    return parsed
+
+
+def _config_options(config_cls: type[TrainConfig]):
+    """Decorator adding one option per config field (default None = not given)."""
+
+    def decorate(fn):
+        for f in reversed(dataclasses.fields(config_cls)):
+            help_text = f.metadata.get("help", "")
+            flag = "--" + f.name.replace("_", "-")
+            typ = str(f.type)
+            names = [flag, "--model"] if f.name == "model_name_or_path" else [flag]
+            if typ.startswith("bool"):
+                opt = click.option(f"{flag}/--no-{flag[2:]}", f.name, default=None, help=help_text)
+            elif typ.startswith("int"):
+                opt = click.option(*names, f.name, type=int, default=None, help=help_text)
+            elif typ.startswith("float"):
+                opt = click.option(*names, f.name, type=float, default=None, help=help_text)
+            elif typ.startswith("list"):
+                opt = click.option(
+                    *names,
+                    f.name,
+                    default=None,
+                    callback=lambda c, p, v: _parse_list(v),
+                    help=help_text + " (comma-separated)",
+                )
+            elif typ.startswith("dict"):
+                opt = click.option(
+                    *names, f.name, default=None, callback=lambda c, p, v: _parse_dict(v), help=help_text + " (JSON)"
+                )
+            else:
+                opt = click.option(*names, f.name, type=str, default=None, help=help_text)
+            fn = opt(fn)
+        return click.option(
+            "--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="YAML config file."
+        )(fn)
+
+    return decorate
+
+
+def _build(config_cls: type[TrainConfig], config_file: str | None, flags: dict[str, Any]) -> Any:
+    try:
+        config = config_cls.from_yaml(config_file, **flags)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not config.train_file:
+        raise click.UsageError("--train-file (or train_file in --config) is required")
+    return config
+
+
+def _run(trainer_cls: Any, config: TrainConfig) -> None:
+    from agenttrainer.data import DataError
+
+    try:
+        result = trainer_cls(config).train()
+    except DataError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(result, default=str))
+
+
+@click.group()
+@click.version_option(package_name="knowlyr-trainer")
+def main() -> None:
+    """Train LLM tool-use agents on knowlyr-hub trajectory exports: SFT, DPO, GRPO."""
+
+
+@main.command()
+@_config_options(SFTConfig)
+def sft(config_file: str | None, **flags: Any) -> None:
+    """Supervised fine-tuning (agent format, observation masking, step-weighted loss, ...)."""
+    from agenttrainer.trainers.sft import SFTTrainer
+
+    _run(SFTTrainer, _build(SFTConfig, config_file, flags))
+
+
+@main.command()
+@_config_options(DPOConfig)
+def dpo(config_file: str | None, **flags: Any) -> None:
+    """Direct preference optimisation on prompt/chosen/rejected pairs."""
+    from agenttrainer.trainers.dpo import DPOTrainer
+
+    _run(DPOTrainer, _build(DPOConfig, config_file, flags))
+
+
+@main.command()
+@_config_options(GRPOConfig)
+def grpo(config_file: str | None, **flags: Any) -> None:
+    """Offline group relative policy optimisation over scored trajectory groups."""
+    from agenttrainer.trainers.grpo import GRPOTrainer
+
+    _run(GRPOTrainer, _build(GRPOConfig, config_file, flags))
+
+
+@main.command("eval")
+@click.option("--model", "model_name_or_path", required=True, help="Model path or alias.")
+@click.option(
+    "--eval-file", required=True, type=click.Path(exists=True, dir_okay=False), help="SFT, DPO or GRPO JSONL."
+)
+@click.option("--batch-size", type=int, default=4, show_default=True)
+@click.option("--max-length", type=int, default=2048, show_default=True)
+@click.option("--bf16/--no-bf16", default=True, show_default=True, help="bf16 autocast.")
+@click.option("--agent-format/--no-agent-format", default=True, show_default=True)
+@click.option("--mask-observations/--no-mask-observations", default=True, show_default=True)
+def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> None:
+    """Evaluate a model: loss/perplexity/token accuracy, preference accuracy or group top-1."""
+    import torch
+
+    from agenttrainer.data import DataError
+    from agenttrainer.eval import evaluate_model
+    from agenttrainer.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, torch_dtype=torch.float32)
+    try:
+        metrics = evaluate_model(model, tokenizer, eval_file, **options)
+    except DataError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(metrics))
+
+
+# Engineer B's OpenAI-compatible server registers itself here when its module is present.
+if importlib.util.find_spec("agenttrainer.serving") is not None and importlib.util.find_spec(
+    "agenttrainer.serving.cli"
+):
+    from agenttrainer.serving.cli import serve
+
+    main.add_command(serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Wrapper API of seed 002: ``SFTTrainerWrapper`` and ``GRPOTrainerWrapper``.
+
+Thin adapters over the recipes for callers that hold a dataset object (a Hugging Face
+``Dataset``, a list of dicts, or a JSONL path) rather than a file and a config.
+
+* ``SFTTrainerWrapper``: rows in any SFT format; writes them to ``<output_dir>/train.jsonl`` and
+  runs :class:`~agenttrainer.trainers.sft.SFTTrainer`.
+* ``GRPOTrainerWrapper``: rows with a ``prompt`` (text or messages) and any extra columns. Each
+  epoch samples ``group_size`` completions per prompt from the current policy, scores them with
+  ``reward_fn(completions=[...], prompts=[...], **columns) -> list[float]`` (TRL's reward-function
+  convention; columns are repeated per completion), and takes one offline GRPO pass over those
+  groups. The optimizer restarts each epoch (simplification: generation and training alternate).
+
+Example:
+    >>> from agenttrainer import SFTTrainerWrapper  # doctest: +SKIP
+    >>> result = SFTTrainerWrapper("smollm2-135m", rows, output_dir="./output/sft").train()  # doctest: +SKIP
+    >>> result["output_dir"]  # doctest: +SKIP
+    './output/sft/final'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from agenttrainer.config import GRPOConfig, SFTConfig
+
+
+def _rows(dataset: Any) -> list[dict[str, Any]]:
+    if isinstance(dataset, (str, Path)):
+        from agenttrainer.data import read_jsonl
+
+        return [r for _, r in read_jsonl(dataset)]
+    if not isinstance(dataset, Iterable):
+        raise TypeError(f"dataset must be a Dataset, a list of dicts or a JSONL path, got {type(dataset).__name__}")
+    rows = [dict(r) for r in dataset]
+    if not rows:
+        raise ValueError("dataset is empty")
+    return rows
+
+
+def _write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def _lora_fields(use_lora: bool, lora_config: Any) -> dict[str, Any]:
+    """``SFTConfig`` LoRA fields from a ``create_lora_config`` result or a dict of its arguments."""
+    if not use_lora:
+        return {"use_lora": False}
+    if lora_config is None:
+        return {"use_lora": True}
+    get = lora_config.get if isinstance(lora_config, dict) else lambda k, d=None: getattr(lora_config, k, d)
+    fields: dict[str, Any] = {"use_lora": True}
+    for ours, theirs in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout")):
+        if get(theirs) is not None:
+            fields[ours] = get(theirs)
+    if get("preset") is not None:
+        fields["lora_preset"] = get("preset")
+    if get("target_modules") is not None:
+        fields["lora_target_modules"] = sorted(get("target_modules"))
+    return fields
+
+
+class SFTTrainerWrapper:
+    """Seed 002's SFT wrapper: ``SFTTrainerWrapper(model_name, dataset, ...).train() -> dict``."""
+
+    def __init__(
+        self,
+        model_name: str,
+        dataset: Any,
+        output_dir: str = "./output/sft",
+        num_epochs: int = 3,
+        batch_size: int = 4,
+        learning_rate: float = 2e-5,
+        use_lora: bool = False,
+        lora_config: Any = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        **config: Any,
+    ):
+        train_file = _write_jsonl(_rows(dataset), Path(output_dir) / "train.jsonl")
+        self.config = SFTConfig(
+            model_name_or_path=model_name,
+            train_file=str(train_file),
+            output_dir=output_dir,
+            num_epochs=num_epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            **_lora_fields(use_lora, lora_config),
+            **config,
+        )
+        from agenttrainer.trainers.sft import SFTTrainer
+
+        self.trainer = SFTTrainer(self.config, model=model, tokenizer=tokenizer)
+
+    def train(self) -> dict[str, Any]:
+        return self.trainer.train()
+
+    def save_model(self, path: str) -> Path:
+        return self.trainer.save_model(path)
+
+
+class GRPOTrainerWrapper:
+    """Seed 002's GRPO wrapper: sample groups with the current policy, score, train (see module doc)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        dataset: Any,
+        reward_fn: Callable[..., list[float]],
+        output_dir: str = "./output/grpo",
+        num_epochs: int = 3,
+        batch_size: int = 2,
+        learning_rate: float = 1e-5,
+        use_lora: bool = False,
+        lora_config: Any = None,
+        *,
+        group_size: int = 4,
+        max_new_tokens: int = 128,
+        temperature: float = 1.0,
+        model: Any = None,
+        tokenizer: Any = None,
+        **config: Any,
+    ):
+        self.rows = _rows(dataset)
+        for i, row in enumerate(self.rows):
+            if "prompt" not in row:
+                raise ValueError(f"dataset row {i} has no 'prompt'")
+        self.reward_fn, self.num_epochs = reward_fn, num_epochs
+        self.max_new_tokens, self.temperature, self.output_dir = max_new_tokens, temperature, Path(output_dir)
+        self.config = GRPOConfig(
+            model_name_or_path=model_name,
+            output_dir=output_dir,
+            num_epochs=1,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            group_size=group_size,
+            **_lora_fields(use_lora, lora_config),
+            **config,
+        )
+        from agenttrainer.trainers.grpo import GRPOTrainer
+
+        self.trainer = GRPOTrainer(self.config, model=model, tokenizer=tokenizer)
+
+    def _rollouts(self, epoch: int) -> Path:
+        from agenttrainer.inference import AgentInference
+
+        policy = AgentInference(
+            self.trainer.model, self.trainer.tokenizer, max_new_tokens=self.max_new_tokens, temperature=self.temperature
+        )
+        records = []
+        for i, row in enumerate(self.rows):
+            prompt = row["prompt"]
+            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            completions = [
+                policy.complete(messages, seed=self.config.seed + epoch * 100003 + i * 101 + k).text
+                for k in range(self.config.group_size)
+            ]
+            extra = {k: [v] * len(completions) for k, v in row.items() if k != "prompt"}
+            rewards = self.reward_fn(completions=completions, prompts=[prompt] * len(completions), **extra)
+            if len(rewards) != len(completions):
+                raise ValueError(f"reward_fn returned {len(rewards)} rewards for {len(completions)} completions")
+            records.append(
+                {
+                    "task_id": str(row.get("task_id", i)),
+                    "prompt": prompt,
+                    "trajectories": [{"response": c, "reward": float(r)} for c, r in zip(completions, rewards)],
+                }
+            )
+        return _write_jsonl(records, self.output_dir / f"rollouts-epoch{epoch}.jsonl")
+
+    def train(self) -> dict[str, Any]:
+        """``num_epochs`` rounds of sample -> score -> one GRPO pass; returns the last round's result."""
+        result: dict[str, Any] = {}
+        rewards = []
+        for epoch in range(self.num_epochs):
+            self.trainer.config.train_file = str(self._rollouts(epoch))
+            self.trainer.config.resume_from_checkpoint = None
+            groups = [json.loads(line) for line in Path(self.trainer.config.train_file).read_text().splitlines()]
+            rewards.append(
+                sum(t["reward"] for g in groups for t in g["trajectories"])
+                / sum(len(g["trajectories"]) for g in groups)
+            )
+            result = self.trainer.train()
+        return {**result, "reward_mean_per_epoch": rewards}
+
+    def save_model(self, path: str) -> Path:
+        return self.trainer.save_model(path)
