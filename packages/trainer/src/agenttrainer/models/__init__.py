@@ -10,7 +10,7 @@ from agenttrainer.models.errors import ModelLoadError
 from agenttrainer.models.loading import load_model_and_tokenizer, load_tokenizer
 from agenttrainer.models.lora import LORA_PRESETS, apply_lora, create_lora_config
 from agenttrainer.models.saving import save_model
-from agenttrainer.models.tiny import build_tiny_model
+from agenttrainer.models.tiny import build_tiny_model, overfit_tiny_model
 
 __all__ = [
     # names and paths
@@ -29,6 +29,7 @@ __all__ = [
     "save_model",
     # tests
     "build_tiny_model",
+    "overfit_tiny_model",
     # chat template
     "TOOL_CALL_CLOSE",
     "TOOL_CALL_OPEN",

@@ -67,3 +67,42 @@ def build_tiny_model(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.eval(), tokenizer
+
+
+def overfit_tiny_model(
+    model: Any, tokenizer: Any, examples: list[dict[str, Any]], *, lr: float = 1e-2, max_steps: int = 300
+) -> Any:
+    """Train ``model`` until greedy decoding reproduces each example's answer exactly.
+
+    ``examples``: ``{"messages": [...], "answer": str, "tools": [...] (optional)}``. This gives
+    tests a real model with known output (a tool call, an ``Action:`` line) to drive the
+    inference bridge, the server and the clients end to end. Full-batch AdamW on the answer
+    tokens only; stops as soon as every answer token is the argmax under teacher forcing
+    (a 64-wide model needs ~50 steps). Raises ``RuntimeError`` if ``max_steps`` do not suffice.
+    """
+    sequences = []  # (ids (1, T), labels (1, T), prompt length)
+    for example in examples:
+        prompt = tokenizer.apply_chat_template(
+            example["messages"], tools=example.get("tools"), add_generation_prompt=True, return_dict=True
+        )["input_ids"]
+        answer = tokenizer(example["answer"] + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt + answer])
+        labels = ids.clone()
+        labels[0, : len(prompt)] = -100  # learn the answer, not the prompt
+        sequences.append((ids, labels, len(prompt)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    for _ in range(max_steps):
+        loss = sum(model(input_ids=ids, labels=labels).loss for ids, labels, _ in sequences)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            # logits at t predict token t+1: positions n-1 .. T-2 predict the answer tokens n .. T-1
+            fitted = all(
+                torch.equal(model(input_ids=ids).logits[0, n - 1 : -1].argmax(-1), ids[0, n:])
+                for ids, _, n in sequences
+            )
+        if fitted:
+            return model.eval()
+    raise RuntimeError(f"tiny model did not fit {len(examples)} examples in {max_steps} steps")

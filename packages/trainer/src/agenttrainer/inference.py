@@ -1,0 +1,364 @@
+"""Inference bridge: a trained checkpoint becomes a knowlyr agent (the online loop's last edge).
+
+``AgentInference`` wraps a causal LM and its chat template: ``generate`` answers a chat,
+``stream`` yields the answer as it is produced, and ``create_agent`` returns a stateful callable
+``agent(observation) -> {"tool", "params", "thought"}`` (knowlyr's action format) that keeps the
+conversation across steps, so ``collect()`` can roll it out in any ``AgentEnv``.
+
+A model's answer becomes an action by the first rule that applies:
+
+1. a ``<tool_call>{"name", "arguments"}</tool_call>`` block (the chat template's native format;
+   the next observation is then sent back as a ``tool`` message);
+2. ``Thought: ... Action: ...`` text, the trainer's agent SFT format, where the action is a JSON
+   call object, ``name {json}``, or ``name free text`` (the text fills the tool's only required
+   parameter, else ``{"input": text}``); the next observation goes back as ``Observation: ...``;
+3. a bare or fenced JSON call object anywhere in the answer;
+4. otherwise the fallback ``{"tool": fallback_tool, "params": {"message": answer}}`` (default
+   ``respond``: an answer that names no tool is treated as a reply to the user).
+
+Example:
+    >>> inference = AgentInference.from_pretrained("smollm2-135m", max_new_tokens=64)  # doctest: +SKIP
+    >>> agent = inference.create_agent(system_prompt="You are a coding assistant.")  # doctest: +SKIP
+    >>> agent("Fix the failing test in tests/test_sort.py")  # doctest: +SKIP
+    {'tool': 'respond', 'params': {'message': '...'}, 'thought': '...'}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agenttrainer.models import load_model_and_tokenizer
+from agenttrainer.models.tool_calls import call_from_json, first_json_object, parse_tool_calls
+
+Message = dict[str, Any]
+
+
+@dataclass
+class Completion:
+    """One generated answer with OpenAI-style accounting."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" (end of turn or a stop string) or "length" (max_new_tokens reached)
+
+
+def tool_schemas(tools: list[Any] | None) -> list[dict[str, Any]] | None:
+    """Normalise tools to OpenAI function schemas ``{"type": "function", "function": {...}}``.
+
+    Accepts OpenAI schemas, ``{"name", "description", "parameters"}`` dicts, and objects with
+    those attributes (e.g. knowlyr-core ``ToolSpec``).
+    """
+    if not tools:
+        return None
+    schemas = []
+    for tool in tools:
+        if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+            schemas.append(tool)
+            continue
+        get = tool.get if isinstance(tool, dict) else lambda key, default=None, t=tool: getattr(t, key, default)
+        name = get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a tool needs a name, got {tool!r}")
+        function = {
+            "name": name,
+            "description": get("description", "") or "",
+            "parameters": get("parameters") or {"type": "object", "properties": {}},
+        }
+        schemas.append({"type": "function", "function": function})
+    return schemas
+
+
+class AgentInference:
+    """Generation with a local checkpoint; thread-compatible, not thread-safe (callers serialise)."""
+
+    def __init__(
+        self, model: Any, tokenizer: Any, *, max_new_tokens: int = 512, temperature: float = 0.0, top_p: float = 1.0
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        # End generation at the end of the assistant turn as well as at the tokenizer's EOS.
+        end_ids = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        self.end_token_ids = sorted(i for i in end_ids if isinstance(i, int) and i != tokenizer.unk_token_id)
+
+    @classmethod
+    def from_pretrained(cls, path_or_alias: str, *, torch_dtype: Any = None, **gen_kwargs: Any) -> AgentInference:
+        """Load a checkpoint directory, alias (``smollm2-135m``) or Hub id; ``gen_kwargs`` are the
+        defaults ``max_new_tokens``, ``temperature`` (0 = greedy) and ``top_p``."""
+        model, tokenizer = load_model_and_tokenizer(path_or_alias, torch_dtype=torch_dtype)
+        return cls(model, tokenizer, **gen_kwargs)
+
+    # -- generation -----------------------------------------------------------------------
+
+    def encode(self, messages: list[Message], tools: list[Any] | None = None) -> torch.Tensor:
+        """Prompt token ids ``(1, T)`` for ``messages`` with the assistant turn opened."""
+        batch = self.tokenizer.apply_chat_template(
+            messages, tools=tool_schemas(tools), add_generation_prompt=True, return_dict=True, return_tensors="pt"
+        )
+        return batch["input_ids"].to(self.model.device)
+
+    def _generate_kwargs(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int | None,
+        temperature: float | None,
+        top_p: float | None,
+        stop: list[str] | None,
+    ) -> dict[str, Any]:
+        temperature = self.temperature if temperature is None else temperature
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "max_new_tokens": self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            "eos_token_id": self.end_token_ids,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "do_sample": temperature > 0,
+        }
+        if temperature > 0:  # sampling knobs only exist when sampling (transformers warns otherwise)
+            kwargs.update(temperature=temperature, top_p=self.top_p if top_p is None else top_p)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if stop:
+            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+        return kwargs
+
+    def complete(
+        self,
+        messages: list[Message],
+        tools: list[Any] | None = None,
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """Generate one assistant answer for ``messages``."""
+        input_ids = self.encode(messages, tools)  # (1, T)
+        kwargs = self._generate_kwargs(input_ids, max_new_tokens, temperature, top_p, stop)
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            output = self.model.generate(**kwargs)  # (1, T + new)
+        new_ids = output[0, input_ids.shape[1] :].tolist()
+        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+        text, stopped = _cut_at_stop(text, stop)
+        ended = bool(new_ids) and new_ids[-1] in self.end_token_ids
+        finish = "stop" if ended or stopped or len(new_ids) < kwargs["max_new_tokens"] else "length"
+        return Completion(text, input_ids.shape[1], len(new_ids), finish)
+
+    def stream(self, messages: list[Message], tools: list[Any] | None = None, **options: Any) -> TextStream:
+        """Like ``complete`` but an iterator of text pieces; ``.completion`` is set once it is exhausted."""
+        return TextStream(self, messages, tools, **options)
+
+    def generate(self, messages: list[Message], tools: list[Any] | None = None, **options: Any) -> str:
+        """The assistant's answer text for ``messages`` (options as in ``complete``)."""
+        return self.complete(messages, tools, **options).text
+
+    def create_agent(
+        self, system_prompt: str | None = None, tools: list[Any] | None = None, *, fallback_tool: str = "respond"
+    ) -> Agent:
+        """A fresh stateful agent; create one per episode (or call ``agent.reset()``)."""
+        return Agent(self, system_prompt=system_prompt, tools=tools, fallback_tool=fallback_tool)
+
+
+def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
+    """OpenAI semantics: the answer ends before the first stop string, which is not included."""
+    cuts = [i for i in (text.find(s) for s in stop or []) if i != -1]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+class TextStream:
+    """Iterator over generated text pieces; generation runs in a worker thread."""
+
+    def __init__(
+        self,
+        engine: AgentInference,
+        messages: list[Message],
+        tools: list[Any] | None,
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        from transformers import TextIteratorStreamer
+
+        self.completion: Completion | None = None
+        self._engine, self._stop = engine, list(stop or [])
+        self._input_ids = engine.encode(messages, tools)  # (1, T)
+        self._streamer = TextIteratorStreamer(engine.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        self._kwargs = engine._generate_kwargs(self._input_ids, max_new_tokens, temperature, top_p, stop)
+        self._kwargs["streamer"] = self._streamer
+        self._seed = seed
+        self._output: torch.Tensor | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                if self._seed is not None:
+                    torch.manual_seed(self._seed)
+                self._output = self._engine.model.generate(**self._kwargs)  # (1, T + new)
+        except BaseException as exc:  # surfaced to the consumer in __iter__
+            self._error = exc
+            self._streamer.end()
+
+    def __iter__(self) -> Iterator[str]:
+        text, emitted = "", 0
+        # Hold back a tail that could be the start of a stop string, so it is never sent.
+        hold = max((len(s) - 1 for s in self._stop), default=0)
+        for piece in self._streamer:
+            text += piece
+            cut, stopped = _cut_at_stop(text, self._stop)
+            safe = len(cut) if stopped else max(emitted, len(text) - hold)
+            if safe > emitted:
+                yield text[emitted:safe]
+                emitted = safe
+            if stopped:
+                break
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        cut, stopped = _cut_at_stop(text, self._stop)
+        if len(cut) > emitted:
+            yield cut[emitted:]
+        new_ids = self._output[0, self._input_ids.shape[1] :].tolist() if self._output is not None else []
+        ended = bool(new_ids) and new_ids[-1] in self._engine.end_token_ids
+        finish = "stop" if ended or stopped or len(new_ids) < self._kwargs["max_new_tokens"] else "length"
+        self.completion = Completion(cut, self._input_ids.shape[1], len(new_ids), finish)
+
+
+# -- agent --------------------------------------------------------------------------------
+
+_ACTION_RE = re.compile(r"^\s*Action\s*:\s*", re.MULTILINE)
+_THOUGHT_RE = re.compile(r"^\s*Thought\s*:\s*", re.MULTILINE)
+_OBSERVATION_RE = re.compile(r"^\s*Observation\s*:", re.MULTILINE)
+_NAME_RE = re.compile(r"([A-Za-z_][\w.\-]*)\s*(.*)", re.DOTALL)
+
+
+def _single_parameter(tool: str, schemas: list[dict[str, Any]] | None) -> str | None:
+    """The parameter free text should fill: the tool's only required one (or only one at all)."""
+    for schema in schemas or []:
+        function = schema["function"]
+        if function["name"] != tool:
+            continue
+        parameters = function.get("parameters") or {}
+        required = parameters.get("required") or []
+        properties = list((parameters.get("properties") or {}).keys())
+        if len(required) == 1:
+            return required[0]
+        if len(properties) == 1:
+            return properties[0]
+    return None
+
+
+def _action_from_text(action_text: str, schemas: list[dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
+    action_text = action_text.strip()
+    if action_text.startswith("{"):
+        found = first_json_object(action_text)
+        call = call_from_json(found[0]) if found else None
+        return (call.name, call.arguments) if call else None
+    match = _NAME_RE.match(action_text)
+    if match is None:
+        return None
+    name, rest = match.group(1), match.group(2).strip()
+    if rest.startswith("(") and rest.endswith(")"):  # name({...}) call syntax
+        rest = rest[1:-1].strip()
+    if not rest:
+        return name, {}
+    if rest.startswith("{"):
+        found = first_json_object(rest)
+        if found is not None and found[1] == 0:
+            return name, found[0]
+    return name, {_single_parameter(name, schemas) or "input": rest}
+
+
+def parse_action(text: str, tools: list[Any] | None = None) -> tuple[dict[str, Any], str] | None:
+    """The knowlyr action in a model answer and its style (``"tool_call"`` or ``"text"``), or None.
+
+    Example:
+        >>> parse_action('Thought: look around\\nAction: {"name": "bash", "parameters": {"command": "ls"}}')
+        ({'tool': 'bash', 'params': {'command': 'ls'}, 'thought': 'look around'}, 'text')
+    """
+    schemas = tool_schemas(tools)
+    content, calls = parse_tool_calls(text)
+    if calls:
+        thought = _THOUGHT_RE.sub("", content, count=1).strip()
+        return {"tool": calls[0].name, "params": calls[0].arguments, "thought": thought}, "tool_call"
+    action_match = _ACTION_RE.search(text)
+    if action_match is not None:
+        rest = text[action_match.end() :]
+        observation = _OBSERVATION_RE.search(rest)  # a model may go on to hallucinate the observation
+        parsed = _action_from_text(rest[: observation.start()] if observation else rest, schemas)
+        if parsed is not None:
+            thought = _THOUGHT_RE.sub("", text[: action_match.start()], count=1).strip()
+            return {"tool": parsed[0], "params": parsed[1], "thought": thought}, "text"
+    found = first_json_object(text)
+    call = call_from_json(found[0]) if found else None
+    if call is not None:
+        thought = (text[: found[1]].rstrip().removesuffix("```json").removesuffix("```")).strip()
+        return {"tool": call.name, "params": call.arguments, "thought": _THOUGHT_RE.sub("", thought, count=1)}, "text"
+    return None
+
+
+class Agent:
+    """``agent(observation) -> action``; keeps the conversation so every step sees the history."""
+
+    def __init__(
+        self, engine: AgentInference, *, system_prompt: str | None, tools: list[Any] | None, fallback_tool: str
+    ) -> None:
+        self.engine = engine
+        self.system_prompt = system_prompt
+        self.tools = tool_schemas(tools)
+        self.fallback_tool = fallback_tool
+        self.messages: list[Message] = []
+        self._last_style: str | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the conversation (start a new episode)."""
+        self.messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        self._last_style = None
+
+    def __call__(self, observation: Any) -> dict[str, Any]:
+        content = (
+            observation if isinstance(observation, str) else json.dumps(observation, ensure_ascii=False, default=str)
+        )
+        if self._last_style == "tool_call":
+            self.messages.append({"role": "tool", "content": content})
+        elif self._last_style is not None:
+            self.messages.append({"role": "user", "content": f"Observation: {content}"})
+        else:  # the first observation is the task itself
+            self.messages.append({"role": "user", "content": content})
+        answer = self.engine.generate(self.messages, self.tools)
+        parsed = parse_action(answer, self.tools)
+        if parsed is None:
+            action = {"tool": self.fallback_tool, "params": {"message": answer.strip()}, "thought": ""}
+            style = "text"
+        else:
+            action, style = parsed
+        self.messages.append(self._assistant_message(answer, action, style))
+        self._last_style = style
+        return action
+
+    @staticmethod
+    def _assistant_message(answer: str, action: dict[str, Any], style: str) -> Message:
+        if style != "tool_call":
+            return {"role": "assistant", "content": answer}
+        # Re-render native calls canonically so the next prompt matches the template's format.
+        call = {"type": "function", "function": {"name": action["tool"], "arguments": action["params"]}}
+        return {"role": "assistant", "content": action["thought"], "tool_calls": [call]}

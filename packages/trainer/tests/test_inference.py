@@ -1,0 +1,189 @@
+"""AgentInference and its agent on a tiny model trained to known answers (tool call, Action text, reply)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from agenttrainer.inference import AgentInference, parse_action, tool_schemas
+from agenttrainer.models import build_tiny_model, overfit_tiny_model, save_model
+from agenttrainer.models.tool_calls import ToolCall, parse_tool_calls, possible_tool_call_start
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_CALL_ANSWER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+EXAMPLES = [
+    {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER], "answer": TOOL_CALL_ANSWER},
+    {
+        "messages": [{"role": "user", "content": "List the files."}],
+        "answer": "Thought: look first\nAction: bash ls -la",
+    },
+    {"messages": [{"role": "user", "content": "Say hello."}], "answer": "Hello there!"},
+]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    model, tokenizer = build_tiny_model(hidden_size=64, seed=0)
+    overfit_tiny_model(model, tokenizer, EXAMPLES)
+    return str(save_model(model, tokenizer, tmp_path_factory.mktemp("fitted") / "ckpt"))
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint):
+    return AgentInference.from_pretrained(checkpoint, max_new_tokens=48)
+
+
+# -- parsing (no model) ----------------------------------------------------------------------
+
+
+def test_tool_call_blocks_are_split_from_content():
+    text = 'I will check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>{"name": "b", "arguments": "{\\"y\\": 2}"}'
+    assert parse_tool_calls(text) == ("I will check.", [ToolCall("a", {"x": 1}), ToolCall("b", {"y": 2})])
+
+
+def test_malformed_tool_call_stays_in_the_content():
+    text = "<tool_call>{not json}</tool_call> ok"
+    assert parse_tool_calls(text) == (text, [])
+
+
+def test_possible_tool_call_start_holds_back_partial_tags():
+    assert possible_tool_call_start("hello <tool") == len("hello ")
+    assert possible_tool_call_start("hello <tool_call>{") == len("hello ")
+    assert possible_tool_call_start("a < b") == len("a < b")
+    assert possible_tool_call_start("hello <") == len("hello ")
+
+
+@pytest.mark.parametrize(
+    ("text", "tools", "expected"),
+    [
+        (
+            'Thought: t\nAction: {"name": "bash", "parameters": {"command": "ls"}}',
+            None,
+            ("bash", {"command": "ls"}, "t"),
+        ),
+        ('Action: {"tool": "respond", "params": {"message": "hi"}}', None, ("respond", {"message": "hi"}, "")),
+        ('Thought: read it\nAction: read_file {"path": "a.py"}', None, ("read_file", {"path": "a.py"}, "read it")),
+        ("Thought: read it\nAction: read_file /sort.py", None, ("read_file", {"input": "/sort.py"}, "read it")),
+        (
+            "Action: read_file /sort.py\nObservation: def sort(): ...",
+            [{"name": "read_file", "parameters": {"type": "object", "properties": {"path": {}}, "required": ["path"]}}],
+            ("read_file", {"path": "/sort.py"}, ""),
+        ),
+        ("Action: submit", None, ("submit", {}, "")),
+        ('Sure:\n```json\n{"name": "ls", "arguments": {}}\n```', None, ("ls", {}, "Sure:")),
+    ],
+)
+def test_text_actions(text, tools, expected):
+    action, style = parse_action(text, tools)
+    assert (action["tool"], action["params"], action["thought"]) == expected
+    assert style == "text"
+
+
+def test_native_tool_call_action_keeps_the_thought():
+    action, style = parse_action("Thought: need weather\n" + TOOL_CALL_ANSWER)
+    assert action == {"tool": "get_weather", "params": {"city": "Paris"}, "thought": "need weather"}
+    assert style == "tool_call"
+
+
+def test_plain_prose_is_not_an_action():
+    assert parse_action("The answer is 4.") is None
+
+
+def test_tool_schemas_accept_openai_plain_and_attribute_forms():
+    spec = SimpleNamespace(name="bash", description="run", parameters={"type": "object", "properties": {}})
+    schemas = tool_schemas([WEATHER, {"name": "ls"}, spec])
+    assert [s["function"]["name"] for s in schemas] == ["get_weather", "ls", "bash"]
+    assert schemas[1]["function"]["parameters"] == {"type": "object", "properties": {}}
+    with pytest.raises(ValueError, match="needs a name"):
+        tool_schemas([{"description": "nameless"}])
+
+
+# -- generation with a real model -----------------------------------------------------------
+
+
+def test_generate_reproduces_the_trained_answers(engine):
+    for example in EXAMPLES:
+        assert engine.generate(example["messages"], example.get("tools")) == example["answer"]
+
+
+def test_completion_accounting_and_finish_reasons(engine):
+    messages = EXAMPLES[2]["messages"]
+    full = engine.complete(messages)
+    assert full.finish_reason == "stop"
+    assert full.prompt_tokens == engine.encode(messages).shape[1]
+    assert full.completion_tokens == len(
+        engine.tokenizer("Hello there!<|im_end|>", add_special_tokens=False)["input_ids"]
+    )
+    short = engine.complete(messages, max_new_tokens=2)
+    assert (short.finish_reason, short.completion_tokens) == ("length", 2)
+    assert full.text.startswith(short.text)
+
+
+def test_stop_strings_end_the_answer_before_them(engine):
+    completion = engine.complete(EXAMPLES[1]["messages"], stop=["Action:"])
+    assert completion.text == "Thought: look first\n"
+    assert completion.finish_reason == "stop"
+
+
+def test_stream_pieces_add_up_to_the_completion(engine):
+    for example in EXAMPLES:
+        stream = engine.stream(example["messages"], example.get("tools"))
+        pieces = list(stream)
+        assert len(pieces) > 1
+        assert "".join(pieces) == example["answer"] == stream.completion.text
+    stream = engine.stream(EXAMPLES[1]["messages"], stop=["first"])
+    assert "".join(stream) == "Thought: look "
+
+
+def test_sampling_is_reproducible_with_a_seed(engine):
+    messages = [{"role": "user", "content": "Something it never saw"}]
+    a = engine.generate(messages, temperature=1.5, seed=11, max_new_tokens=12)
+    b = engine.generate(messages, temperature=1.5, seed=11, max_new_tokens=12)
+    assert a == b
+
+
+# -- the agent ------------------------------------------------------------------------------
+
+
+def test_agent_turns_a_native_tool_call_into_an_action_and_feeds_back_a_tool_message(engine):
+    agent = engine.create_agent(tools=[WEATHER])
+    assert agent("Weather in Paris?") == {"tool": "get_weather", "params": {"city": "Paris"}, "thought": ""}
+    agent("18 degrees, sunny")
+    roles = [m["role"] for m in agent.messages]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert agent.messages[1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": {"city": "Paris"}}
+    assert agent.messages[2]["content"] == "18 degrees, sunny"
+
+
+def test_agent_parses_action_text_and_sends_observations_as_user_turns(engine):
+    agent = engine.create_agent()
+    assert agent("List the files.") == {"tool": "bash", "params": {"input": "ls -la"}, "thought": "look first"}
+    agent({"output": "a.py", "exit_code": 0})
+    assert agent.messages[1] == {"role": "assistant", "content": "Thought: look first\nAction: bash ls -la"}
+    assert agent.messages[2] == {"role": "user", "content": 'Observation: {"output": "a.py", "exit_code": 0}'}
+
+
+def test_system_prompt_leads_the_conversation_and_survives_reset(engine):
+    agent = engine.create_agent(system_prompt="You are a coder.")
+    agent("List the files.")
+    assert agent.messages[:2] == [
+        {"role": "system", "content": "You are a coder."},
+        {"role": "user", "content": "List the files."},
+    ]
+    agent.reset()
+    assert agent.messages == [{"role": "system", "content": "You are a coder."}]
+
+
+def test_unparseable_answer_falls_back_to_a_reply(engine):
+    agent = engine.create_agent()
+    assert agent("Say hello.") == {"tool": "respond", "params": {"message": "Hello there!"}, "thought": ""}
+    other = engine.create_agent(fallback_tool="finish")
+    assert other("Say hello.")["tool"] == "finish"
