@@ -117,7 +117,19 @@ def test_jsonl_bad_line_is_named(real_json, tmp_path):
 def test_explicit_format_that_does_not_match(real):
     path = real("tau-bench_gpt-4o-airline_tasks0-4.json")
     message = _error(path, "swe-agent")
-    assert message == f"{path}: not a swe-agent log: not a JSON object"
+    assert message == f"{path}: not in the swe-agent format: not a JSON object"
+
+
+def test_jsonl_record_in_another_format(real_json, tmp_path):
+    chat = real_json("tau-bench_gpt-4o-airline_tasks0-4.json")[1]
+    sharegpt = {"conversations": [{"from": "human", "value": "hi"}]}
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps(chat) + "\n" + json.dumps(sharegpt) + "\n")
+    message = _error(path)
+    assert (
+        message
+        == f"{path}:2: not in the openai-chat format: no 'messages' or 'traj' list of {{role, content}} messages"
+    )
 
 
 def test_cli_errors_are_one_line_without_traceback(tmp_path):

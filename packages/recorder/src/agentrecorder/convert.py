@@ -102,10 +102,10 @@ def iter_convert(
             detection = detect(record, str(path), line)
             adapter = detection.adapter
             result.detection = detection.describe()
-        else:
+        else:  # named formats, and every JSONL record after the one that decided the format
             why = adapter.check(record)
             if why is not None:
-                raise ConversionError(str(path), line, f"not a {adapter.name} log: {why}")
+                raise ConversionError(str(path), line, f"not in the {adapter.name} format: {why}")
         result.format = adapter.name
         for trajectory in convert_record(adapter, record, path=path, line=line):
             if not trajectory.id:

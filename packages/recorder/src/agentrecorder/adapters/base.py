@@ -124,11 +124,3 @@ def strip_blocks(text: str, blocks: list[tuple[str, str, int, int]]) -> str:
         cursor = end
     out.append(text[cursor:])
     return "\n".join(part.strip() for part in out if part.strip())
-
-
-def first_message_text(messages: list[Any], role: str) -> str:
-    """Content of the first message with ``role`` (string content only), or ``""``."""
-    for message in messages:
-        if isinstance(message, dict) and message.get("role") == role and isinstance(message.get("content"), str):
-            return message["content"]
-    return ""

@@ -42,10 +42,12 @@ def _count(value: Any) -> int:
 
 
 def _is_event(value: Any) -> bool:
+    # chat messages (SWE-agent's history carries "action" too) have a "role"; events do not
     return (
         isinstance(value, dict)
         and ("action" in value or "observation" in value)
         and ("source" in value or "id" in value)
+        and "role" not in value
     )
 
 
