@@ -90,6 +90,16 @@ def test_not_utf8(tmp_path):
     assert message.startswith(f"{path}:2: not UTF-8 text (byte offset")
 
 
+def test_absurdly_deep_nesting(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    assert _error(path) == f"{path}: JSON nested too deeply to read"
+    lines = tmp_path / "deep.jsonl"
+    first = json.dumps({"conversations": [{"from": "human", "value": "hi"}]})
+    lines.write_text(first + "\n" + '{"conversations": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    assert _error(lines) == f"{lines}:2: JSON nested too deeply to read"
+
+
 def test_unknown_format_lists_every_format_and_why(tmp_path):
     path = tmp_path / "other.json"
     path.write_text('{"events": [1, 2, 3]}')

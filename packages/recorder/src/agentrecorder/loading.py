@@ -73,9 +73,12 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 continue
             text = _decode(raw, path, number).rstrip("\r\n")
             try:
-                yield number, json.loads(text)
+                record = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise _json_error(path, exc, line_offset=number - 1) from None
+            except RecursionError:
+                raise ConversionError(str(path), number, "JSON nested too deeply to read") from None
+            yield number, record
 
 
 def _looks_like_jsonl(path: Path, head: bytes) -> bool:
@@ -107,4 +110,6 @@ def load_records(path: str | os.PathLike) -> Iterator[tuple[int | None, Any]]:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _json_error(path, exc) from None
+    except RecursionError:
+        raise ConversionError(str(path), None, "JSON nested too deeply to read") from None
     yield None, document
