@@ -206,6 +206,37 @@ def test_who_and_when_files(real, name, steps, first_tool, mistake):
     assert flagged == [mistake]
 
 
+# (file, history index of the first message with code, its language, first code line, exit code
+# reported by the Computer_terminal message after it); files 4 and 9 contain no code at all
+FIRST_CODE = [
+    ("algorithm-generated_1.json", 0, "python", "import pandas as pd", 0),
+    ("algorithm-generated_2.json", 2, "python", "# Let's create a sample dataset in a CSV format for demonstration", 0),
+    ("algorithm-generated_3.json", 2, "sh", "# Install tesseract", 124),
+    ("algorithm-generated_4.json", None, None, None, None),
+    ("algorithm-generated_5.json", 1, "python", "import requests", 0),
+    ("algorithm-generated_6.json", 1, "python", "from functions import arxiv_search", 0),
+    ("algorithm-generated_7.json", 1, "python", "from functions import arxiv_search", 0),
+    ("algorithm-generated_8.json", 0, "python", "import pandas as pd", 1),
+    ("algorithm-generated_9.json", None, None, None, None),
+    ("algorithm-generated_10.json", 5, "python", "population_seattle = 737,015", 1),
+]
+
+
+@pytest.mark.parametrize(("name", "history_index", "language", "first_line", "exit_code"), FIRST_CODE)
+def test_who_and_when_code_steps(real, name, history_index, language, first_line, exit_code):
+    (t,) = convert_file(real(f"who-and-when/{name}"))
+    code_steps = [s for s in t.steps if s.tool_call.name == "execute_code"]
+    if history_index is None:
+        assert code_steps == []
+        return
+    step = code_steps[0]
+    assert step.metadata["history_index"] == history_index
+    block = step.tool_call.parameters["code_blocks"][0]
+    assert block["language"] == language
+    assert block["code"].strip().splitlines()[0] == first_line
+    assert step.observation.exit_code == exit_code
+
+
 def test_who_and_when_file_1_in_detail(real):
     (t,) = convert_file(real("who-and-when/algorithm-generated_1.json"))
     assert t.id == t.task.id == "4d51c4bf-4b0e-4f3d-897b-3f6687a7d9f2"
