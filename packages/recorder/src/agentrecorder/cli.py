@@ -142,14 +142,17 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 
 def cmd_formats(args: argparse.Namespace) -> int:
-    adapters = registry.adapters()
+    adapters, broken = registry.adapters(), registry.broken()
     if args.json:
-        print(json.dumps([{"name": a.name, "priority": a.priority, "description": a.description} for a in adapters]))
+        listed = [{"name": a.name, "priority": a.priority, "description": a.description} for a in adapters]
+        print(json.dumps(listed + [{"name": n, "error": why} for n, why in broken.items()]))
         return 0
-    width = max(len(a.name) for a in adapters)
+    width = max(len(name) for name in [a.name for a in adapters] + list(broken))
     print("formats, in auto-detection order:")
     for a in adapters:
         print(f"  {a.name.ljust(width)}  {a.description}")
+    for name, why in broken.items():
+        print(f"  {name.ljust(width)}  cannot be loaded: {why}")
     return 0
 
 

@@ -82,5 +82,26 @@ def get_adapter(name: str) -> Adapter:
 
 
 def adapters() -> list[Adapter]:
-    """All adapters, in auto-detection order (lower ``priority`` first, then name)."""
-    return sorted((get_adapter(n) for n in names()), key=lambda a: (a.priority, a.name))
+    """All loadable adapters, in auto-detection order (lower ``priority`` first, then name).
+
+    A third-party adapter that fails to load is left out (see ``broken()``) rather than
+    breaking every conversion; naming it explicitly still raises its error.
+    """
+    loaded = []
+    for name in names():
+        try:
+            loaded.append(get_adapter(name))
+        except ConversionError:
+            continue
+    return sorted(loaded, key=lambda a: (a.priority, a.name))
+
+
+def broken() -> dict[str, str]:
+    """Registered formats whose adapter cannot be loaded, with the reason."""
+    problems = {}
+    for name in names():
+        try:
+            get_adapter(name)
+        except ConversionError as exc:
+            problems[name] = exc.problem
+    return problems

@@ -18,13 +18,14 @@ from typing import Any
 from knowlyrcore.trajectory import Trajectory
 
 
-def clip(text: str, max_lines: int, max_chars: int = 4000) -> str:
-    """``text`` shortened to ``max_lines`` lines / ``max_chars`` characters, saying what was cut.
+def clip(text: str, max_lines: int, max_chars: int | None = None) -> str:
+    """``text`` shortened to ``max_lines`` lines / ``max_chars`` (default 200 per line), saying what was cut.
 
     Example:
         >>> clip("a\\nb\\nc", 2)
         'a\\nb\\n[... 1 more line]'
     """
+    max_chars = max_chars if max_chars is not None else 200 * max_lines
     lines = text.splitlines()
     kept = lines[:max_lines]
     out = "\n".join(kept)
