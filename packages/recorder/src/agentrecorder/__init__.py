@@ -16,6 +16,7 @@ from agentrecorder.convert import (
     FileResult,
     convert_file,
     convert_paths,
+    convert_record,
     expand_inputs,
     iter_convert,
     load_trajectories,
@@ -32,35 +33,36 @@ from agentrecorder.view import render_html
 __version__ = "0.1.0"
 
 __all__ = [
-    # adapters and registry
-    "ENTRY_POINT_GROUP",
-    "RESPOND",
-    "Adapter",
     # conversion
     "BatchReport",
-    # errors
-    "ConversionError",
-    "Detection",
-    # live recording
-    "Episode",
-    "FieldError",
     "FileResult",
-    "Recorder",
-    "StepList",
-    "UnknownFormatError",
-    "adapters",
     "convert_file",
     "convert_paths",
-    "detect",
+    "convert_record",
     "expand_inputs",
-    # views
-    "format_summary",
-    "get_adapter",
     "iter_convert",
     "load_records",
     "load_trajectories",
+    # adapters, registry and detection
+    "ENTRY_POINT_GROUP",
+    "RESPOND",
+    "Adapter",
+    "Detection",
+    "StepList",
+    "adapters",
+    "detect",
+    "get_adapter",
     "names",
     "register_adapter",
+    # errors
+    "ConversionError",
+    "FieldError",
+    "UnknownFormatError",
+    # live recording
+    "Episode",
+    "Recorder",
+    # inspection
+    "format_summary",
     "render",
     "render_html",
     "summarize",
