@@ -100,6 +100,12 @@ def test_validate_a_raw_log_and_a_bad_path(real, capsys):
     )
 
 
+def test_output_that_is_a_directory(real, tmp_path):
+    proc = run("convert", str(real("openhands_basic.json")), "-o", str(tmp_path), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"knowlyr-recorder: error: {tmp_path}: output is a directory; name a .jsonl file"
+
+
 def test_unknown_format_name():
     proc = run("convert", "-f", "langchain", "x.json", check=False)
     assert proc.returncode == 1

@@ -160,6 +160,8 @@ def convert_paths(
     """
     if fmt != "auto":
         get_adapter(fmt)  # an unknown format name fails before any file is read
+    if output is not None and Path(output).is_dir():
+        raise ConversionError(str(output), None, "output is a directory; name a .jsonl file")
     report = BatchReport()
     collected: list[Trajectory] = []
 
