@@ -28,6 +28,19 @@ class ConfigError(ValueError):
     """An invalid configuration value or file."""
 
 
+def _coerce(name: str, type_name: str, value: Any, source: str) -> Any:
+    """Numbers written as strings (YAML 1.1 reads ``2e-5`` as text) become numbers."""
+    for prefix, convert in (("float", float), ("int", int)):
+        if type_name.startswith(prefix) and isinstance(value, str):
+            try:
+                return convert(value)
+            except ValueError:
+                raise ConfigError(f"{source}: {name} must be a number, got {value!r}") from None
+    if type_name.startswith("float") and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 @dataclass
 class TrainConfig:
     """Fields shared by SFT, DPO and GRPO."""
@@ -147,6 +160,8 @@ class TrainConfig:
         unknown = sorted(set(values) - names)
         if unknown:
             raise ConfigError(f"{source}: unknown {cls.__name__} field(s) {unknown}")
+        types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        values = {k: _coerce(k, types[k], v, source) for k, v in values.items()}
         try:
             return cls(**values)
         except TypeError as exc:

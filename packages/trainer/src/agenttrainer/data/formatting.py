@@ -136,8 +136,9 @@ def chunk_conversation(tokenizer: Any, conv: Conversation, max_length: int) -> l
     """Split a trajectory longer than ``max_length`` tokens at step boundaries.
 
     Each chunk keeps the task (everything before the first assistant turn), then as many of the
-    directly preceding steps as fit as untrained context, then the chunk's own steps (trained).
-    A single step that alone exceeds ``max_length`` is truncated.
+    directly preceding steps as fit as untrained context, then the chunk's own steps (trained;
+    at most half the room after the task). A single step that alone exceeds ``max_length`` is
+    truncated.
     """
     whole = tokenize_conversation(tokenizer, conv)
     if len(whole) <= max_length:
@@ -151,10 +152,14 @@ def chunk_conversation(tokenizer: Any, conv: Conversation, max_length: int) -> l
             )["input_ids"]
         )
 
+    # A chunk's own steps take at most half the room left after the task, so that the other
+    # half can hold the preceding steps as context.
+    head_length = length([], [])
+    segment_budget = head_length + (max_length - head_length) // 2
     chunks, i = [], 0
     while i < len(units):
         j = i + 1
-        while j < len(units) and length([], units[i : j + 1]) <= max_length:
+        while j < len(units) and length([], units[i : j + 1]) <= segment_budget:
             j += 1
         k = i
         while k > 0 and length(units[k - 1 : i], units[i:j]) <= max_length:

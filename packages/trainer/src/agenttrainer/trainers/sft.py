@@ -152,6 +152,39 @@ class SFTTrainer:
         return pad if pad is not None else self.tokenizer.eos_token_id
 
     # ----------------------------------------------------------------------------- train
+    def backward_window(self, model: Any, window: list[list[int]], examples: list[Example]) -> tuple[torch.Tensor, int]:
+        """Forward + backward over one optimizer step's micro-batches; returns (summed loss, tokens seen).
+
+        The loss is normalised by the trainable tokens of the whole step on all processes (DDP then
+        averages the gradients), so batch 1 x accumulation 4 equals batch 4 x accumulation 1.
+        """
+        c, acc = self.config, self.accelerator
+        num_items = sum(examples[i].num_trainable for b in window for i in b) / acc.num_processes
+        step_loss, tokens = torch.zeros((), device=acc.device), 0
+        for k, batch_idx in enumerate(window):
+            batch_examples = [examples[i] for i in common.shard(batch_idx, acc)]
+            batch = common.to_device(
+                collate(batch_examples, packing=c.packing, pad_token_id=self._pad_id()), acc.device
+            )
+            sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
+            with sync:
+                with acc.autocast():
+                    hidden = model(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (B, T, H)
+                    weight, bias = self.wrapped.lm_head()
+                    loss, _ = sft_loss(
+                        hidden,
+                        weight,
+                        batch["labels"],
+                        lm_head_bias=bias,
+                        token_weights=batch["weights"] if c.step_weighted_loss else None,
+                        num_items=num_items,
+                        chunk_size=c.loss_chunk_size,
+                    )
+                acc.backward(loss)
+            step_loss += loss.detach()
+            tokens += sum(len(ex) for ex in batch_examples)
+        return step_loss, tokens
+
     def train(self) -> dict[str, Any]:
         c, acc = self.config, self.accelerator
         if not c.train_file:
@@ -203,31 +236,8 @@ class SFTTrainer:
                 if step <= state["global_step"]:
                     continue  # resuming: this step's data was already consumed
                 model.train()
-                # Normalise by the trainable tokens of the whole step on all processes (DDP averages grads).
-                num_items = sum(examples[i].num_trainable for b in window for i in b) / acc.num_processes
-                step_loss = torch.zeros((), device=acc.device)
-                for k, batch_idx in enumerate(window):
-                    batch_examples = [examples[i] for i in common.shard(batch_idx, acc)]
-                    batch = common.to_device(
-                        collate(batch_examples, packing=c.packing, pad_token_id=self._pad_id()), acc.device
-                    )
-                    sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
-                    with sync:
-                        with acc.autocast():
-                            hidden = model(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (B, T, H)
-                            weight, bias = self.wrapped.lm_head()
-                            loss, _ = sft_loss(
-                                hidden,
-                                weight,
-                                batch["labels"],
-                                lm_head_bias=bias,
-                                token_weights=batch["weights"] if c.step_weighted_loss else None,
-                                num_items=num_items,
-                                chunk_size=c.loss_chunk_size,
-                            )
-                        acc.backward(loss)
-                    step_loss += loss.detach()
-                    state["tokens"] += sum(len(ex) for ex in batch_examples)
+                step_loss, tokens = self.backward_window(model, window, examples)
+                state["tokens"] += tokens
                 grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
                 optimizer.step()
                 scheduler.step()

@@ -1,0 +1,121 @@
+"""Chat-template formatting, observation masking, step weights, chunking, packing."""
+
+import pytest
+import torch
+
+from agenttrainer.data import (
+    DataError,
+    chunk_conversation,
+    pack,
+    pad,
+    sft_conversation,
+    tokenize_conversation,
+)
+from agenttrainer.trainers.common import HiddenStates
+
+RECORD = {
+    "instruction": "Fix the bug",
+    "steps": [
+        {"thought": "Read", "action": "read_file /a.py", "observation": "def f(): pass", "reward": 0.7},
+        {"thought": "Fix", "action": "edit_file /a.py", "observation": "File edited", "reward": 0.9},
+    ],
+}
+
+
+def _trained_text(tokenizer, ex):
+    return tokenizer.decode([t for t, lab in zip(ex.input_ids, ex.labels) if lab != -100])
+
+
+def test_only_thought_and_action_are_trained(tokenizer):
+    ex = tokenize_conversation(tokenizer, sft_conversation(RECORD, "f:1"))
+    assert _trained_text(tokenizer, ex) == (
+        "Thought: Read\nAction: read_file /a.py<|im_end|>\nThought: Fix\nAction: edit_file /a.py<|im_end|>\n"
+    )
+    full = tokenizer.decode(ex.input_ids)
+    assert "Observation: def f(): pass" in full and "Fix the bug" in full
+    # labels equal input ids where trained
+    assert all(lab in (-100, t) for t, lab in zip(ex.input_ids, ex.labels))
+
+
+def test_mask_observations_off_trains_observation_turns(tokenizer):
+    ex = tokenize_conversation(tokenizer, sft_conversation(RECORD, "f:1", mask_observations=False))
+    text = _trained_text(tokenizer, ex)
+    assert "Observation: def f(): pass" in text and "Fix the bug" not in text
+
+
+def test_step_weights_per_token(tokenizer):
+    ex = tokenize_conversation(tokenizer, sft_conversation(RECORD, "f:1"))
+    weights = {round(w, 6) for w, lab in zip(ex.weights, ex.labels) if lab != -100}
+    assert weights == {0.875, 1.125}
+    assert all(w == 0.0 for w, lab in zip(ex.weights, ex.labels) if lab == -100)
+
+
+def test_tools_are_rendered_and_tool_turns_masked(tokenizer):
+    conv = sft_conversation(
+        {
+            "messages": [
+                {"role": "user", "content": "list"},
+                {"role": "assistant", "content": "calling ls"},
+                {"role": "tool", "content": "a.py"},
+                {"role": "assistant", "content": "there is a.py"},
+            ],
+            "tools": [{"type": "function", "function": {"name": "ls", "description": "list", "parameters": {}}}],
+        },
+        "f:1",
+    )
+    ex = tokenize_conversation(tokenizer, conv)
+    assert '"name": "ls"' in tokenizer.decode(ex.input_ids)
+    assert _trained_text(tokenizer, ex) == "calling ls<|im_end|>\nthere is a.py<|im_end|>\n"
+
+
+def test_truncation_that_leaves_nothing_to_train_is_an_error(tokenizer):
+    conv = sft_conversation(RECORD, "data.jsonl:7")
+    with pytest.raises(DataError, match=r"data.jsonl:7: no trainable tokens left .*max_length=10"):
+        tokenize_conversation(tokenizer, conv, max_length=10)
+
+
+def test_chunking_splits_at_step_boundaries_and_keeps_the_task(tokenizer):
+    steps = [{"thought": f"step {j}", "action": f"cmd {j} " + "x " * 10, "observation": f"obs {j}"} for j in range(6)]
+    conv = sft_conversation({"instruction": "The task text", "steps": steps}, "f:1")
+    whole = tokenize_conversation(tokenizer, conv)
+    chunks = chunk_conversation(tokenizer, conv, max_length=len(whole) // 2)
+    assert len(chunks) >= 2
+    trained = []
+    for ch in chunks:
+        assert len(ch) <= len(whole) // 2
+        text = tokenizer.decode(ch.input_ids)
+        assert "The task text" in text
+        trained.append(_trained_text(tokenizer, ch))
+    # every step is trained exactly once across chunks, whole steps only
+    for j in range(6):
+        assert sum(t.count(f"Thought: step {j}\n") for t in trained) == 1
+    # later chunks carry earlier steps as untrained context
+    for ch, t in zip(chunks[1:], trained[1:]):
+        first = next(j for j in range(6) if f"Thought: step {j}\n" in t)
+        assert f"Thought: step {first - 1}\n" in tokenizer.decode(ch.input_ids)
+
+
+def test_short_trajectory_is_one_chunk(tokenizer):
+    conv = sft_conversation(RECORD, "f:1")
+    assert len(chunk_conversation(tokenizer, conv, max_length=4096)) == 1
+
+
+def test_packed_forward_equals_separate_forwards(tiny, tokenizer):
+    """Packing with a block-diagonal mask gives each sequence exactly its own hidden states."""
+    model, _ = tiny
+    module = HiddenStates(model).eval()
+    a = tokenize_conversation(tokenizer, sft_conversation(RECORD, "f:1"))
+    b = tokenize_conversation(tokenizer, sft_conversation({"instruction": "x", "response": "y"}, "f:2"))
+    with torch.no_grad():
+        packed = pack([a, b])
+        h = module(packed["input_ids"], packed["position_ids"], packed["seq_ids"])
+        for i, ex in enumerate([a, b]):
+            one = pack([ex])
+            h1 = module(one["input_ids"], one["position_ids"], one["seq_ids"])
+            sel = packed["seq_ids"][0] == i
+            assert torch.allclose(h[0, sel], h1[0], atol=1e-5)
+        padded = pad([a, b], pad_token_id=tokenizer.pad_token_id)
+        hp = module(padded["input_ids"], padded["position_ids"], padded["seq_ids"])
+        assert torch.allclose(hp[1, : len(b)], h[0, packed["seq_ids"][0] == 1], atol=1e-5)
+    assert packed["labels"][0, len(a)].item() == -100  # no prediction across the boundary
+    assert padded["labels"][1, len(b) :].eq(-100).all()

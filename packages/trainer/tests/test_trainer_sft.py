@@ -1,0 +1,181 @@
+"""SFT recipe on a tiny random model: invariants, options, checkpoints, logging."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from agenttrainer.config import SFTConfig
+from agenttrainer.trainers.sft import SFTTrainer
+
+
+def _config(tmp_path, train_file, **kw):
+    base = dict(
+        train_file=train_file,
+        output_dir=str(tmp_path / "out"),
+        num_epochs=1,
+        batch_size=2,
+        progress_bar=False,
+        bf16=False,
+        learning_rate=1e-3,
+    )
+    return SFTConfig(**{**base, **kw})
+
+
+def _grads(module):
+    return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("options", [{}, {"step_weighted_loss": True}, {"packing": False}, {"loss_chunk_size": 7}])
+def test_batch1_accum4_equals_batch4_accum1(tmp_path, tiny, sft_file, options):
+    """Same loss and gradients whether 4 examples come as 4 micro-batches or one (tol 1e-5)."""
+    model, tok = tiny
+    trainer = SFTTrainer(_config(tmp_path, sft_file, **options), model=model, tokenizer=tok)
+    examples, _ = trainer.load_examples(sft_file)
+    loss_a, _ = trainer.backward_window(trainer.wrapped, [[0], [1], [2], [3]], examples)
+    grads_a = _grads(trainer.wrapped)
+    trainer.wrapped.zero_grad(set_to_none=True)
+    loss_b, _ = trainer.backward_window(trainer.wrapped, [[0, 1, 2, 3]], examples)
+    grads_b = _grads(trainer.wrapped)
+    assert loss_a.item() == pytest.approx(loss_b.item(), abs=1e-5)
+    assert grads_a.keys() == grads_b.keys() and grads_a
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_step_weighted_loss_changes_the_loss(tmp_path, tiny, sft_file):
+    model, tok = tiny
+    trainer = SFTTrainer(_config(tmp_path, sft_file), model=model, tokenizer=tok)
+    examples, _ = trainer.load_examples(sft_file)
+    plain = trainer.backward_window(trainer.wrapped, [[0, 1, 2]], examples)[0].item()
+    trainer.config.step_weighted_loss = True
+    weighted = trainer.backward_window(trainer.wrapped, [[0, 1, 2]], examples)[0].item()
+    assert plain != pytest.approx(weighted, abs=1e-4)
+
+
+def test_training_reduces_loss_changes_every_parameter_and_logs(tmp_path, tiny, sft_file):
+    model, tok = tiny
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    config = _config(
+        tmp_path,
+        sft_file,
+        eval_file=sft_file,
+        num_epochs=4,
+        learning_rate=3e-3,
+        report_to=["tensorboard", "wandb"],
+        warmup_ratio=0.0,
+    )
+    result = SFTTrainer(config, model=model, tokenizer=tok).train()
+    assert result["global_step"] == 16 and result["output_dir"].endswith("final")
+    for name, p in model.named_parameters():
+        assert not torch.equal(before[name], p.detach()), f"{name} did not change"
+    out = Path(config.output_dir)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r["loss/train"] for r in lines if "loss/train" in r]
+    assert train[-1] < train[0]
+    assert {"train/learning_rate", "train/grad_norm", "train/epoch", "train/tokens"} <= set(lines[0])
+    evals = [r["eval/loss"] for r in lines if "eval/loss" in r]
+    assert len(evals) == 4 and evals[-1] < evals[0]
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((out / "wandb").glob("offline-run-*"))
+    assert (out / "final" / "model.safetensors").is_file() and (out / "best" / "model.safetensors").is_file()
+
+
+def test_early_stopping_stops_when_eval_does_not_improve(tmp_path, tiny, sft_file):
+    model, tok = tiny
+    # A learning rate this large makes eval loss blow up after the first epoch.
+    config = _config(
+        tmp_path,
+        sft_file,
+        eval_file=sft_file,
+        num_epochs=6,
+        learning_rate=5.0,
+        early_stopping_patience=1,
+        max_grad_norm=0,
+    )
+    result = SFTTrainer(config, model=model, tokenizer=tok).train()
+    assert result["early_stopped"] and result["global_step"] < 24
+    assert result["best_eval_loss"] <= result["eval_loss"]
+
+
+def test_curriculum_grows_the_epoch(tmp_path, tiny, sft_file):
+    model, tok = tiny
+    config = _config(
+        tmp_path, sft_file, curriculum=True, curriculum_start_ratio=0.25, curriculum_warmup_epochs=2, num_epochs=3
+    )
+    trainer = SFTTrainer(config, model=model, tokenizer=tok)
+    examples, _ = trainer.load_examples(sft_file)
+    sizes = [sum(len(b) for w in epoch for b in w) for epoch in trainer._epoch_plan(examples)]
+    assert sizes == [2, 5, 8]  # ceil(8 * 0.25), ceil(8 * 0.625), 8
+
+
+def test_coreset_and_replay(tmp_path, tiny, rows):
+    model, tok = tiny
+    first = rows.write(tmp_path / "a.jsonl", rows.sft(8, seed=1))
+    config = _config(
+        tmp_path,
+        str(first),
+        use_coreset_selection=True,
+        coreset_target_size=4,
+        coreset_strategy="loss_topk",
+        use_online_continual=True,
+        continual_replay_ratio=0.5,
+    )
+    result = SFTTrainer(config, model=model, tokenizer=tok).train()
+    assert result["num_examples"] == 4  # the buffer was empty: 8 new, coreset keeps 4
+    buffer = Path(config.output_dir) / "replay_buffer.jsonl"
+    assert len(buffer.read_text().splitlines()) == 1 + 8
+    second = rows.write(tmp_path / "b.jsonl", rows.sft(6, seed=2))
+    config2 = _config(tmp_path, str(second), use_online_continual=True, continual_replay_ratio=0.5)
+    result2 = SFTTrainer(config2, model=model, tokenizer=tok).train()
+    assert result2["num_examples"] == 6 + 3  # 50% replay from the first run's records
+
+
+def test_chunking_and_task_weights_run(tmp_path, tiny, rows):
+    model, tok = tiny
+    data = rows.sft(6)
+    for i, r in enumerate(data):
+        r["task_type"] = "a" if i < 2 else "b"
+        r["steps"] = r["steps"] * 4
+    path = rows.write(tmp_path / "long.jsonl", data)
+    config = _config(
+        tmp_path, str(path), chunk_long_trajectories=True, max_length=120, task_weights={"a": 0.5, "b": 0.5}
+    )
+    trainer = SFTTrainer(config, model=model, tokenizer=tok)
+    examples, _ = trainer.load_examples(str(path))
+    assert len(examples) > 6 and max(len(e) for e in examples) <= 120
+    assert trainer.train()["global_step"] > 0
+
+
+def test_lora_trains_only_adapters(tmp_path, tiny, sft_file):
+    pytest.importorskip("peft")
+    model, tok = tiny
+    config = _config(tmp_path, sft_file, use_lora=True, lora_preset="minimal", lora_r=4, learning_rate=1e-2)
+    trainer = SFTTrainer(config, model=model, tokenizer=tok)
+    trainable = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    trainer.train()
+    params = dict(trainer.model.named_parameters())
+    assert all(not torch.equal(trainable[n], params[n]) for n in trainable if "lora_B" in n)
+    assert all(torch.equal(frozen[n], params[n]) for n in frozen)
+    assert (Path(config.output_dir) / "final" / "model.safetensors").is_file()  # merged
+
+
+def test_resume_from_a_checkpoint_matches_uninterrupted(tmp_path, tiny, sft_file):
+    """Resuming from step 3 of an 8-step run ends with exactly the uninterrupted run's weights."""
+    from agenttrainer.models import build_tiny_model
+
+    model, tok = tiny
+    full = _config(tmp_path / "full", sft_file, num_epochs=2, save_steps=3)
+    SFTTrainer(full, model=model, tokenizer=tok).train()
+    checkpoint = Path(full.output_dir) / "checkpoint-3"
+    assert (checkpoint / "trainer_state.json").is_file() and not list(Path(full.output_dir).glob(".tmp-*"))
+
+    resumed_model, _ = build_tiny_model(seed=0)
+    resumed = _config(tmp_path / "resumed", sft_file, num_epochs=2, resume_from_checkpoint=str(checkpoint))
+    result = SFTTrainer(resumed, model=resumed_model, tokenizer=tok).train()
+    assert result["global_step"] == 8
+    for (name, a), b in zip(model.named_parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
