@@ -178,6 +178,16 @@ def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
+def _stop_when(event: threading.Event) -> Any:
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _Cancelled(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), event.is_set(), dtype=torch.bool)  # (B,)
+
+    return StoppingCriteriaList([_Cancelled()])
+
+
 class TextStream:
     """Iterator over generated text pieces; generation runs in a worker thread."""
 
@@ -201,6 +211,8 @@ class TextStream:
         self._streamer = TextIteratorStreamer(engine.tokenizer, skip_prompt=True, skip_special_tokens=True)
         self._kwargs = engine._generate_kwargs(self._input_ids, max_new_tokens, temperature, top_p, stop)
         self._kwargs["streamer"] = self._streamer
+        self._cancelled = threading.Event()
+        self._kwargs["stopping_criteria"] = _stop_when(self._cancelled)
         self._seed = seed
         self._output: torch.Tensor | None = None
         self._error: BaseException | None = None
@@ -216,6 +228,10 @@ class TextStream:
         except BaseException as exc:  # surfaced to the consumer in __iter__
             self._error = exc
             self._streamer.end()
+
+    def close(self) -> None:
+        """Stop generating after the current token (e.g. the client went away)."""
+        self._cancelled.set()
 
     def __iter__(self) -> Iterator[str]:
         text, emitted = "", 0

@@ -1,0 +1,223 @@
+"""The OpenAI-compatible server, run for real (``python -m agenttrainer.serving``) on 127.0.0.1 and
+driven by the official ``openai`` SDK, on a tiny model trained to known answers.
+
+    pytest packages/trainer/tests/test_serving.py
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+from click.testing import CliRunner
+
+from agenttrainer.models import build_tiny_model, load_tokenizer, overfit_tiny_model, save_model
+from agenttrainer.serving.cli import serve
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+PARIS = [{"role": "user", "content": "Weather in Paris?"}]
+HELLO = [{"role": "user", "content": "Say hello."}]
+EXAMPLES = [
+    {
+        "messages": PARIS,
+        "tools": [WEATHER],
+        "answer": 'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    },
+    {"messages": HELLO, "answer": "Hello there!"},
+]
+MODEL = "tiny-fitted"
+
+
+def start_server(checkpoint: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    """Launch the server on a free port and wait until /health answers; returns (process, base URL)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agenttrainer.serving", checkpoint, "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()  # "serving <name> at <url>", printed once the model is loaded
+    if not line.startswith("serving "):
+        proc.kill()
+        raise RuntimeError(f"server did not start: {line}{proc.stderr.read()}")
+    base_url = line.rsplit(" ", 1)[-1].strip()
+    deadline = time.monotonic() + 60
+    while True:  # the socket is bound; poll until uvicorn accepts requests
+        try:
+            if httpx.get(base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200:
+                return proc, base_url
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"server never became ready: {proc.stderr.read()}") from None
+            time.sleep(0.05)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    model, tokenizer = build_tiny_model(hidden_size=64, seed=0)
+    overfit_tiny_model(model, tokenizer, EXAMPLES)
+    return str(save_model(model, tokenizer, tmp_path_factory.mktemp("served") / MODEL))
+
+
+@pytest.fixture(scope="module")
+def client(checkpoint):
+    proc, base_url = start_server(checkpoint, "--max-tokens", "64")
+    yield openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    stop_server(proc)
+
+
+def _prompt_tokens(checkpoint, messages, tools=None) -> int:
+    tokenizer = load_tokenizer(checkpoint)
+    return len(
+        tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_dict=True)["input_ids"]
+    )
+
+
+def test_models_endpoint_lists_the_served_checkpoint(client):
+    assert [m.id for m in client.models.list()] == [MODEL]
+    assert client.models.retrieve(MODEL).owned_by == "knowlyr"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+
+
+def test_plain_completion(client, checkpoint):
+    response = client.chat.completions.create(model=MODEL, messages=HELLO)
+    choice = response.choices[0]
+    assert (choice.message.role, choice.message.content, choice.finish_reason) == ("assistant", "Hello there!", "stop")
+    assert choice.message.tool_calls is None
+    assert response.usage.prompt_tokens == _prompt_tokens(checkpoint, HELLO)
+    assert response.usage.total_tokens == response.usage.prompt_tokens + response.usage.completion_tokens
+    assert response.id.startswith("chatcmpl-")
+
+
+def test_tool_call_comes_back_as_tool_calls(client):
+    response = client.chat.completions.create(model=MODEL, messages=PARIS, tools=[WEATHER])
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Checking."
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+
+
+def test_tool_result_round_trip_is_accepted(client):
+    first = client.chat.completions.create(model=MODEL, messages=PARIS, tools=[WEATHER]).choices[0].message
+    messages = [
+        *PARIS,
+        first.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "18C and sunny"},
+    ]
+    response = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER])
+    assert response.usage.prompt_tokens > 0
+    assert response.choices[0].finish_reason in {"stop", "length", "tool_calls"}
+
+
+def test_tool_choice_none_hides_the_tools(client):
+    response = client.chat.completions.create(model=MODEL, messages=PARIS, tools=[WEATHER], tool_choice="none")
+    assert response.choices[0].message.tool_calls is None
+
+
+def test_stream_of_text(client, checkpoint):
+    chunks = list(
+        client.chat.completions.create(model=MODEL, messages=HELLO, stream=True, stream_options={"include_usage": True})
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Hello there!"
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 1  # really streamed
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == _prompt_tokens(checkpoint, HELLO)
+
+
+def test_stream_of_a_tool_call_never_leaks_the_markup(client):
+    chunks = list(client.chat.completions.create(model=MODEL, messages=PARIS, tools=[WEATHER], stream=True))
+    deltas = [c.choices[0].delta for c in chunks]
+    text = "".join(d.content or "" for d in deltas)
+    calls = [tc for d in deltas for tc in d.tool_calls or []]
+    assert "<tool" not in text and text.strip() == "Checking."
+    assert [(tc.index, tc.function.name, json.loads(tc.function.arguments)) for tc in calls] == [
+        (0, "get_weather", {"city": "Paris"})
+    ]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_max_tokens_and_stop(client):
+    short = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=2)
+    assert (short.choices[0].finish_reason, short.usage.completion_tokens) == ("length", 2)
+    stopped = client.chat.completions.create(model=MODEL, messages=HELLO, stop=["there"])
+    assert (stopped.choices[0].message.content, stopped.choices[0].finish_reason) == ("Hello ", "stop")
+    streamed = client.chat.completions.create(model=MODEL, messages=HELLO, stop="there", stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) == "Hello "
+
+
+def test_concurrent_requests_are_served_one_at_a_time_with_the_same_answer(client):
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(
+            pool.map(
+                lambda _: client.chat.completions.create(model=MODEL, messages=HELLO).choices[0].message.content,
+                range(4),
+            )
+        )
+    assert answers == ["Hello there!"] * 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"model": "gpt-4o"}, "model"),
+        ({"n": 2}, "n"),
+        ({"temperature": 3.5}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "messages[0].content",
+        ),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+        ({"messages": []}, "messages"),
+    ],
+)
+def test_bad_requests_get_openai_errors_naming_the_field(client, kwargs, param):
+    request = {"model": MODEL, "messages": HELLO, **kwargs}
+    with pytest.raises((openai.BadRequestError, openai.NotFoundError)) as info:
+        client.chat.completions.create(**request)
+    assert info.value.body["param"] == param
+    assert info.value.body["message"]
+
+
+def test_busy_port_fails_before_loading_the_model(checkpoint):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        result = CliRunner().invoke(serve, [checkpoint, "--port", str(busy.getsockname()[1])])
+    assert result.exit_code != 0
+    assert "cannot listen on 127.0.0.1:" in result.output
+
+
+def test_missing_checkpoint_is_a_one_line_error():
+    result = CliRunner().invoke(serve, ["./no/such/checkpoint", "--port", "0"])
+    assert result.exit_code != 0
+    assert "does not exist" in result.output
