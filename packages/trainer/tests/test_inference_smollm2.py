@@ -1,0 +1,43 @@
+"""The inference bridge on the embedded SmolLM2-135M-Instruct (integration: real weights).
+
+pytest packages/trainer/tests/test_inference_smollm2.py -m integration
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agenttrainer.inference import AgentInference
+
+pytestmark = pytest.mark.integration
+
+RESPOND = {
+    "name": "respond",
+    "description": "Reply to the user with a message.",
+    "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+}
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return AgentInference.from_pretrained("smollm2-135m", max_new_tokens=48)
+
+
+def test_answers_a_simple_question(engine):
+    assert "4" in engine.generate([{"role": "user", "content": "What is 2+2?"}])
+
+
+def test_stream_matches_the_greedy_completion(engine):
+    messages = [{"role": "user", "content": "Name a primary colour."}]
+    assert "".join(engine.stream(messages)) == engine.generate(messages)
+
+
+def test_agent_produces_well_formed_actions_over_several_steps(engine):
+    agent = engine.create_agent(system_prompt="You are a helpful assistant.", tools=[RESPOND])
+    for observation in ["Greet the user.", "The user says: thanks!"]:
+        action = agent(observation)
+        assert set(action) == {"tool", "params", "thought"}
+        assert isinstance(action["tool"], str) and action["tool"]
+        assert isinstance(action["params"], dict) and isinstance(action["thought"], str)
+    assert [m["role"] for m in agent.messages][:3] == ["system", "user", "assistant"]
+    assert len(agent.messages) == 5  # system + 2 x (observation, answer)
