@@ -1,0 +1,46 @@
+"""knowlyr-reward: a three-layer process reward model for agent trajectories.
+
+Layer 1 rules (``agentreward.rules``), layer 2 an LLM judge (``agentreward.judge``),
+layer 3 human calibration (``agentreward.calibration``), combined by ``RewardEngine``.
+Reads and writes the trajectory JSONL format without importing other knowlyr packages.
+"""
+
+from agentreward.calibration import Calibrator, agreement, labels_from_metadata, load_labels
+from agentreward.engine import RewardEngine
+from agentreward.errors import CalibrationError, JudgeError, RewardError, TrajectoryFormatError
+from agentreward.judge import Judge, parse_scores
+from agentreward.preferences import build_preference_pairs
+from agentreward.rubrics import DEFAULT_PENALTIES, DOMAIN_WEIGHTS, RUBRICS, Rubric, domain_weights, load_weights
+from agentreward.rules import analyse, rule_scores
+from agentreward.trajectories import read_trajectories, write_jsonl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # engine and layers
+    "RewardEngine",
+    "analyse",
+    "rule_scores",
+    "Judge",
+    "parse_scores",
+    "Calibrator",
+    "agreement",
+    "labels_from_metadata",
+    "load_labels",
+    # rubrics
+    "RUBRICS",
+    "Rubric",
+    "DOMAIN_WEIGHTS",
+    "DEFAULT_PENALTIES",
+    "domain_weights",
+    "load_weights",
+    # data
+    "build_preference_pairs",
+    "read_trajectories",
+    "write_jsonl",
+    # errors
+    "RewardError",
+    "TrajectoryFormatError",
+    "JudgeError",
+    "CalibrationError",
+]

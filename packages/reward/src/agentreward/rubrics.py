@@ -1,0 +1,104 @@
+"""Rubrics: the dimensions a step is scored on, and how each domain weighs them.
+
+Two rubrics are judged by rules (``info_utilization``, ``non_redundancy``) and three by a
+model (``goal_progress``, ``tool_selection``, ``param_correctness``). Without a judge the rule
+layer gives heuristic scores for the model rubrics too, so every layer stack yields all five.
+The domain weights match knowlyr-core's built-in DomainProfiles; a YAML or JSON file can
+override them (``load_weights``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentreward.errors import RewardError
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """One scoring dimension. ``evaluator`` says which layer owns it: ``rule`` or ``model``."""
+
+    name: str
+    description: str
+    evaluator: str
+
+
+RUBRICS: dict[str, Rubric] = {
+    r.name: r
+    for r in [
+        Rubric("goal_progress", "Does the step move the task toward its goal?", "model"),
+        Rubric("tool_selection", "Is this the right tool for what the step needs?", "model"),
+        Rubric("param_correctness", "Are the tool's parameters correct and well-formed?", "model"),
+        Rubric("info_utilization", "Does the step use information from the task and earlier observations?", "rule"),
+        Rubric("non_redundancy", "Does the step avoid repeating an earlier action?", "rule"),
+    ]
+}
+
+MODEL_RUBRICS = tuple(n for n, r in RUBRICS.items() if r.evaluator == "model")
+RULE_RUBRICS = tuple(n for n, r in RUBRICS.items() if r.evaluator == "rule")
+
+
+def _w(goal: float, tool: float, param: float, info: float, redundancy: float) -> dict[str, float]:
+    return {"goal_progress": goal, "tool_selection": tool, "param_correctness": param,
+            "info_utilization": info, "non_redundancy": redundancy}  # fmt: skip
+
+
+DOMAIN_WEIGHTS: dict[str, dict[str, float]] = {
+    "coding": _w(0.30, 0.20, 0.20, 0.15, 0.15),
+    "browser": _w(0.35, 0.20, 0.20, 0.10, 0.15),
+    "conversation": _w(0.35, 0.20, 0.15, 0.20, 0.10),
+    "engineering": _w(0.30, 0.20, 0.15, 0.20, 0.15),
+    "advisory": _w(0.35, 0.15, 0.15, 0.25, 0.10),
+    "discussion": _w(0.35, 0.15, 0.10, 0.25, 0.15),
+    "generic": _w(0.20, 0.20, 0.20, 0.20, 0.20),
+}
+
+#: Trajectory-level penalties (seed 003), applied once per offending step to the total.
+DEFAULT_PENALTIES: dict[str, float] = {
+    "wrong_tool": -0.3,  # a tool the domain does not have, or one that does not exist
+    "redundant_call": -0.2,  # an exact repeat of an earlier call
+    "format_error": -0.1,  # an action the environment could not parse
+    "timeout": -0.5,  # a command killed by its time limit
+}
+
+
+def domain_weights(domain: str) -> dict[str, float]:
+    """The rubric weights of ``domain``, normalised to sum to 1 (generic for unknown domains)."""
+    return normalise(DOMAIN_WEIGHTS.get(domain, DOMAIN_WEIGHTS["generic"]))
+
+
+def normalise(weights: dict[str, float]) -> dict[str, float]:
+    unknown = set(weights) - set(RUBRICS)
+    if unknown:
+        raise RewardError(f"unknown rubric(s) {sorted(unknown)}; known: {', '.join(RUBRICS)}")
+    if any(w < 0 for w in weights.values()):
+        raise RewardError("rubric weights must be non-negative")
+    total = sum(weights.values())
+    if total <= 0:
+        raise RewardError("at least one rubric weight must be positive")
+    return {k: v / total for k, v in weights.items()}
+
+
+def load_weights(path: str | Path) -> dict[str, float]:
+    """Read ``{rubric: weight}`` from a YAML or JSON file (optionally under a ``rubric_weights`` key)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:
+        raise RewardError(f"{path}: cannot read weights: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("rubric_weights"), dict):
+        data = data["rubric_weights"]
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
+        raise RewardError(f"{path}: weights must be a mapping of rubric name to number")
+    try:
+        return normalise({str(k): float(v) for k, v in data.items()})
+    except RewardError as exc:
+        raise RewardError(f"{path}: {exc}") from None

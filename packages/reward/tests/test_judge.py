@@ -1,0 +1,141 @@
+"""The judge over real HTTP: a local OpenAI-compatible server on loopback that injects failures.
+
+The server here is scripted (it replies from a queue) because these tests are about the
+client's transport, retry, parsing and abstention; tests/integration runs the judge against
+a real model served by knowlyr-trainer.
+"""
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+from starlette.applications import Starlette  # noqa: E402
+from starlette.responses import JSONResponse  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+from agentreward import Judge, JudgeError, RewardEngine, parse_scores  # noqa: E402
+from agentreward.judge import build_prompt  # noqa: E402
+
+
+class ScriptedServer:
+    def __init__(self):
+        self.replies: list[tuple[int, str]] = []
+        self.requests: list[dict] = []
+
+        async def completions(request):
+            body = await request.json()
+            self.requests.append(body)
+            status, text = self.replies.pop(0) if self.replies else (200, "{}")
+            if status != 200:
+                return JSONResponse({"error": {"message": "injected failure"}}, status_code=status)
+            return JSONResponse({
+                "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+            })  # fmt: skip
+
+        app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+TRAJ = {
+    "task": {"description": "fix sort.py"},
+    "steps": [
+        {"tool_call": {"name": "read_file", "parameters": {"path": "sort.py"}}, "observation": {"output": "code"}},
+        {"tool_call": {"name": "submit", "parameters": {}}, "observation": {"output": "done"}},
+    ],
+}
+
+
+@pytest.fixture
+def server():
+    with ScriptedServer() as s:
+        yield s
+
+
+def test_scores_come_from_the_endpoint(server):
+    server.replies = [(200, '{"goal_progress": 0.2, "tool_selection": 0.4, "param_correctness": 0.6}')] * 2
+    judge = Judge(model="judge-m", base_url=server.url)
+    scored = RewardEngine(judge=judge).score(TRAJ)
+    assert scored["steps"][0]["rubric_scores"]["goal_progress"] == 0.2
+    assert scored["steps"][0]["rubric_scores"]["param_correctness"] == 0.6
+    assert judge.calls == 2 and server.requests[0]["model"] == "judge-m"
+    assert "CURRENT STEP" in server.requests[0]["messages"][1]["content"]
+
+
+def test_retries_after_errors_and_garbage(server):
+    server.replies = [(500, ""), (200, "I think it is fine"), (200, 'Sure! {"goal_progress": 8, "tool_selection": 10}')]
+    judge = Judge(model="m", base_url=server.url, max_retries=2)
+    assert judge.score_step(TRAJ, 0) == {"goal_progress": 0.8, "tool_selection": 1.0}
+    assert judge.calls == 3 and judge.failures == []
+
+
+def test_abstains_and_keeps_rule_scores_when_unusable(server):
+    server.replies = [(200, "no idea")] * 10
+    judge = Judge(model="m", base_url=server.url, max_retries=1)
+    rules_only = RewardEngine().score(TRAJ)
+    with_judge = RewardEngine(judge=judge).score(TRAJ)
+    assert with_judge["steps"] == rules_only["steps"]
+    assert len(judge.failures) == 2 and "no JSON object" in judge.failures[0]
+
+
+def test_identical_prompts_are_cached(server):
+    server.replies = [(200, '{"goal_progress": 1, "tool_selection": 1, "param_correctness": 1}')]
+    judge = Judge(model="m", base_url=server.url)
+    judge.score_step(TRAJ, 0)
+    judge.score_step(TRAJ, 0)
+    assert judge.calls == 1
+
+
+def test_unreachable_endpoint_is_a_judge_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = Judge(model="m", base_url=f"http://127.0.0.1:{port}/v1", timeout=2)
+    with pytest.raises(JudgeError, match="APIConnectionError"):
+        judge.complete("hi")
+
+
+def test_parse_scores():
+    assert parse_scores('{"goal_progress": 0.5}') == {"goal_progress": 0.5}
+    assert parse_scores('text {"bad": 1} then {"tool_selection": 7}') == {"tool_selection": 0.7}
+    with pytest.raises(JudgeError, match="no JSON object"):
+        parse_scores('{"goal_progress": 42}')
+    with pytest.raises(JudgeError):
+        parse_scores("")
+
+
+def test_prompt_shows_history_and_step():
+    prompt = build_prompt(TRAJ, 1)
+    assert "[0] read_file" in prompt and "tool: submit" in prompt and "TASK: fix sort.py" in prompt
+    assert json.dumps({"path": "sort.py"}) in prompt
+
+
+def test_provider_is_checked():
+    with pytest.raises(ValueError, match="provider"):
+        Judge(model="m", provider="cohere")
