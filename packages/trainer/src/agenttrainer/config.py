@@ -97,7 +97,7 @@ class TrainConfig:
         default=0, metadata={"help": "Write a resumable checkpoint every N optimizer steps (0: only the final model)."}
     )
     save_total_limit: int = field(
-        default=2, metadata={"help": "Keep at most this many checkpoints (oldest deleted first)."}
+        default=2, metadata={"help": "Keep at most this many checkpoints, oldest deleted first (0: keep all)."}
     )
     resume_from_checkpoint: str | None = field(
         default=None, metadata={"help": "Checkpoint directory to resume from, or 'latest' in output_dir."}
