@@ -182,7 +182,7 @@ def test_sharegpt_list_with_function_calls(tmp_path):
     assert first.steps[0].tool_call.parameters == {"expr": "2+3"}
     assert first.steps[0].observation.output == "5"
     assert first.metadata["system_prompt"] == "Be brief." and first.task.description == "2+3?"
-    assert second.tool_names == ["respond"] and second.steps[0].tool_call.parameters == {"content": "hello"}
+    assert second.tool_names == ["respond"] and second.steps[0].tool_call.parameters == {"message": "hello"}
     assert (first.id, second.id) == ("sg", "sg#1")
 
 

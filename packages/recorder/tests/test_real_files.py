@@ -155,7 +155,7 @@ def test_tau_bench_records(real):
     assert [s.tool_call.parameters["reservation_id"] for s in t.steps[3:6]] == ["Z7GOZK", "K67C4W", "THY2DG"]
     assert t.steps[8].tool_call.parameters == {"reservation_id": "Z7GOZK"}
     assert t.steps[0].tool_call.parameters == {
-        "content": "I can help you with that. Could you please provide your user ID and reservation ID?"
+        "message": "I can help you with that. Could you please provide your user ID and reservation ID?"
     }
     # the user's answer to a reply is that reply's observation
     assert t.steps[0].observation.output.startswith("I know my user ID, it's olivia_gonzalez_2305.")
@@ -253,7 +253,7 @@ def test_who_and_when_file_1_in_detail(real):
     assert t.steps[0].observation.exit_code == 0
     assert t.steps[0].observation.output.startswith("exitcode: 0 (execution succeeded)\nCode output: Index(['ID'")
     assert t.steps[1].observation.output == "exitcode: 0 (execution succeeded)\nCode output: 4\n"
-    assert t.steps[3].tool_call.parameters == {"content": "TERMINATE"}
+    assert t.steps[3].tool_call.parameters == {"message": "TERMINATE"}
     assert t.metadata["mistake_agent"] == "Excel_Expert"
     assert t.metadata["mistake_reason"].startswith("The code failed to handle edge cases")
 

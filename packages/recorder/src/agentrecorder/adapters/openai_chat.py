@@ -4,7 +4,7 @@ records and tau-bench result records (``{task_id, reward, info, traj, trial}``).
 Each assistant tool call is a step (name, parsed JSON arguments, the id) whose observation is
 the ``role: tool`` message answering that id; the assistant's text in the same message is the
 thought of its first call. An assistant message with text and no tool call is a reply to the
-user: a ``respond {"content": ...}`` step whose observation is the user's next message. The
+user: a ``respond {"message": ...}`` step whose observation is the user's next message. The
 first user message is the task; the system prompt goes to metadata.
 
 A record's ``reward`` becomes ``outcome.score`` and ``outcome.success`` is ``reward >= 1``
@@ -79,7 +79,7 @@ def convert_messages(messages: list, where: str) -> tuple[list[Step], str, str |
                 )
                 pending[call_id or f"#{len(steps)}"] = step
             if not calls:
-                last_reply = steps.add(RESPOND, {"content": content})
+                last_reply = steps.add(RESPOND, {"message": content})
         elif role in ("tool", "function"):
             call_id = message.get("tool_call_id")
             step = pending.pop(call_id, None) if isinstance(call_id, str) else None

@@ -136,7 +136,7 @@ class OpenHandsAdapter(Adapter):
                 stamp = iso_timestamp(event.get("timestamp"))
                 if kind == "message" and tcm is None:
                     content = text_of(args.get("content", event.get("message")), path(path(where, "args"), "content"))
-                    step = steps.add(RESPOND, {"content": content}, thought=thought, timestamp=stamp, metadata=meta)
+                    step = steps.add(RESPOND, {"message": content}, thought=thought, timestamp=stamp, metadata=meta)
                     last_reply = step
                 else:
                     params = _tool_arguments(tcm, path(where, "tool_call_metadata")) if tcm else None

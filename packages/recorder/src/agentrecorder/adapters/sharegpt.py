@@ -65,7 +65,7 @@ class ShareGPTAdapter(Adapter):
                 system = value
             elif speaker in HUMAN:
                 if thought:
-                    steps.add(RESPOND, {"content": thought})
+                    steps.add(RESPOND, {"message": thought})
                     thought = ""
                 if not task and not len(steps):
                     task = value
@@ -73,7 +73,7 @@ class ShareGPTAdapter(Adapter):
                     steps.set_observation(steps.last, value)
             elif speaker in GPT:
                 if thought:
-                    steps.add(RESPOND, {"content": thought})
+                    steps.add(RESPOND, {"message": thought})
                 thought = value
             elif speaker in CALL:
                 vwhere = path(twhere, "value")
@@ -94,7 +94,7 @@ class ShareGPTAdapter(Adapter):
             else:
                 raise FieldError(path(twhere, "from"), f"unknown speaker {speaker!r}")
         if thought:
-            steps.add(RESPOND, {"content": thought})
+            steps.add(RESPOND, {"message": thought})
         metadata: dict[str, Any] = {"format": "sharegpt"}
         if system is not None:
             metadata["system_prompt"] = system

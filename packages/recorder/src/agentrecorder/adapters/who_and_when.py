@@ -73,7 +73,7 @@ class WhoAndWhenAdapter(Adapter):
                     metadata=meta,
                 )
             else:
-                steps.add(RESPOND, {"content": content}, metadata=meta)
+                steps.add(RESPOND, {"message": content}, metadata=meta)
         correct = get(record, "is_correct", "$", bool, None)
         question_id = str(record.get("question_ID", ""))
         labels = {k: record[k] for k in ("mistake_agent", "mistake_step", "mistake_reason") if k in record}
