@@ -1,0 +1,233 @@
+"""``DatasetExporter``: trajectories -> SFT / DPO / GRPO training JSONL (docs/formats.md).
+
+- SFT: one record per trajectory, in the agent ``steps`` format (``{thought, action,
+  observation, reward}``, the action a ``{"name", "parameters"}`` call that the trainer renders
+  as ``Action: {json}``) or in OpenAI chat ``messages`` + ``tools`` form.
+- DPO: ``prompt`` / ``chosen`` / ``rejected`` with the two responses as message lists, from a
+  preferences file (``knowlyr-reward pairs``) or paired here: per task, best against worst
+  when their rewards differ by at least ``min_margin``.
+- GRPO: per task, every attempt (as messages) with its reward and step rewards; groups smaller than
+  ``min_group_size`` or whose rewards are all equal (zero advantage: no learning signal) are
+  left out and counted.
+A trajectory's reward is its scored total (``reward``), else the outcome score, else 1/0 for
+success/failure; trajectories with none of these cannot be ranked and are counted as
+``unscored``. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from knowlyrcore import SCHEMA_VERSION, Trajectory, read_jsonl, read_trajectories, write_jsonl
+from knowlyrcore.errors import DomainError
+
+
+def trajectory_reward(t: Trajectory) -> float | None:
+    if t.reward is not None:
+        return t.reward
+    if t.outcome.score is not None:
+        return t.outcome.score
+    if t.outcome.success is not None:
+        return 1.0 if t.outcome.success else 0.0
+    return None
+
+
+def _observation(step) -> str:
+    obs = step.observation
+    return f"{obs.output}\n[error] {obs.error}" if obs.error else obs.output
+
+
+def steps_of(t: Trajectory) -> list[dict[str, Any]]:
+    """The agent ``steps`` form of a trajectory."""
+    return [
+        {
+            "thought": s.thought,
+            "action": {"name": s.tool_call.name, "parameters": s.tool_call.parameters},
+            "observation": _observation(s),
+            "reward": s.reward,
+        }
+        for s in t.steps
+    ]
+
+
+def messages_of(t: Trajectory, *, include_task: bool = True) -> list[dict[str, Any]]:
+    """OpenAI chat messages: the task as the user turn, tool calls, tool results."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": t.task.description}] if include_task else []
+    for s in t.steps:
+        call_id = s.tool_call.id or f"call_{s.index}"
+        messages.append({
+            "role": "assistant",
+            "content": s.thought,
+            "tool_calls": [{"id": call_id, "type": "function", "function": {
+                "name": s.tool_call.name, "arguments": json.dumps(s.tool_call.parameters, ensure_ascii=False)}}],
+        })  # fmt: skip
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": _observation(s)})
+    return messages
+
+
+def tools_of(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
+    """OpenAI tool specs for every tool used: from the domain profile when it declares the tool."""
+    from knowlyrcore import get_domain_profile
+
+    specs: dict[str, dict[str, Any]] = {}
+    for t in trajectories:
+        try:
+            profile = get_domain_profile(t.task.domain)
+        except DomainError:
+            profile = None
+        for s in t.steps:
+            name = s.tool_call.name
+            if name in specs:
+                continue
+            if profile is not None and name in profile.tool_names:
+                specs[name] = profile.get_tool(name).to_openai_tool()
+            else:
+                props = {k: {} for k in s.tool_call.parameters}
+                specs[name] = {"type": "function", "function": {"name": name, "description": "",
+                               "parameters": {"type": "object", "properties": props}}}  # fmt: skip
+    return list(specs.values())
+
+
+def _metadata(t: Trajectory) -> dict[str, Any]:
+    return {"trajectory_id": t.id, "agent": t.agent, "model": t.model, "domain": t.task.domain,
+            "success": t.outcome.success, "source": t.source}  # fmt: skip
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote and what it left out, and why."""
+
+    written: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+
+class DatasetExporter:
+    """Exports trajectories (a JSONL path, several paths, or ``Trajectory`` objects)."""
+
+    def __init__(self, trajectories_dir: str | os.PathLike | Iterable[Any] | None = None, *, trajectories=None):
+        source = trajectories if trajectories is not None else trajectories_dir
+        if source is None:
+            raise ValueError("DatasetExporter needs trajectories_dir (a JSONL file or folder) or trajectories")
+        self.trajectories = self._load(source)
+
+    @staticmethod
+    def _load(source) -> list[Trajectory]:
+        if isinstance(source, (str, os.PathLike)):
+            path = Path(source)
+            files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+            return [t for f in files for t in read_trajectories(f)]
+        items = list(source)
+        if all(isinstance(i, (str, os.PathLike)) for i in items):
+            return [t for i in items for t in DatasetExporter._load(i)]
+        return [i if isinstance(i, Trajectory) else Trajectory.model_validate(i) for i in items]
+
+    def _by_task(self, report: ExportReport) -> dict[str, list[tuple[float, Trajectory]]]:
+        groups: dict[str, list[tuple[float, Trajectory]]] = defaultdict(list)
+        for t in self.trajectories:
+            reward = trajectory_reward(t)
+            if reward is None:
+                report.skip("unscored")
+            elif not t.task.id:
+                report.skip("no_task_id")
+            else:
+                groups[t.task.id].append((reward, t))
+        return groups
+
+    def export_sft(
+        self, output: str | os.PathLike, *, format: str = "steps", min_reward: float | None = None,
+        success_only: bool = False,
+    ) -> ExportReport:  # fmt: skip
+        """One SFT record per kept trajectory, in ``steps`` or ``messages`` format."""
+        if format not in ("steps", "messages"):
+            raise ValueError(f"format must be 'steps' or 'messages', got {format!r}")
+        report = ExportReport()
+        records = []
+        for t in self.trajectories:
+            reward = trajectory_reward(t)
+            if not t.steps:
+                report.skip("no_steps")
+                continue
+            if success_only and t.outcome.success is not True:
+                report.skip("not_successful")
+                continue
+            if min_reward is not None and (reward is None or reward < min_reward):
+                report.skip("below_min_reward")
+                continue
+            record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "task_id": t.task.id, "reward": reward}
+            if format == "steps":
+                context = {k: v for k, v in {"repo": t.task.repo, "domain": t.task.domain}.items() if v}
+                record |= {"instruction": t.task.description, "input": json.dumps(context) if context else "",
+                           "steps": steps_of(t)}  # fmt: skip
+            else:
+                record |= {"messages": messages_of(t), "tools": tools_of([t])}
+            record["metadata"] = _metadata(t)
+            records.append(record)
+        report.written = write_jsonl(output, records)
+        return report
+
+    def export_dpo(
+        self, output: str | os.PathLike, *, preferences: str | os.PathLike | None = None, min_margin: float = 0.1
+    ) -> ExportReport:
+        """DPO pairs from ``preferences`` (``knowlyr-reward pairs`` output) or built per task here."""
+        report = ExportReport()
+        pairs: list[tuple[Trajectory, Trajectory, float]] = []
+        if preferences is not None:
+            for record in read_jsonl(preferences):
+                chosen = Trajectory.model_validate(record["chosen"])
+                rejected = Trajectory.model_validate(record["rejected"])
+                pairs.append((chosen, rejected, float(record.get("margin", 0.0))))
+        else:
+            for group in self._by_task(report).values():
+                if len(group) < 2:
+                    report.skip("single_attempt")
+                    continue
+                group.sort(key=lambda rt: rt[0], reverse=True)
+                (best_r, best), (worst_r, worst) = group[0], group[-1]
+                if best_r - worst_r < min_margin or best_r == worst_r:
+                    report.skip("margin_too_small")
+                    continue
+                pairs.append((best, worst, best_r - worst_r))
+        records = [
+            {
+                "schema_version": SCHEMA_VERSION,
+                "task_id": c.task.id,
+                "prompt": c.task.description,
+                "chosen": messages_of(c, include_task=False),
+                "rejected": messages_of(r, include_task=False),
+                "margin": round(m, 6),
+                "metadata": {"chosen_id": c.id, "rejected_id": r.id},
+            }
+            for c, r, m in pairs
+        ]
+        report.written = write_jsonl(output, records)
+        return report
+
+    def export_grpo(self, output: str | os.PathLike, *, min_group_size: int = 2) -> ExportReport:
+        """One record per task holding every scored attempt (group-relative advantages need >= 2)."""
+        report = ExportReport()
+        records = []
+        for task_id, group in self._by_task(report).items():
+            if len(group) < min_group_size:
+                report.skip("group_too_small")
+                continue
+            if len({r for r, _ in group}) == 1:
+                report.skip("equal_rewards")
+                continue
+            first = group[0][1]
+            records.append({
+                "schema_version": SCHEMA_VERSION, "task_id": task_id, "prompt": first.task.description,
+                "trajectories": [{"messages": messages_of(t, include_task=False), "reward": r,
+                                  "step_rewards": [s.reward if s.reward is not None else r for s in t.steps]}
+                                 for r, t in group],
+            })  # fmt: skip
+        report.written = write_jsonl(output, records)
+        return report

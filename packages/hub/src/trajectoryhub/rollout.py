@@ -1,0 +1,139 @@
+"""``collect()``: roll a policy out in an environment and record the trajectories.
+
+Each episode gets its own environment (built from the registry id or a factory) wrapped in
+``MaxStepsWrapper`` -> ``RewardWrapper`` (when a reward function is given) ->
+``RecorderWrapper``, so what is recorded is exactly what the agent saw. Episodes run
+concurrently in threads (``concurrency``): environment steps are I/O bound (containers,
+processes, HTTP policies), so threads overlap them without copying the policy.
+
+An agent is a callable ``agent(observation) -> {"tool", "params"[, "thought"]}``. If it has a
+``reset()`` method it is called at the start of each episode; with ``concurrency > 1`` pass
+``agent_factory`` (a callable returning a fresh agent) unless the agent is stateless.
+
+Example:
+    >>> from knowlyrcore import AgentEnv, TimeStep
+    >>> class Coin(AgentEnv):
+    ...     def reset(self, *, task=None, seed=None): return TimeStep("flip?")
+    ...     def step(self, action): return TimeStep("heads", reward=1.0, terminated=True, info={"success": True})
+    ...     @property
+    ...     def available_tools(self): return ["flip"]
+    >>> trajectories = collect(Coin, agent=lambda obs: {"tool": "flip", "params": {}}, n_episodes=3, progress=False)
+    >>> [len(t.steps) for t in trajectories], trajectories[0].outcome.success
+    ([1, 1, 1], True)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from knowlyrcore import AgentEnv, TaskInfo, Trajectory, make, write_trajectories
+from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper, RewardWrapper
+
+Agent = Callable[[Any], dict[str, Any]]
+
+
+def _build_env(env: str | Callable[[], AgentEnv], env_kwargs: dict[str, Any]) -> AgentEnv:
+    if isinstance(env, str):
+        return make(env, **env_kwargs)
+    built = env(**env_kwargs)
+    if not isinstance(built, AgentEnv):
+        raise TypeError(f"env factory returned {type(built).__name__}, not an AgentEnv")
+    return built
+
+
+def run_episode(
+    env: AgentEnv,
+    agent: Agent,
+    *,
+    task: Any = None,
+    seed: int | None = None,
+    max_steps: int = 30,
+    reward_fn: Callable | None = None,
+    agent_name: str = "agent",
+    model_name: str = "",
+) -> Trajectory:
+    """Run one episode of ``agent`` in ``env`` and return its recorded trajectory."""
+    wrapped: AgentEnv = MaxStepsWrapper(env, max_steps=max_steps)
+    if reward_fn is not None:
+        wrapped = RewardWrapper(wrapped, reward_fn=reward_fn)
+    recorder = RecorderWrapper(wrapped, agent_name=agent_name, model_name=model_name)
+    if hasattr(agent, "reset"):
+        agent.reset()
+    ts = recorder.reset(task=task, seed=seed)
+    while not ts.done:
+        ts = recorder.step(agent(ts.observation))
+    return recorder.get_trajectory()
+
+
+def collect(
+    env: str | Callable[..., AgentEnv],
+    agent: Agent | None = None,
+    *,
+    n_episodes: int = 1,
+    tasks: Sequence[Any] | None = None,
+    max_steps: int = 30,
+    reward_fn: Callable | None = None,
+    concurrency: int = 1,
+    agent_factory: Callable[[], Agent] | None = None,
+    agent_name: str = "agent",
+    model_name: str = "",
+    env_kwargs: dict[str, Any] | None = None,
+    seed: int | None = None,
+    output_path: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> list[Trajectory]:
+    """Collect ``n_episodes`` trajectories (cycling through ``tasks`` when given), in order.
+
+    ``env`` is a registered environment id or a factory. ``seed`` seeds episode ``i`` with
+    ``seed + i``. Trajectories are appended atomically to ``output_path`` when given. An
+    exception in any episode propagates after the running episodes finish; environments are
+    always closed.
+    """
+    if agent is None and agent_factory is None:
+        raise ValueError("collect() needs an agent or an agent_factory")
+    if n_episodes < 1 or concurrency < 1 or max_steps < 1:
+        raise ValueError("n_episodes, concurrency and max_steps must be >= 1")
+    if concurrency > 1 and agent_factory is None and hasattr(agent, "reset"):
+        raise ValueError("a stateful agent (it has reset()) cannot be shared across threads: pass agent_factory")
+    task_list = [TaskInfo.coerce(t) for t in tasks] if tasks else [None]
+    kwargs = dict(env_kwargs or {})
+
+    def one(i: int) -> Trajectory:
+        episode_agent = agent_factory() if agent_factory is not None else agent
+        instance = _build_env(env, kwargs)
+        try:
+            return run_episode(
+                instance, episode_agent, task=task_list[i % len(task_list)],
+                seed=None if seed is None else seed + i, max_steps=max_steps, reward_fn=reward_fn,
+                agent_name=agent_name, model_name=model_name,
+            )  # fmt: skip
+        finally:
+            instance.close()
+
+    bar = _progress_bar(n_episodes, progress)
+    results: list[Trajectory] = []
+    try:
+        if concurrency == 1:
+            for i in range(n_episodes):
+                results.append(one(i))
+                bar.update(1)
+        else:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                futures = [pool.submit(one, i) for i in range(n_episodes)]
+                for future in futures:
+                    results.append(future.result())
+                    bar.update(1)
+    finally:
+        bar.close()
+    if output_path is not None:
+        write_trajectories(output_path, results, append=True)
+    return results
+
+
+def _progress_bar(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="collect", unit="episode", disable=not enabled)
