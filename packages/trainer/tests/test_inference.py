@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from agenttrainer.inference import AgentInference, parse_action, tool_schemas
 from agenttrainer.models import build_tiny_model, overfit_tiny_model, save_model
@@ -148,6 +149,10 @@ def test_sampling_is_reproducible_with_a_seed(engine):
     a = engine.generate(messages, temperature=1.5, seed=11, max_new_tokens=12)
     b = engine.generate(messages, temperature=1.5, seed=11, max_new_tokens=12)
     assert a == b
+    torch.manual_seed(0)  # unseeded calls draw from the global RNG, so they differ from each other
+    c = engine.generate(messages, temperature=1.5, max_new_tokens=12)
+    d = engine.generate(messages, temperature=1.5, max_new_tokens=12)
+    assert c != d
 
 
 # -- the agent ------------------------------------------------------------------------------

@@ -221,3 +221,11 @@ def test_missing_checkpoint_is_a_one_line_error():
     result = CliRunner().invoke(serve, ["./no/such/checkpoint", "--port", "0"])
     assert result.exit_code != 0
     assert "does not exist" in result.output
+
+
+def test_prompt_longer_than_the_context_is_refused(client):
+    too_long = [{"role": "user", "content": "hello " * 2100}]  # the tiny model's context is 2048 tokens
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=too_long)
+    assert info.value.body["code"] == "context_length_exceeded"
+    assert "context is 2048" in info.value.body["message"]

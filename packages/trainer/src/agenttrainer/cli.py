@@ -88,10 +88,12 @@ def _run(trainer_cls: Any, config: TrainConfig) -> None:
     from agenttrainer.data import DataError
 
     try:
-        result = trainer_cls(config).train()
+        trainer = trainer_cls(config)
+        result = trainer.train()
     except DataError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(result, default=str))
+    if trainer.accelerator.is_main_process:
+        click.echo(json.dumps(result, default=str))
 
 
 @click.group()

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -146,9 +147,7 @@ class AgentInference:
         """Generate one assistant answer for ``messages``."""
         input_ids = self.encode(messages, tools)  # (1, T)
         kwargs = self._generate_kwargs(input_ids, max_new_tokens, temperature, top_p, stop)
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            if seed is not None:
-                torch.manual_seed(seed)
+        with torch.no_grad(), _seeded(seed):
             output = self.model.generate(**kwargs)  # (1, T + new)
         new_ids = output[0, input_ids.shape[1] :].tolist()
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
@@ -170,6 +169,18 @@ class AgentInference:
     ) -> Agent:
         """A fresh stateful agent; create one per episode (or call ``agent.reset()``)."""
         return Agent(self, system_prompt=system_prompt, tools=tools, fallback_tool=fallback_tool)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Sample from ``seed`` without disturbing the global RNG; without a seed, use the global RNG
+    (so repeated unseeded calls draw different samples)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
@@ -221,9 +232,7 @@ class TextStream:
 
     def _run(self) -> None:
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                if self._seed is not None:
-                    torch.manual_seed(self._seed)
+            with torch.no_grad(), _seeded(self._seed):
                 self._output = self._engine.model.generate(**self._kwargs)  # (1, T + new)
         except BaseException as exc:  # surfaced to the consumer in __iter__
             self._error = exc

@@ -170,8 +170,19 @@ class DockerSandbox(Sandbox):
         return DockerTransport(api.exec_start(exec_id, socket=True))
 
     def _kill_all(self) -> None:
-        # A restart kills every process (even a fork bomb that leaves no pid free for a
-        # `docker exec kill`) and keeps the container, its mounts and its limits.
+        # `kill -9 -1` from a fresh exec reaches every process but pid 1 (the keeper). When no
+        # exec can start (a fork bomb holds every pid of the cgroup), restart the container:
+        # that kills everything too and keeps its mounts and limits.
+        import docker.errors
+
+        api = self._client.api
+        try:
+            exec_id = api.exec_create(self.container.id, ["kill", "-9", "-1"], stdout=True, stderr=True)["Id"]
+            api.exec_start(exec_id)
+            if api.exec_inspect(exec_id).get("ExitCode") in (0, 1):
+                return
+        except docker.errors.APIError:
+            pass
         self.container.restart(timeout=0)
 
     def _destroy(self) -> None:

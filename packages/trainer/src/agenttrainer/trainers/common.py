@@ -31,7 +31,10 @@ def make_accelerator(config: TrainConfig) -> Any:
     if config.bf16:
         cuda_ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         mixed = "bf16" if cuda_ok or not torch.cuda.is_available() else "no"
-    accelerator = Accelerator(mixed_precision=mixed)
+    # On a machine without an accelerator, cpu=True makes torchrun / `accelerate launch --multi_gpu`
+    # processes form a gloo (MULTI_CPU) group instead of each training alone.
+    has_device = torch.cuda.is_available() or torch.backends.mps.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+    accelerator = Accelerator(mixed_precision=mixed, cpu=not has_device)
     set_seed(config.seed)
     return accelerator
 
