@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("agentreward")
 pytest.importorskip("agenttrainer")
 
-from agentreward import RewardEngine  # noqa: E402
-from knowlyrcore import AgentEnv, InvalidActionError, TimeStep, Trajectory, read_jsonl, write_trajectories  # noqa: E402
-from trajectoryhub import DatasetExporter, collect, make_reward_fn  # noqa: E402
+from agentreward import RewardEngine
+from knowlyrcore import AgentEnv, InvalidActionError, TimeStep, Trajectory, read_jsonl, write_trajectories
+from trajectoryhub import DatasetExporter, collect, make_reward_fn
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,9 @@ def test_rewards_rank_the_expert_above_the_flailer(datasets):
     flailer = [t.reward for t in scored if t.agent == "flailer"]
     assert min(expert) > max(flailer)
     assert all(t.steps[0].rubric_scores for t in scored)
-    redundant = [s for t in scored if t.agent == "flailer" for s in t.steps if "redundant" in s.metadata.get("reward_flags", [])]
+    redundant = [
+        s for t in scored if t.agent == "flailer" for s in t.steps if "redundant" in s.metadata.get("reward_flags", [])
+    ]
     assert redundant, "the repeated wrong lookup should be flagged"
 
 
