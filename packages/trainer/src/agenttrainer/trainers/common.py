@@ -33,7 +33,11 @@ def make_accelerator(config: TrainConfig) -> Any:
         mixed = "bf16" if cuda_ok or not torch.cuda.is_available() else "no"
     # On a machine without an accelerator, cpu=True makes torchrun / `accelerate launch --multi_gpu`
     # processes form a gloo (MULTI_CPU) group instead of each training alone.
-    has_device = torch.cuda.is_available() or torch.backends.mps.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+    has_device = (
+        torch.cuda.is_available()
+        or torch.backends.mps.is_available()
+        or (hasattr(torch, "xpu") and torch.xpu.is_available())
+    )
     accelerator = Accelerator(mixed_precision=mixed, cpu=not has_device)
     set_seed(config.seed)
     return accelerator
