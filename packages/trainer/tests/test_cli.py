@@ -1,0 +1,118 @@
+"""The ``knowlyr-trainer`` CLI in-process (click's runner) on a tiny saved model."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from agenttrainer.cli import main
+
+
+def _run(args):
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    return result
+
+
+def _last_json(output):
+    return json.loads(output.strip().splitlines()[-1])
+
+
+COMMON = ["--num-epochs", "1", "--batch-size", "2", "--no-bf16", "--no-progress-bar"]
+
+
+def test_sft_from_yaml_with_flag_override(tmp_path, tiny_path, sft_file):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model_name_or_path": tiny_path,
+                "train_file": sft_file,
+                "output_dir": str(tmp_path / "o"),
+                "batch_size": 8,
+                "num_epochs": 1,
+                "bf16": False,
+                "step_weighted_loss": True,
+            }
+        )
+    )
+    result = _run(
+        ["sft", "--config", str(config), "--batch-size", "2", "--no-progress-bar", "--report-to", "tensorboard"]
+    )
+    assert result.exit_code == 0, result.output
+    out = _last_json(result.stdout)
+    assert out["global_step"] == 4  # 8 examples / batch 2 (the flag beat the YAML's 8)
+    assert (Path(out["output_dir"]) / "model.safetensors").is_file()
+    assert list((tmp_path / "o" / "tensorboard").iterdir())
+
+
+def test_dpo_and_grpo_commands(tmp_path, tiny_path, dpo_file, grpo_file):
+    result = _run(
+        [
+            "dpo",
+            "--train-file",
+            dpo_file,
+            "--model",
+            tiny_path,
+            "--beta",
+            "0.2",
+            "--output-dir",
+            str(tmp_path / "d"),
+            *COMMON,
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    assert _last_json(result.stdout)["num_pairs"] == 8
+    result = _run(
+        [
+            "grpo",
+            "--train-file",
+            grpo_file,
+            "--model",
+            tiny_path,
+            "--kl-coef",
+            "0.1",
+            "--output-dir",
+            str(tmp_path / "g"),
+            *COMMON,
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    assert _last_json(result.stdout)["num_groups"] == 6
+
+
+@pytest.mark.parametrize(
+    ("kind", "keys"),
+    [
+        ("sft", {"eval/loss", "eval/perplexity", "eval/token_accuracy"}),
+        ("dpo", {"eval/preference_accuracy", "eval/logp_margin"}),
+        ("grpo", {"eval/top1_agreement", "eval/mean_token_logp"}),
+    ],
+)
+def test_eval_detects_the_format(tiny_path, sft_file, dpo_file, grpo_file, kind, keys):
+    path = {"sft": sft_file, "dpo": dpo_file, "grpo": grpo_file}[kind]
+    result = _run(["eval", "--model", tiny_path, "--eval-file", path, "--no-bf16"])
+    assert result.exit_code == 0, result.output
+    metrics = _last_json(result.stdout)
+    assert keys <= set(metrics)
+    if kind == "sft":
+        assert 0 <= metrics["eval/token_accuracy"] <= 1 and metrics["eval/loss"] > 0
+
+
+def test_errors_are_one_line(tmp_path, tiny_path, rows):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows.sft(1)[0]) + "\n" + json.dumps({"instruction": "x", "steps": "nope"}) + "\n")
+    result = _run(["sft", "--train-file", str(bad), "--model", tiny_path, "--output-dir", str(tmp_path / "o"), *COMMON])
+    assert result.exit_code == 1
+    assert f"Error: {bad}:2: field 'steps' must be a list" in result.output
+    config = tmp_path / "c.yaml"
+    config.write_text("train_file: a.jsonl\nlearning_rat: 1\n")
+    result = _run(["sft", "--config", str(config)])
+    assert result.exit_code == 2 and "unknown SFTConfig field(s) ['learning_rat']" in result.output
+    result = _run(["sft", "--model", tiny_path])
+    assert result.exit_code == 2 and "--train-file" in result.output
+    result = _run(["dpo", "--train-file", "x.jsonl", "--loss-type", "kto"])
+    assert result.exit_code == 2 and "loss_type must be one of" in result.output
+    result = _run(["sft", "--train-file", "x.jsonl", "--task-weights", "[1]"])
+    assert result.exit_code == 2 and "expected a JSON object" in result.output
