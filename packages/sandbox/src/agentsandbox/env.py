@@ -116,7 +116,11 @@ class SandboxEnv(AgentEnv):
             self._prepare(self._task)
             self._loaded_key = key
         files = sum(len(names) for _, _, names in os.walk(self.sandbox.host_workspace))
-        lines = [self._task.description or "(no task description)", "", f"Workspace: {self.config.workdir} ({files} files)"]
+        lines = [
+            self._task.description or "(no task description)",
+            "",
+            f"Workspace: {self.config.workdir} ({files} files)",
+        ]
         if self._task.test_command:
             lines.append(f"Tests: {self._task.test_command}")
         lines.append(f"Tools: {', '.join(self.available_tools)}")

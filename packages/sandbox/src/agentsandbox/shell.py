@@ -216,9 +216,7 @@ class PersistentShell:
                     code, _, cwd = bytes(buf[len(marker) : end]).decode(errors="replace").partition(":")
                     del buf[: end + 1]
                     self.cwd = cwd
-                    return ShellOutput(
-                        _decode(kept), int(code), cwd, truncated=total > self.max_output_bytes
-                    )
+                    return ShellOutput(_decode(kept), int(code), cwd, truncated=total > self.max_output_bytes)
             else:
                 # Keep only a tail long enough to hold a marker split across reads.
                 flush(max(0, len(buf) - len(marker)))

@@ -65,7 +65,9 @@ def read_file(sandbox: Sandbox, path: str, start_line: int | None = None, end_li
         return ToolResult(error=f"{path} has {len(lines)} lines; start_line {start} is past the end")
     if end < start:
         return ToolResult(error=f"end_line {end} is before start_line {start}")
-    return ToolResult(output="".join(lines[start - 1 : end]), metadata={"lines": [start, end], "total_lines": len(lines)})
+    return ToolResult(
+        output="".join(lines[start - 1 : end]), metadata={"lines": [start, end], "total_lines": len(lines)}
+    )
 
 
 def write_file(sandbox: Sandbox, path: str, content: str) -> ToolResult:

@@ -194,7 +194,11 @@ class Workspace:
                 raise ValueError(f"{archive} is neither a directory nor a tar/zip archive")
             entries = os.listdir(tmp)
             # An archive holding one top-level folder (as GitHub's) is that folder's contents.
-            root = os.path.join(tmp, entries[0]) if len(entries) == 1 and os.path.isdir(os.path.join(tmp, entries[0])) else tmp
+            root = (
+                os.path.join(tmp, entries[0])
+                if len(entries) == 1 and os.path.isdir(os.path.join(tmp, entries[0]))
+                else tmp
+            )
             return self.import_tree(root, dest)
 
     def export_tree(self, source: str, dest: str | os.PathLike) -> int:

@@ -206,7 +206,9 @@ class Sandbox(ABC):
             error = None
             if out.truncated:
                 meta["note"] = f"output truncated to {self.config.max_output_bytes} bytes"
-            return ToolResult(output=out.output, exit_code=out.exit_code, error=error, truncated=out.truncated, metadata=meta)
+            return ToolResult(
+                output=out.output, exit_code=out.exit_code, error=error, truncated=out.truncated, metadata=meta
+            )
         cwd = self._shell.cwd if self._shell else None
         if out.timed_out:
             why = f"command timed out after {self._timeout(timeout):g}s and was killed"

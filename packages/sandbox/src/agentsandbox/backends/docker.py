@@ -177,10 +177,18 @@ class DockerSandbox(Sandbox):
 
         api = self._client.api
         try:
-            exec_id = api.exec_create(self.container.id, ["kill", "-9", "-1"], stdout=True, stderr=True)["Id"]
-            api.exec_start(exec_id)
-            if api.exec_inspect(exec_id).get("ExitCode") in (0, 1):
-                return
+            exec_id = api.exec_create(self.container.id, ["kill", "-9", "-1"])["Id"]
+            # detached: attaching to output can hang while the daemon still drains the killed
+            # shell's stream; poll the exec's state instead
+            api.exec_start(exec_id, detach=True)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                state = api.exec_inspect(exec_id)
+                if not state.get("Running"):
+                    if state.get("ExitCode") in (0, 1):
+                        return
+                    break
+                time.sleep(0.005)
         except docker.errors.APIError:
             pass
         self.container.restart(timeout=0)

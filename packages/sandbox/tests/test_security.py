@@ -1,0 +1,226 @@
+"""Hostile commands and parameters, on both backends, against real containers and processes.
+
+Every case checks three things: the attack is contained (the host file, process table or
+network is untouched), the agent gets a clear error observation, and the sandbox keeps
+working. The fixture then checks that closing it leaves no container, process or directory.
+"""
+
+import os
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from agentsandbox import tools
+from agentsandbox.backends import BACKENDS
+from agentsandbox.config import SandboxConfig
+from agentsandbox.testing import leftovers, require_backend
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = SandboxConfig(memory_mb=256, pids_limit=64, timeout=10, max_output_bytes=8192, overflow_bytes=2 << 20,
+                        max_file_mb=8)  # fmt: skip
+INJECTIONS = ["$(touch /workspace/pwned)", "`touch /workspace/pwned`", "x; touch /workspace/pwned", "x && touch pwned",
+              "| touch pwned", "'; touch pwned; '", '"; touch pwned; "', "-exec touch pwned ;", "--output=pwned"]  # fmt: skip
+
+
+@pytest.fixture(params=["local", "docker"])
+def sandbox(request):
+    require_backend(request.param)
+    sandbox = BACKENDS[request.param](HOSTILE)
+    try:
+        sandbox.start()
+        yield sandbox
+    finally:
+        sandbox.close()
+    assert leftovers(sandbox) == []
+
+
+def assert_not_pwned(sandbox):
+    assert sandbox.run("ls -a").output.split().count("pwned") == 0
+    assert not (sandbox.host_workspace / "pwned").exists()
+
+
+def assert_usable(sandbox):
+    assert sandbox.run("echo still-alive").output == "still-alive\n"
+
+
+def host_process_count():
+    return sum(1 for p in os.listdir("/proc") if p.isdigit())
+
+
+def test_process_limit_caps_how_many_processes_exist(sandbox):
+    before = host_process_count()
+    result = sandbox.run("for i in $(seq 200); do sleep 300 & done 2>/dev/null; pgrep -c -f 'sleep 300'")
+    running = int(result.output.split()[-1])
+    assert 0 < running < HOSTILE.pids_limit
+    assert host_process_count() - before <= HOSTILE.pids_limit + 16
+
+
+def test_fork_bomb_is_contained_and_reset_clears_it(sandbox):
+    before = host_process_count()
+    sandbox.run(":(){ :|:& };:", timeout=3)
+    assert host_process_count() - before <= HOSTILE.pids_limit + 16
+    sandbox.reset()
+    assert int(sandbox.run("ps -e --no-headers | wc -l").output) < 10
+    assert_usable(sandbox)
+
+
+def test_memory_hog_fails_inside_the_sandbox(sandbox):
+    result = sandbox.run("python3 -c \"b = bytearray(1024 * 1024 * 1024); print('ALLOC' + 'ATED')\"")
+    assert result.exit_code != 0
+    assert "ALLOCATED" not in result.output
+    assert_usable(sandbox)
+
+
+def test_infinite_builtin_loop_is_killed_by_the_timeout(sandbox):
+    result = sandbox.run("while :; do :; done", timeout=1)
+    assert result.exit_code == 124
+    assert "timed out after 1s" in result.error
+    assert_usable(sandbox)
+
+
+def test_no_network_even_to_the_hosts_loopback(sandbox):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    accepted = []
+    thread = threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True)
+    thread.start()
+    try:
+        probe = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"; "
+                 "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"")  # fmt: skip
+        result = sandbox.run(probe)
+        assert result.exit_code != 0
+        assert "refused" in result.output or "unreachable" in result.output
+        assert accepted == []
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("path", ["../../../../etc/passwd", "/etc/passwd", "../outside.txt", "a/../../x"])
+def test_file_tools_refuse_paths_outside_the_workspace(sandbox, path):
+    for result in (tools.read_file(sandbox, path), tools.write_file(sandbox, path, "x"),
+                   tools.edit_file(sandbox, path, "a", "b")):  # fmt: skip
+        assert result.error and "outside the workspace" in result.error or "climbs out" in result.error
+    assert not (sandbox.host_workspace.parent / "outside.txt").exists()
+
+
+def test_symlinks_planted_in_the_workspace_are_not_followed_on_the_host(sandbox, tmp_path):
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("host secret")
+    os.chmod(tmp_path, 0o755)
+    sandbox.run(f"ln -s {secret} link.txt; ln -s / root; ln -s {tmp_path} hostdir")
+    assert "symlink" in tools.read_file(sandbox, "link.txt").error
+    assert "symlink" in tools.write_file(sandbox, "link.txt", "pwned").error
+    assert "symlink" in tools.write_file(sandbox, "root/tmp/escape", "pwned").error
+    assert "symlink" in tools.write_file(sandbox, "hostdir/new.txt", "pwned").error
+    assert secret.read_text() == "host secret"
+    assert not (tmp_path / "new.txt").exists()
+
+
+def test_shell_cannot_write_outside_the_workspace(sandbox):
+    result = sandbox.run("touch /usr/pwned; echo x > /etc/pwned; mkdir /pwned; echo rc=$?")
+    assert "Read-only file system" in result.output or "Permission denied" in result.output
+    assert not os.path.exists("/usr/pwned") and not os.path.exists("/etc/pwned") and not os.path.exists("/pwned")
+    assert sandbox.run("ls /usr/pwned /etc/pwned /pwned").exit_code != 0
+
+
+def test_host_directories_are_not_visible(sandbox):
+    here = os.path.dirname(os.path.abspath(__file__))
+    assert sandbox.run(f"ls {here}").exit_code != 0
+    assert sandbox.run(f"ls {sandbox.host_workspace}").exit_code != 0
+
+
+def test_no_privileges_inside(sandbox):
+    caps = sandbox.run("grep CapEff /proc/self/status").output.split()[1]
+    assert int(caps, 16) == 0
+    assert sandbox.run("mount -t tmpfs none /mnt").exit_code != 0
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_injection_through_file_paths_and_contents(sandbox, payload):
+    tools.read_file(sandbox, payload)
+    tools.write_file(sandbox, "f.txt", payload)
+    tools.edit_file(sandbox, "f.txt", payload, payload + payload)
+    tools.edit_file(sandbox, payload, "a", "b")
+    assert sandbox.read_file("f.txt").decode() == payload + payload
+    assert_not_pwned(sandbox)
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_injection_through_search_and_git_parameters(sandbox, payload):
+    sandbox.run("git init -q && echo hello > a.txt")
+    tools.grep(sandbox, payload)
+    tools.grep(sandbox, "hello", path=payload)
+    tools.grep(sandbox, "hello", include=payload)
+    tools.list_files(sandbox, path=payload)
+    tools.list_files(sandbox, pattern=payload)
+    tools.git(sandbox, "status", path=payload)
+    tools.git(sandbox, "diff", path=payload)
+    tools.run_tests(sandbox, "ls", path=payload)
+    assert_not_pwned(sandbox)
+
+
+def test_grep_pattern_that_looks_like_an_option_is_a_pattern(sandbox):
+    sandbox.run("echo '--version' > opt.txt")
+    result = tools.grep(sandbox, "--version")
+    assert result.exit_code == 0 and "opt.txt:1:--version" in result.output
+
+
+def test_huge_finite_output_is_truncated(sandbox):
+    result = sandbox.run("head -c 1500000 /dev/zero | tr '\\0' y; echo; echo done")
+    assert result.exit_code == 0 and result.truncated
+    assert len(result.output) == HOSTILE.max_output_bytes
+
+
+def test_endless_output_is_killed_once_it_overflows(sandbox):
+    result = sandbox.run("yes")
+    assert "more than" in result.error and result.truncated
+    assert len(result.output) == HOSTILE.max_output_bytes
+    assert_usable(sandbox)
+
+
+def test_killing_the_parent_shell_restarts_it(sandbox):
+    sandbox.run("cd /tmp")
+    result = sandbox.run("kill -9 $$")
+    assert "shell exited" in result.error
+    assert sandbox.run("pwd").output == "/tmp\n"
+
+
+def test_killing_every_process_it_can_does_not_reach_the_host(sandbox):
+    host_process = subprocess.Popen(["sleep", "60"])
+    try:
+        result = sandbox.run("kill -9 -1; echo survived")
+        assert result.output.endswith("survived\n")  # kill(-1) spares the caller: the shell
+        assert host_process.poll() is None
+        assert_usable(sandbox)
+    finally:
+        host_process.kill()
+        host_process.wait()
+
+
+def test_hijacking_the_shells_stdout_times_out_and_recovers(sandbox):
+    result = sandbox.run("exec >/dev/null", timeout=1)
+    assert result.error
+    assert_usable(sandbox)
+
+
+def test_file_size_limit(sandbox):
+    result = sandbox.run("head -c 20000000 /dev/zero > big.bin; echo rc=$?")
+    assert "rc=0" not in result.output
+    assert (sandbox.host_workspace / "big.bin").stat().st_size <= HOSTILE.max_file_mb * 1024 * 1024
+
+
+def test_nul_bytes_are_refused_with_a_clear_error(sandbox):
+    assert "NUL" in sandbox.run("echo a\x00b").error
+    assert tools.read_file(sandbox, "a\x00b").error
+
+
+def test_background_daemon_does_not_survive_reset(sandbox):
+    sandbox.run("nohup setsid sleep 600 >/dev/null 2>&1 &")
+    assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 0
+    sandbox.reset()
+    assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 1
