@@ -26,17 +26,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agentsandbox.backends import make_sandbox
+from agentsandbox.backends.base import Sandbox, SandboxError
+from agentsandbox.config import SandboxConfig
+from agentsandbox.tools import SANDBOX_TOOLS, call_tool, diff, run_tests
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.env import AgentEnv
 from knowlyrcore.errors import InvalidActionError
 from knowlyrcore.models import TaskInfo, ToolResult
 from knowlyrcore.timestep import TimeStep
-
-from agentsandbox.backends import make_sandbox
-from agentsandbox.backends.base import Sandbox, SandboxError
-from agentsandbox.config import SandboxConfig
-from agentsandbox.tools import SANDBOX_TOOLS, call_tool, diff, run_tests
 
 #: Seconds each setup command may take.
 SETUP_TIMEOUT = 600.0

@@ -18,11 +18,11 @@ import tarfile
 from typing import ClassVar
 
 import pytest
-from knowlyrcore.testing import require
 
 from agentsandbox.backends import BACKENDS, available_backends
 from agentsandbox.backends.base import Sandbox
 from agentsandbox.config import SandboxConfig
+from knowlyrcore.testing import require
 
 _STATUS: dict[str, tuple[bool, str]] = {}
 

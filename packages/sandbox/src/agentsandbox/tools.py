@@ -15,10 +15,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from knowlyrcore.models import ToolResult
-
 from agentsandbox.backends.base import Sandbox
 from agentsandbox.workspace import WorkspacePathError
+from knowlyrcore.models import ToolResult
 
 #: Largest file ``read_file`` returns in full.
 MAX_READ_BYTES = 512 * 1024

@@ -27,12 +27,11 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from knowlyrcore.errors import KnowlyrError
-from knowlyrcore.models import ToolResult
-
 from agentsandbox.config import SandboxConfig
 from agentsandbox.shell import BOOT, DRIVER, PersistentShell, ShellOutput, Transport, reset_script
 from agentsandbox.workspace import Workspace, chown_tree
+from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.models import ToolResult
 
 #: Where the read-only snapshot of the initial workspace is mounted inside every sandbox.
 SNAPSHOT_MOUNT = "/.knowlyr/snapshot"
