@@ -55,5 +55,7 @@ class SandboxConfig:
             "GIT_COMMITTER_NAME": "knowlyr-sandbox",
             "GIT_COMMITTER_EMAIL": "sandbox@knowlyr.invalid",
             "GIT_CONFIG_NOSYSTEM": "1",
+            # an edit within the same second keeps size and mtime: a cached .pyc would go stale
+            "PYTHONDONTWRITEBYTECODE": "1",
         }
         return {**base, **self.env}

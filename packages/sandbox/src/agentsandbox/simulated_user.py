@@ -1,0 +1,90 @@
+"""``SimulatedUser``: the other side of a dialog, played by any OpenAI-compatible endpoint.
+
+The user model gets the task's user instructions as its system prompt and sees the agent's
+messages as the "user" turns of its own chat, so from its point of view it is an ordinary
+assistant conversation with the roles swapped. It ends the conversation by including
+``STOP`` in a reply (as tau-bench's simulated users do). Plain ``urllib``: no SDK needed.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from knowlyrcore.errors import KnowlyrError
+
+STOP = "###STOP###"
+
+SYSTEM_PROMPT = (
+    "You are a user talking to an AI assistant. Stay in character and write only the user's next "
+    "message, briefly. Your situation and goal:\n{instructions}\n\n"
+    f"When your goal is met or the conversation cannot go further, end your message with {STOP}."
+)
+
+
+class SimulatedUserError(KnowlyrError, RuntimeError):
+    """The endpoint failed or answered something that is not a chat completion."""
+
+
+class SimulatedUser:
+    """A user played by ``model`` at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        instructions: str = "",
+        temperature: float = 0.0,
+        timeout: float = 60.0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.instructions = instructions
+        self.temperature = temperature
+        self.timeout = timeout
+        self.messages: list[dict[str, str]] = []
+
+    def start(self, instructions: str | None = None) -> str:
+        """Begin a new conversation and return the user's opening message."""
+        text = instructions if instructions is not None else self.instructions
+        self.messages = [{"role": "system", "content": SYSTEM_PROMPT.format(instructions=text or "(none given)")}]
+        # The user model speaks first: prompt it with an empty assistant greeting.
+        return self._turn("Hello, how can I help you today?")
+
+    def reply(self, assistant_message: str) -> str:
+        """The user's answer to the assistant's message."""
+        if not self.messages:
+            self.start()
+        return self._turn(assistant_message)
+
+    @staticmethod
+    def is_stop(message: str) -> bool:
+        return STOP in message
+
+    def _turn(self, assistant_message: str) -> str:
+        self.messages.append({"role": "user", "content": assistant_message})
+        content = self._complete(self.messages)
+        self.messages.append({"role": "assistant", "content": content})
+        return content
+
+    def _complete(self, messages: list[dict[str, str]]) -> str:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
+        request = urllib.request.Request(
+            f"{self.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key or 'none'}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                payload = json.loads(response.read())
+        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
+            raise SimulatedUserError(f"simulated user endpoint {self.base_url} failed: {exc}") from exc
+        try:
+            return str(payload["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError):
+            raise SimulatedUserError(f"not a chat completion from {self.base_url}: {str(payload)[:200]}") from None
