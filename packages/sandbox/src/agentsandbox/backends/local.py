@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox
 from agentsandbox.shell import PipeTransport, Transport
@@ -29,6 +30,10 @@ from agentsandbox.shell import PipeTransport, Transport
 #: First uid handed to sandboxes when the host runs as root (far from real accounts).
 PRIVATE_UID_BASE = 200_000
 _uid_counter = itertools.count()
+#: ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the *thread* that forked bwrap
+#: exits. Forking from one long-lived thread keeps a sandbox alive however short-lived the
+#: caller's thread is (worker pools, MCP handlers), and still ends it with the process.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knowlyr-bwrap-spawner")
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
@@ -122,7 +127,8 @@ class LocalSandbox(Sandbox):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     def _spawn_shell(self, argv: list[str], env: dict[str, str]) -> Transport:
-        self._process = subprocess.Popen(
+        self._process = _SPAWNER.submit(
+            subprocess.Popen,
             self._bwrap_argv(argv),
             # exactly this environment (bwrap passes its own on): nothing leaks from the host
             env=env,
@@ -133,7 +139,7 @@ class LocalSandbox(Sandbox):
             start_new_session=True,
             close_fds=True,
             **_user_kwargs(self._owner()),
-        )
+        ).result()
         return PipeTransport(self._process)
 
     def _kill_all(self) -> None:

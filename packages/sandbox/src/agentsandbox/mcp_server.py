@@ -1,0 +1,128 @@
+"""An MCP server (stdio) exposing a sandbox's coding tools to any MCP client.
+
+``knowlyr-sandbox-mcp`` (or ``python -m agentsandbox.mcp_server --backend local``) serves one
+``SandboxEnv``: ``reset`` starts a task (repository, setup and test commands), then ``bash``,
+``read_file``, ``write_file``, ``edit_file``, ``grep``, ``list_files``, ``git``, ``run_tests`` act
+in it and ``submit`` ends the episode with the test outcome and the patch. Each tool returns
+the observation text an agent would see. Needs the ``mcp`` extra.
+
+The tools are ``async`` but do their (short) work inline on the event loop's thread: a stdio
+server has one client, and forking every sandbox process from that one thread keeps
+bubblewrap's parent-death signal tied to the server's lifetime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from agentsandbox.config import SandboxConfig
+from agentsandbox.env import SandboxEnv
+
+
+def _server_class():
+    try:
+        from mcp.server.mcpserver import MCPServer  # mcp >= 2
+    except ImportError:
+        from mcp.server.fastmcp import FastMCP as MCPServer  # mcp 1.x
+    return MCPServer
+
+
+def build_server(backend: str = "auto", config: SandboxConfig | None = None):
+    """The MCP server object, with its tools bound to one lazily created ``SandboxEnv``."""
+    server = _server_class()("knowlyr-sandbox", instructions="Code-execution sandbox: reset a task, then act in it.")
+    env = SandboxEnv(backend, config)
+    state: dict[str, Any] = {"started": False}
+
+    def act(tool: str, params: dict[str, Any]) -> str:
+        if not state["started"]:
+            env.reset(task="interactive session")
+            state["started"] = True
+        ts = env.step({"tool": tool, "params": {k: v for k, v in params.items() if v is not None}})
+        if ts.done:
+            state["started"] = False
+            summary = {k: ts.info.get(k) for k in ("success", "score", "tests", "patch") if k in ts.info}
+            return f"{ts.observation}\n{json.dumps(summary, ensure_ascii=False)}"
+        return ts.observation
+
+    @server.tool()
+    async def reset(
+        description: str = "",
+        repo: str | None = None,
+        setup_commands: list[str] | None = None,
+        test_command: str | None = None,
+    ) -> str:
+        """Start a task: copy `repo` (host directory or archive) into the workspace, run the setup commands."""
+        task = {"description": description, "repo": repo, "setup_commands": setup_commands or [],
+                "test_command": test_command}  # fmt: skip
+        ts = env.reset(task=task)
+        state["started"] = True
+        return ts.observation
+
+    @server.tool()
+    async def bash(command: str, timeout: float | None = None) -> str:
+        """Run a command in the persistent shell (cwd and variables carry over)."""
+        return act("bash", {"command": command, "timeout": timeout})
+
+    @server.tool()
+    async def read_file(path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        """Read a workspace file, optionally lines start_line..end_line."""
+        return act("read_file", {"path": path, "start_line": start_line, "end_line": end_line})
+
+    @server.tool()
+    async def write_file(path: str, content: str) -> str:
+        """Create or overwrite a workspace file."""
+        return act("write_file", {"path": path, "content": content})
+
+    @server.tool()
+    async def edit_file(path: str, old_str: str, new_str: str) -> str:
+        """Replace the single exact occurrence of old_str in a file by new_str."""
+        return act("edit_file", {"path": path, "old_str": old_str, "new_str": new_str})
+
+    @server.tool()
+    async def grep(pattern: str, path: str | None = None, include: str | None = None) -> str:
+        """Search workspace files for a regular expression."""
+        return act("grep", {"pattern": pattern, "path": path, "include": include})
+
+    @server.tool()
+    async def list_files(path: str | None = None, pattern: str | None = None) -> str:
+        """List workspace files, optionally filtered by a glob."""
+        return act("list_files", {"path": path, "pattern": pattern})
+
+    @server.tool()
+    async def git(subcommand: str, path: str | None = None) -> str:
+        """git status, diff or log of the workspace."""
+        return act("git", {"subcommand": subcommand, "path": path})
+
+    @server.tool()
+    async def run_tests(path: str | None = None) -> str:
+        """Run the task's test command."""
+        return act("run_tests", {"path": path})
+
+    @server.tool()
+    async def submit(summary: str | None = None) -> str:
+        """End the episode; returns the test outcome and the patch."""
+        return act("submit", {"summary": summary})
+
+    server.sandbox_env = env
+    return server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="knowlyr-sandbox-mcp", description="MCP server (stdio) for knowlyr-sandbox")
+    parser.add_argument("--backend", default="auto", choices=["auto", "docker", "local"])
+    parser.add_argument("--timeout", type=float, default=60.0, help="per-command timeout in seconds")
+    args = parser.parse_args(argv)
+    server = build_server(args.backend, SandboxConfig(timeout=args.timeout))
+    try:
+        server.run("stdio")
+    finally:
+        server.sandbox_env.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
