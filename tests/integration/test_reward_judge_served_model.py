@@ -87,6 +87,7 @@ class Served:
             self.proc.kill()
 
 
+@pytest.mark.slow  # fitting the tiny judge to its prompts takes a few minutes on 2 cores
 def test_judge_scores_come_from_a_served_model(tmp_path):
     from agenttrainer import save_model
     from agenttrainer.models import build_tiny_model, overfit_tiny_model

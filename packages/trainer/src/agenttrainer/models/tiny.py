@@ -78,31 +78,34 @@ def overfit_tiny_model(
     tests a real model with known output (a tool call, an ``Action:`` line) to drive the
     inference bridge, the server and the clients end to end. Full-batch AdamW on the answer
     tokens only; stops as soon as every answer token is the argmax under teacher forcing
-    (a 64-wide model needs ~50 steps). Raises ``RuntimeError`` if ``max_steps`` do not suffice.
+    (a 64-wide model needs ~60 steps). Raises ``RuntimeError`` if ``max_steps`` do not suffice.
     """
-    sequences = []  # (ids (1, T), labels (1, T), prompt length)
+    rows = []
     for example in examples:
         prompt = tokenizer.apply_chat_template(
             example["messages"], tools=example.get("tools"), add_generation_prompt=True, return_dict=True
         )["input_ids"]
         answer = tokenizer(example["answer"] + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([prompt + answer])
-        labels = ids.clone()
-        labels[0, : len(prompt)] = -100  # learn the answer, not the prompt
-        sequences.append((ids, labels, len(prompt)))
+        rows.append((prompt, answer))
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)  # (B, T), right-padded
+    labels = torch.full((len(rows), width), -100)  # (B, T): only answer tokens are learned
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
+    for i, (prompt, answer) in enumerate(rows):
+        n, m = len(prompt), len(prompt) + len(answer)
+        ids[i, :m] = torch.tensor(prompt + answer)
+        labels[i, n:m] = torch.tensor(answer)
+        attention_mask[i, :m] = 1
+    targets = labels[:, 1:]  # (B, T-1): logits at t predict token t+1
+    learned = targets != -100
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     for _ in range(max_steps):
-        loss = sum(model(input_ids=ids, labels=labels).loss for ids, labels, _ in sequences)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        with torch.no_grad():
-            # logits at t predict token t+1: positions n-1 .. T-2 predict the answer tokens n .. T-1
-            fitted = all(
-                torch.equal(model(input_ids=ids).logits[0, n - 1 : -1].argmax(-1), ids[0, n:])
-                for ids, _, n in sequences
-            )
-        if fitted:
+        out = model(input_ids=ids, attention_mask=attention_mask, labels=labels)
+        # Checked on this forward's logits, before the update: if they fit, these weights are returned.
+        if torch.equal(out.logits[:, :-1].argmax(-1)[learned], targets[learned]):
             return model.eval()
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
     raise RuntimeError(f"tiny model did not fit {len(examples)} examples in {max_steps} steps")
