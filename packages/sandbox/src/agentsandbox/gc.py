@@ -2,7 +2,7 @@
 
 Sandboxes close on ``close()``, on interpreter exit and when collected, but a process killed
 by SIGKILL (or a crashed CI job) runs none of those. Every container carries labels naming
-the host and pid that created it, and every workspace directory's name carries the pid, so
+the host and pid that created it, and every workspace directory's name (under /dev/shm or the temp dir) carries the pid, so
 orphans are recognisable: the owner pid is no longer alive on this host. Local sandbox
 processes need no collection: ``bwrap --die-with-parent`` ends them with their owner.
 """
@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsandbox.backends.base import TEMP_PREFIX
+from agentsandbox.backends.base import TEMP_PREFIX, scratch_roots
 from agentsandbox.backends.docker import LABEL, LABEL_HOST, LABEL_PID
 
 _DIR_PID = re.compile(rf"^{re.escape(TEMP_PREFIX)}(\d+)-")
@@ -70,7 +69,7 @@ def collect_garbage(*, all_sandboxes: bool = False, dry_run: bool = False, docke
                     report.errors.append(f"container {container.id[:12]}: {exc}")
         if client is not None:
             client.close()
-    for entry in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
+    for entry in (e for root in scratch_roots() for e in Path(root).glob(f"{TEMP_PREFIX}*")):
         match = _DIR_PID.match(entry.name)
         if not match or not entry.is_dir():
             continue

@@ -42,6 +42,24 @@ RESET_TIMEOUT = 30.0
 TEMP_PREFIX = "knowlyr-sandbox-"
 
 
+def scratch_roots() -> list[str]:
+    """Where sandbox directories may live: ``$KNOWLYR_SANDBOX_TMPDIR``, /dev/shm, the temp dir."""
+    roots = [os.environ.get("KNOWLYR_SANDBOX_TMPDIR", ""), "/dev/shm", tempfile.gettempdir()]
+    return [r for r in dict.fromkeys(roots) if r and os.path.isdir(r)]
+
+
+def scratch_root() -> str:
+    """The directory new sandboxes are created in.
+
+    A RAM-backed /dev/shm by default: a reset deletes and recopies the workspace, and on
+    a virtual disk unlinking a small git checkout alone takes ~50 ms, on tmpfs ~1 ms.
+    """
+    for root in scratch_roots():
+        if os.access(root, os.W_OK | os.X_OK):
+            return root
+    return tempfile.gettempdir()
+
+
 class SandboxError(KnowlyrError, RuntimeError):
     """The sandbox could not be created, reset or reached."""
 
@@ -78,7 +96,7 @@ class Sandbox(ABC):
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
-        self._tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=scratch_root()))
         (self._tmp / "workspace").mkdir()
         (self._tmp / "snapshot").mkdir()
         owner = self._owner()
