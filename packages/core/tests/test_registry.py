@@ -122,3 +122,23 @@ def test_unregister(counter_cls):
 
 def test_timestep_import_is_public():
     assert TimeStep().done is False
+
+
+def test_plugin_discovery_is_thread_safe(monkeypatch):
+    """Threads racing into the first make() all see the installed plugins."""
+    import threading
+    import time
+
+    def slow_entry_points(group):
+        time.sleep(0.05)  # widen the window in which a second thread could see a half-filled registry
+        return [EntryPoint(name="plugin/slow", value="m:Env", group=group)]
+
+    monkeypatch.setattr(registry_module, "entry_points", slow_entry_points)
+    monkeypatch.setattr(registry_module, "_PLUGINS_LOADED", False)
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append("plugin/slow" in list_envs())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [True] * 8

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,22 +78,31 @@ class EnvSpec:
 
 _REGISTRY: dict[str, EnvSpec] = {}
 _PLUGINS_LOADED = False
+_DISCOVERY_LOCK = threading.Lock()
 
 
 def _discover_plugins() -> None:
-    """Add the specs of installed distributions' entry points (metadata only, no import)."""
+    """Add the specs of installed distributions' entry points (metadata only, no import).
+
+    Thread-safe: concurrent ``make()`` calls (``collect`` runs episodes in threads) must all
+    see the plugins, so the flag is set only once every entry point is registered.
+    """
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
-    _PLUGINS_LOADED = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REGISTRY:
-            continue  # an explicit register() call wins over installed metadata
-        dist = getattr(ep, "dist", None)
-        source = f"entry point {ep.name!r} of {dist.name if dist else 'an installed package'}"
-        if not _ID_PATTERN.match(ep.name):
-            raise RegistryError(f"{source}: {ep.name!r} is not a valid environment id")
-        _REGISTRY[ep.name] = EnvSpec(id=ep.name, entry_point=ep.value, source=source)
+    with _DISCOVERY_LOCK:
+        if _PLUGINS_LOADED:
+            return
+        found: dict[str, EnvSpec] = {}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep, "dist", None)
+            source = f"entry point {ep.name!r} of {dist.name if dist else 'an installed package'}"
+            if not _ID_PATTERN.match(ep.name):
+                raise RegistryError(f"{source}: {ep.name!r} is not a valid environment id")
+            found[ep.name] = EnvSpec(id=ep.name, entry_point=ep.value, source=source)
+        for env_id, env_spec in found.items():
+            _REGISTRY.setdefault(env_id, env_spec)  # an explicit register() call wins over installed metadata
+        _PLUGINS_LOADED = True
 
 
 def register(
