@@ -125,3 +125,20 @@ def test_sandbox_of_a_killed_process_is_cleaned_by_gc():
         assert container_id not in [c.id for c in client.containers.list(all=True, filters={"label": LABEL})]
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_interpreter_exit_without_close_cleans_up(backend):
+    require_backend(backend)
+    code = ("from agentsandbox.backends import BACKENDS; sb = BACKENDS[{!r}](); sb.start(); sb.run('sleep 300 &'); "
+            "print(sb._tmp, getattr(sb, '_container_id', ''))") % backend  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    tmp, _, container_id = done.stdout.strip().partition(" ")
+    assert not os.path.exists(tmp)
+    if container_id:
+        client = docker_client()
+        try:
+            assert container_id not in [c.id for c in client.containers.list(all=True, filters={"label": LABEL})]
+        finally:
+            client.close()
