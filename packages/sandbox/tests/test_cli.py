@@ -130,8 +130,8 @@ def test_sandbox_of_a_killed_process_is_cleaned_by_gc():
 @pytest.mark.parametrize("backend", ["local", "docker"])
 def test_interpreter_exit_without_close_cleans_up(backend):
     require_backend(backend)
-    code = ("from agentsandbox.backends import BACKENDS; sb = BACKENDS[{!r}](); sb.start(); sb.run('sleep 300 &'); "
-            "print(sb._tmp, getattr(sb, '_container_id', ''))") % backend  # fmt: skip
+    code = (f"from agentsandbox.backends import BACKENDS; sb = BACKENDS[{backend!r}](); sb.start(); "
+            "sb.run('sleep 300 &'); print(sb._tmp, getattr(sb, '_container_id', ''))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     tmp, _, container_id = done.stdout.strip().partition(" ")
