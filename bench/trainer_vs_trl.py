@@ -1,0 +1,290 @@
+"""knowlyr-trainer vs TRL: SFT and DPO tokens/s and peak memory on SmolLM2-135M-Instruct.
+
+Both sides get the same model (the embedded SmolLM2-135M, fp32 weights), the same rows, batch
+size, maximum length, learning rate, step count and loss (assistant tokens only: TRL's
+prompt-completion format with ``completion_only_loss``; ours masks everything but the
+assistant turn), each at its best setting on this CPU: bf16 autocast, no gradient
+checkpointing; TRL pads each batch (its padding-free mode needs flash-attention kernels, which
+CPUs lack), ours packs; for DPO both precompute reference log-probs once (TRL's
+``precompute_ref_log_probs``). Every run is a fresh subprocess, so peak RSS
+(``ru_maxrss``) is that run's own. Timed: trainer construction (tokenisation, DPO reference
+pre-pass) + training, excluding model loading and our final save; tokens are the real (unpadded)
+tokens of the sequences trained on.
+
+    python bench/trainer_vs_trl.py [--steps 4] [--batch-size 4] [--max-length 512]
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODEL = "smollm2-135m"
+TOOLS = ["read_file", "grep", "edit_file", "run_tests", "bash", "list_dir"]
+
+
+def make_rows(n: int, seed: int) -> list[dict]:
+    """Agent-like prompt/completion pairs; like real trajectories, they have 1-8 steps (~60-450 tokens)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        task = f"Task {i}: the test tests/test_module_{rng.randrange(50)}.py fails with an IndexError in " + " ".join(
+            rng.choice(["sort", "merge", "parse", "split", "index", "buffer", "offset", "range"])
+            for _ in range(rng.randint(5, 30))
+        )
+        steps = []
+        for j in range(rng.randint(1, 8)):
+            tool = rng.choice(TOOLS)
+            steps.append(
+                f"Thought: step {j}, I will use {tool} to inspect "
+                + " ".join(rng.choice(["the", "loop", "bound", "index", "list", "file", "value"]) for _ in range(12))
+                + f"\nAction: {tool} src/pkg/module_{rng.randrange(20)}.py"
+            )
+        chosen = "\n".join(steps)
+        rejected = "\n".join(reversed(steps[: rng.randint(1, len(steps))])) + "\nAction: rm -rf /"
+        rows.append({"prompt": task, "completion": chosen, "rejected": rejected})
+    return rows
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+# ------------------------------------------------------------------------------------ workers
+def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
+    import torch
+
+    from agenttrainer.models import load_model_and_tokenizer
+
+    torch.manual_seed(0)
+    model, tok = load_model_and_tokenizer(MODEL, torch_dtype=torch.float32)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    out = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
+    common = dict(max_steps=args.steps, learning_rate=1e-5, seed=0)
+    started = time.perf_counter()
+    if kind == "ours-sft":
+        from agenttrainer import SFTConfig
+        from agenttrainer.trainers.sft import SFTTrainer
+
+        path = out / "sft.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "user", "content": r["prompt"]},
+                            {"role": "assistant", "content": r["completion"]},
+                        ]
+                    }
+                )
+                + "\n"
+                for r in rows
+            )
+        )
+        config = SFTConfig(
+            train_file=str(path),
+            output_dir=str(out),
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            bf16=True,
+            num_epochs=100,
+            lr_scheduler="constant",
+            warmup_ratio=0.0,
+            progress_bar=False,
+            packing=not args.no_packing,
+            **common,
+        )
+        trainer = SFTTrainer(config, model=model, tokenizer=tok)
+        result, saved = _run_ours(trainer)
+        examples = trainer.load_examples(str(path))[0]
+        tokens = sum(len(examples[i]) for i in range(min(len(examples), args.steps * args.batch_size)))
+        loss = result["train_loss"]
+    elif kind == "ours-dpo":
+        from agenttrainer import DPOConfig
+        from agenttrainer.trainers.dpo import DPOTrainer
+
+        path = out / "dpo.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps({"prompt": r["prompt"], "chosen": r["completion"], "rejected": r["rejected"]}) + "\n"
+                for r in rows
+            )
+        )
+        config = DPOConfig(
+            train_file=str(path),
+            output_dir=str(out),
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            bf16=True,
+            num_epochs=100,
+            lr_scheduler="constant",
+            warmup_ratio=0.0,
+            progress_bar=False,
+            beta=0.1,
+            **common,
+        )
+        trainer = DPOTrainer(config, model=model, tokenizer=tok)
+        result, saved = _run_ours(trainer)
+        pairs = trainer.load_pairs(str(path))[: args.steps * args.batch_size]
+        tokens = sum(len(c) + len(r) for c, r in pairs)
+        loss = result["train_loss"]
+    else:
+        import datasets
+        import trl
+
+        trl_args = dict(
+            output_dir=str(out),
+            per_device_train_batch_size=args.batch_size,
+            max_length=args.max_length,
+            bf16=True,
+            use_cpu=True,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            dataloader_num_workers=0,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            **common,
+        )
+        if kind == "trl-sft":
+            ds = datasets.Dataset.from_list(
+                [
+                    {
+                        "prompt": [{"role": "user", "content": r["prompt"]}],
+                        "completion": [{"role": "assistant", "content": r["completion"]}],
+                    }
+                    for r in rows
+                ]
+            )
+            trainer = trl.SFTTrainer(
+                model=model,
+                args=trl.SFTConfig(completion_only_loss=True, **trl_args),
+                train_dataset=ds,
+                processing_class=tok,
+            )
+        else:
+            ds = datasets.Dataset.from_list(
+                [
+                    {
+                        "prompt": [{"role": "user", "content": r["prompt"]}],
+                        "chosen": [{"role": "assistant", "content": r["completion"]}],
+                        "rejected": [{"role": "assistant", "content": r["rejected"]}],
+                    }
+                    for r in rows
+                ]
+            )
+            trainer = trl.DPOTrainer(
+                model=model,
+                args=trl.DPOConfig(beta=0.1, precompute_ref_log_probs=True, **trl_args),
+                train_dataset=ds,
+                processing_class=tok,
+            )
+        output = trainer.train()
+        saved = 0.0
+        loss = output.training_loss
+        # TRL's own count of non-padding tokens seen (chosen + rejected for DPO).
+        tokens = int(float(max(h.get("num_tokens", 0) for h in trainer.state.log_history)))
+    elapsed = time.perf_counter() - started - saved
+    return {
+        "kind": kind,
+        "tokens": tokens,
+        "seconds": round(elapsed, 2),
+        "tokens_per_s": round(tokens / elapsed, 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "loss": loss,
+    }
+
+
+def _run_ours(trainer) -> tuple[dict, float]:
+    """Train; returns the result and the seconds spent writing the final model (excluded)."""
+    save = trainer.save_model
+    spent = [0.0]
+
+    def timed_save(path):
+        t = time.perf_counter()
+        try:
+            return save(path)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    trainer.save_model = timed_save
+    return trainer.train(), spent[0]
+
+
+# ------------------------------------------------------------------------------------ driver
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--worker", choices=["ours-sft", "trl-sft", "ours-dpo", "trl-dpo"])
+    parser.add_argument("--data")
+    parser.add_argument(
+        "--no-packing", action="store_true", help="ours: length-grouped padded batches instead of packing"
+    )
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, Path(args.data), args)), flush=True)
+        return
+
+    data = Path(tempfile.mkdtemp(prefix="bench-data-")) / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_rows(args.steps * args.batch_size, seed=0)))
+    runs = {}
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+    for kind in ("ours-sft", "trl-sft", "ours-dpo", "trl-dpo"):
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            kind,
+            "--data",
+            str(data),
+            "--steps",
+            str(args.steps),
+            "--batch-size",
+            str(args.batch_size),
+            "--max-length",
+            str(args.max_length),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise SystemExit(f"{kind} failed:\n{proc.stderr[-4000:]}")
+        runs[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = {
+        "benchmark": "trainer_vs_trl",
+        "model": MODEL,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+    }
+    for method in ("sft", "dpo"):
+        ours, theirs = runs[f"ours-{method}"], runs[f"trl-{method}"]
+        result[method] = {
+            "ours_tokens_per_s": ours["tokens_per_s"],
+            "trl_tokens_per_s": theirs["tokens_per_s"],
+            "speedup": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 2),
+            "ours_peak_rss_mb": ours["peak_rss_mb"],
+            "trl_peak_rss_mb": theirs["peak_rss_mb"],
+            "memory_ratio": round(ours["peak_rss_mb"] / theirs["peak_rss_mb"], 2),
+            "ours_tokens": ours["tokens"],
+            "trl_tokens": theirs["tokens"],
+            "ours_loss": ours["loss"],
+            "trl_loss": theirs["loss"],
+        }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
