@@ -9,7 +9,7 @@ CALC_TASK = {
     "description": "Fix add() in calc.py so the tests pass.",
     "repo": CALC_REPO,
     "setup_commands": ["git init -q && git add -A && git commit -qm init"],
-    "test_command": "python3 -m unittest -q test_calc",
+    "test_command": "python3 -m unittest -q check_calc",
 }
 FIX = {"tool": "edit_file", "params": {"path": "calc.py", "old_str": "a - b", "new_str": "a + b"}}
 

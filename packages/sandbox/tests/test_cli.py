@@ -33,7 +33,7 @@ def test_backends_lists_both_with_reasons():
 def test_exec_runs_a_command_and_propagates_its_exit_code(backend):
     require_backend(backend)
     done = cli("exec", "--backend", backend, "--repo", CALC_TASK["repo"], "--", "ls && exit 3", check=3)
-    assert done.stdout == "calc.py\ntest_calc.py\n"
+    assert done.stdout == "calc.py\ncheck_calc.py\n"
     argv = cli("exec", "--backend", backend, "--", "printf", "%s|", "$(id)", "a b", check=0)
     assert argv.stdout == "$(id)|a b|"
 

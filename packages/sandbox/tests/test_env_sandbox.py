@@ -68,12 +68,12 @@ def test_submitting_without_a_fix_fails(env):
 def test_reset_to_the_same_task_restores_the_repository(env):
     env.reset(task=CALC_TASK)
     env.step(FIX)
-    env.step({"tool": "bash", "params": {"command": "rm test_calc.py; export X=1"}})
+    env.step({"tool": "bash", "params": {"command": "rm check_calc.py; export X=1"}})
     env.reset(task=CALC_TASK)
     assert env.step({"tool": "read_file", "params": {"path": "calc.py"}}).observation.count("a - b") == 1
     assert env.step(
         {"tool": "bash", "params": {"command": "ls; echo x=$X; git log --oneline | wc -l"}}
-    ).observation == ("calc.py\ntest_calc.py\nx=\n1\n")
+    ).observation == ("calc.py\ncheck_calc.py\nx=\n1\n")
 
 
 def test_edit_file_errors_are_clear(env):
@@ -117,4 +117,4 @@ def test_task_from_an_archive(env, tmp_path):
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(CALC_REPO, arcname="calc-1.0")
     env.reset(task={**CALC_TASK, "repo": str(archive)})
-    assert env.step({"tool": "list_files", "params": {}}).observation == "calc.py\ntest_calc.py"
+    assert env.step({"tool": "list_files", "params": {}}).observation == "calc.py\ncheck_calc.py"
