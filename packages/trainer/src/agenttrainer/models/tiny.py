@@ -78,34 +78,35 @@ def overfit_tiny_model(
     tests a real model with known output (a tool call, an ``Action:`` line) to drive the
     inference bridge, the server and the clients end to end. Full-batch AdamW on the answer
     tokens only; stops as soon as every answer token is the argmax under teacher forcing
-    (a 64-wide model needs ~60 steps). Raises ``RuntimeError`` if ``max_steps`` do not suffice.
+    (a 64-wide model needs ~70 steps). Raises ``RuntimeError`` if ``max_steps`` do not suffice.
     """
-    rows = []
+    sequences = []  # (ids (1, T), labels (1, T))
     for example in examples:
         prompt = tokenizer.apply_chat_template(
             example["messages"], tools=example.get("tools"), add_generation_prompt=True, return_dict=True
         )["input_ids"]
         answer = tokenizer(example["answer"] + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-        rows.append((prompt, answer))
-    width = max(len(p) + len(a) for p, a in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id)  # (B, T), right-padded
-    labels = torch.full((len(rows), width), -100)  # (B, T): only answer tokens are learned
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
-    for i, (prompt, answer) in enumerate(rows):
-        n, m = len(prompt), len(prompt) + len(answer)
-        ids[i, :m] = torch.tensor(prompt + answer)
-        labels[i, n:m] = torch.tensor(answer)
-        attention_mask[i, :m] = 1
-    targets = labels[:, 1:]  # (B, T-1): logits at t predict token t+1
-    learned = targets != -100
+        ids = torch.tensor([prompt + answer])
+        labels = ids.clone()
+        labels[0, : len(prompt)] = -100  # learn the answer, not the prompt
+        sequences.append((ids, labels))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     for _ in range(max_steps):
-        out = model(input_ids=ids, attention_mask=attention_mask, labels=labels)
-        # Checked on this forward's logits, before the update: if they fit, these weights are returned.
-        if torch.equal(out.logits[:, :-1].argmax(-1)[learned], targets[learned]):
+        # One sequence per forward: the prompts differ a lot in length, so padding would waste work.
+        outputs = [model(input_ids=ids, labels=labels) for ids, labels in sequences]
+        # Checked on these logits, before the update: if they fit, these are the weights returned.
+        if all(_argmax_matches(out.logits, labels) for out, (_, labels) in zip(outputs, sequences)):
             return model.eval()
         optimizer.zero_grad()
-        out.loss.backward()
+        sum(out.loss for out in outputs).backward()
         optimizer.step()
     raise RuntimeError(f"tiny model did not fit {len(examples)} examples in {max_steps} steps")
+
+
+def _argmax_matches(logits: torch.Tensor, labels: torch.Tensor) -> bool:
+    """Whether every labelled token is the argmax of the logits one position earlier."""
+    predicted = logits[0, :-1].argmax(-1)  # (T-1,): logits at t predict token t+1
+    targets = labels[0, 1:]  # (T-1,)
+    learned = targets != -100
+    return torch.equal(predicted[learned], targets[learned])
