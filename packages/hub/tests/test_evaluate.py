@@ -46,6 +46,12 @@ def test_identical_agents_are_not_significant():
     assert result["comparisons"][0]["welch_p"] == 1.0 and not result["comparisons"][0]["significant"]
 
 
+def test_deterministic_agents_with_different_rewards_differ_surely():
+    result = compare_agents({"a": run("a", [0.9, 0.9, 0.9]), "b": run("b", [0.5, 0.5, 0.5])})
+    (c,) = result["comparisons"]
+    assert c["welch_p"] == 0.0 and c["significant"]
+
+
 def test_errors():
     with pytest.raises(ValueError, match="at least two"):
         compare_agents({"a": run("a", [1.0])})

@@ -85,17 +85,23 @@ def compare_agents(runs: dict[str, list[Trajectory]], *, alpha: float = 0.05) ->
     for a, b in pairs:
         ra, rb = rewards[a], rewards[b]
         row: dict[str, Any] = {"a": a, "b": b, "diff": float(np.mean(ra) - np.mean(rb))}
-        if len(ra) >= 2 and len(rb) >= 2 and (np.var(ra) > 0 or np.var(rb) > 0):
+        if len(ra) < 2 or len(rb) < 2:
+            row["welch_p"] = row["mannwhitney_p"] = 1.0  # too few episodes to test anything
+        elif np.ptp(ra) < 1e-12 and np.ptp(rb) < 1e-12:
+            # both agents are deterministic: the t statistic is undefined, the difference is certain
+            row["welch_p"] = row["mannwhitney_p"] = 1.0 if np.mean(ra) == np.mean(rb) else 0.0
+        else:
             row["welch_p"] = _p(stats.ttest_ind(ra, rb, equal_var=False).pvalue)
             row["mannwhitney_p"] = _p(stats.mannwhitneyu(ra, rb, alternative="two-sided").pvalue)
-        else:
-            row["welch_p"] = row["mannwhitney_p"] = 1.0
         shared = sorted(set(reports[a].per_task) & set(reports[b].per_task))
         if len(shared) >= 2:
             xa = [reports[a].per_task[k] for k in shared]
             xb = [reports[b].per_task[k] for k in shared]
-            row["paired_p"] = _p(stats.ttest_rel(xa, xb).pvalue) if np.var(np.subtract(xa, xb)) > 0 else (
-                1.0 if np.allclose(xa, xb) else 0.0)  # fmt: skip
+            differences = np.subtract(xa, xb)
+            if np.ptp(differences) < 1e-12:  # a constant difference: no variance to test against
+                row["paired_p"] = 1.0 if abs(differences[0]) < 1e-12 else 0.0
+            else:
+                row["paired_p"] = _p(stats.ttest_rel(xa, xb).pvalue)
             row["shared_tasks"] = len(shared)
         for key in ("welch_p", "mannwhitney_p", "paired_p"):
             if key in row:
