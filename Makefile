@@ -49,7 +49,10 @@ test-slow: install ## the slow tier (full demo runs)
 test-isolated: ## each package alone in a clean venv runs its own tests
 	$(PYTHON) scripts/test_isolated.py $(PACKAGES)
 
-demo: install ## the main job: an example episode through wrappers, printing the trajectory
+demo: install ## the main job: sandbox rollouts -> process reward -> datasets -> SFT of SmolLM2 -> roll out the checkpoint
+	$(BIN)/python examples/online_loop.py --workdir runs/demo
+
+demo-quickstart: install ## a custom environment through wrappers, printing the recorded trajectory
 	$(BIN)/python examples/quickstart.py
 
 docs: install ## build the documentation site into site/
@@ -62,4 +65,4 @@ bench: install ## run the benchmarks (one JSON line each)
 clean: ## remove virtual environments and caches
 	rm -rf $(VENV) .venv-isolated .pytest_cache .ruff_cache site
 
-.PHONY: help install lint format test test-unit test-slow test-isolated demo docs bench clean
+.PHONY: help install lint format test test-unit test-slow test-isolated demo demo-quickstart docs bench clean
