@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from agentreward import RewardEngine
-from knowlyrcore import Trajectory, make, write_trajectories
+from knowlyrcore import Trajectory, write_trajectories
 from trajectoryhub import DatasetExporter, collect, compare_agents, make_reward_fn
 
 BUGS = {
@@ -74,7 +74,7 @@ class Expert:
         self.turn += 1
         if self.task_id is None:
             self.task_id = next(t for t, (_, _, d) in BUGS.items() if observation.startswith(d))
-        buggy, fixed, _ = BUGS[self.task_id]
+        fixed = BUGS[self.task_id][1]
         plan = [
             {"tool": "read_file", "params": {"path": "lib.py"}, "thought": "Read the code under test."},
             {"tool": "run_tests", "params": {}, "thought": "See how it fails."},
@@ -128,7 +128,9 @@ def main() -> None:
         print(f"{name:7} {len(runs[name])} episodes in {took:.1f}s, solved {solved}/{len(runs[name])}")
     example = runs["expert"][0]
     for step in example.steps:
-        print(f"  step {step.index}: {step.tool_call.name:10} reward {step.reward:.2f}  {step.observation.output[:60]!r}")
+        print(
+            f"  step {step.index}: {step.tool_call.name:10} reward {step.reward:.2f}  {step.observation.output[:60]!r}"
+        )
 
     section("2. process reward, export, comparison")
     engine = RewardEngine(domain="coding")
