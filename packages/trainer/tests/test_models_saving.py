@@ -88,3 +88,13 @@ def test_overwriting_replaces_stale_weights_and_keeps_other_files(tmp_path):
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".ckpt.tmp-")]
     loaded, loaded_tok = load_model_and_tokenizer(str(out))
     assert torch.allclose(_logits(loaded, loaded_tok), _logits(lora_model, base_tok), atol=ATOL)
+
+
+def test_checkpoint_saved_during_gradient_checkpointing_generates_with_the_kv_cache(tmp_path):
+    model, tokenizer = build_tiny_model()
+    save_model(model, tokenizer, tmp_path / "base")
+    training, training_tok = load_model_and_tokenizer(str(tmp_path / "base"), gradient_checkpointing=True)
+    assert training.config.use_cache is False
+    save_model(training, training_tok, tmp_path / "ckpt")
+    assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["use_cache"] is True
+    assert training.config.use_cache is False  # the live training model is untouched

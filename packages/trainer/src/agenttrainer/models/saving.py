@@ -13,6 +13,7 @@ files there, e.g. a trainer's state, are left alone; stale weights of the other 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import tempfile
@@ -54,6 +55,7 @@ def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike, *, mer
     tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
     try:
         to_save.save_pretrained(tmp)
+        _enable_kv_cache(tmp / "config.json")
         tokenizer.save_pretrained(tmp)
         if output_dir.exists():
             _replace_files(tmp, output_dir)
@@ -65,6 +67,17 @@ def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike, *, mer
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return output_dir
+
+
+def _enable_kv_cache(config_file: Path) -> None:
+    """Gradient checkpointing turns ``use_cache`` off on the live model; a saved checkpoint is
+    for inference too, where generating without the KV cache would be needlessly slow."""
+    if not config_file.is_file():  # adapter-only save
+        return
+    config = json.loads(config_file.read_text())
+    if config.get("use_cache") is False:
+        config["use_cache"] = True
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _replace_files(src: Path, dst: Path) -> None:
