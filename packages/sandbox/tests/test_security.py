@@ -225,7 +225,8 @@ def test_nul_bytes_are_refused_with_a_clear_error(sandbox):
 
 
 def test_background_daemon_does_not_survive_reset(sandbox):
-    sandbox.run("nohup setsid sleep 600 >/dev/null 2>&1 &")
+    # the daemon signals it is up by a file; the loop waits on that, not on time
+    sandbox.run("nohup setsid sh -c 'touch /tmp/up; exec sleep 600' >/dev/null 2>&1 & until [ -e /tmp/up ]; do :; done")
     assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 0
     sandbox.reset()
     assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 1

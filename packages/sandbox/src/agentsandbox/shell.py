@@ -76,8 +76,8 @@ def reset_script(workdir: str, snapshot_dir: str, env: dict[str, str]) -> str:
     w, s = shlex.quote(workdir), shlex.quote(snapshot_dir)
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
     return (
-        # repeated: a fork bomb can fork new children while the first sweep runs
-        "for __k_i in 1 2 3; do builtin kill -9 -1 2>/dev/null; done; "
+        # repeated until nothing is left to signal: a fork bomb forks while a sweep runs
+        "for __k_i in {1..50}; do builtin kill -9 -1 2>/dev/null || break; done; "
         f"builtin cd {w} || builtin exit 70; "
         f"chmod -R u+w {w} 2>/dev/null; find {w} -mindepth 1 -delete 2>/dev/null; "
         f"cp -dR --preserve=mode,timestamps {s}/. {w}/ || builtin exit 71; "

@@ -34,9 +34,10 @@ LABEL_HOST = "knowlyr.sandbox.host"
 LABEL_CREATED = "knowlyr.sandbox.created"
 
 #: The container's pid 1. The kernel shields a namespace's pid 1 from signals sent inside it,
-#: so the in-shell ``kill -9 -1`` of ``reset`` cannot stop the container; bash as pid 1 also
-#: reaps the orphans that kill leaves behind (Docker's tini would exit with its child instead).
-KEEPER = "while :; do sleep infinity & wait; done"
+#: so the in-shell ``kill -9 -1`` of ``reset`` cannot stop the container. It blocks reading a
+#: FIFO it holds open (no child of its own for that kill to hit and respawn), and as bash it
+#: reaps the orphans the kill leaves behind (Docker's tini would exit with its child instead).
+KEEPER = "mkfifo /tmp/.keeper && exec 3<>/tmp/.keeper && rm -f /tmp/.keeper; while :; do read -r -u 3 _; done"
 
 
 def docker_client(timeout: int = 30):
