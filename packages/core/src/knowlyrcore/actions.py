@@ -27,7 +27,7 @@ def parse_action(action: Any) -> tuple[str, dict[str, Any]]:
     ``params`` may be omitted (it defaults to ``{}``); anything else malformed is an error
     that says what was wrong.
 
-    Example:
+    Examples:
         >>> parse_action({"tool": "bash", "params": {"command": "ls"}})
         ('bash', {'command': 'ls'})
     """

@@ -4,7 +4,7 @@ Run it on any environment before training on it. It drives the environment throu
 a few steps and close, and raises ``EnvCheckError`` listing every violation it found (not
 just the first), each phrased as what to fix.
 
-Example:
+Examples:
     >>> from knowlyrcore import AgentEnv, TimeStep
     >>> class Good(AgentEnv):
     ...     def reset(self, *, task=None, seed=None): return TimeStep("ready")

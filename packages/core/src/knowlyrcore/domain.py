@@ -6,7 +6,7 @@ weighted. Environments take their tool list from it, the reward model its weight
 exporters the tool schemas they put in chat-format datasets. New domains need no code: write
 a YAML or JSON file and ``load_domain_profile`` it.
 
-Example:
+Examples:
     >>> profile = get_domain_profile("coding")
     >>> profile.get_tool("bash").validate_params({"command": "ls"})
     >>> "submit" in profile.terminal_tools

@@ -5,7 +5,7 @@ the two changes an LLM agent needs: actions are structured tool calls and observ
 text. Environments subclass ``AgentEnv`` and implement ``reset`` and ``step``; nothing else
 is required (no ``super().__init__`` call either).
 
-Example:
+Examples:
     >>> class Echo(AgentEnv):
     ...     domain = "generic"
     ...     def reset(self, *, task=None, seed=None):

@@ -7,7 +7,7 @@ raises ``DataFormatError`` naming the file, the 1-based line and the dotted fiel
 Writes go to a temporary file in the target directory and are renamed over the target only
 when complete, so a crash never leaves a half-written dataset behind.
 
-Example:
+Examples:
     >>> import tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "t.jsonl"
     >>> write_jsonl(path, [{"a": 1}, {"a": 2}])

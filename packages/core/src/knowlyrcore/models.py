@@ -14,7 +14,7 @@ class TaskInfo(BaseModel):
     execution environments, ``metadata`` carries anything domain specific (a knowledge base,
     records for data-backed tools, the expected answer).
 
-    Example:
+    Examples:
         >>> TaskInfo.coerce("fix the failing test").description
         'fix the failing test'
     """
@@ -57,7 +57,7 @@ class ToolResult(BaseModel):
     ``output`` is what the agent sees; ``exit_code`` is set for commands; ``error`` holds a
     short explanation when the call failed (bad parameters, timeout, denied).
 
-    Example:
+    Examples:
         >>> ToolResult(output="hi", exit_code=0).success
         True
     """

@@ -3,7 +3,7 @@
 ``RecorderWrapper`` uses it for environments; a live agent outside any environment (or the
 recorder package's ``Recorder``) can use it directly, so both produce the same schema.
 
-Example:
+Examples:
     >>> b = TrajectoryBuilder(task="say hi", agent="doc")
     >>> _ = b.add_step({"tool": "respond", "params": {"message": "hi"}, "thought": "greet"}, "sent")
     >>> b.finish(success=True).steps[0].thought

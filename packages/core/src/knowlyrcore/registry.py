@@ -11,7 +11,7 @@ Discovery reads only the distributions' metadata; a plugin module is imported wh
 environments is first made, so importing knowlyr-core has no side effects. A plugin that
 fails to load raises ``RegistryError`` naming the entry point: errors are never swallowed.
 
-Example:
+Examples:
     >>> from knowlyrcore import AgentEnv, TimeStep
     >>> class Dummy(AgentEnv):
     ...     def reset(self, *, task=None, seed=None): return TimeStep("hi")

@@ -15,7 +15,7 @@ class TimeStep(Generic[ObsT]):
     ``terminated`` means the task reached a terminal state (the agent submitted, the dialog
     ended); ``truncated`` means the episode was cut short from outside (step or time limit).
 
-    Example:
+    Examples:
         >>> ts = TimeStep(observation="ok", reward=1.0, terminated=True)
         >>> ts.done
         True

@@ -9,7 +9,7 @@ Records carry ``schema_version``; readers accept any ``1.x`` and reject other ma
 clear error. Every model forbids unknown fields, so a typo is an error rather than silently
 dropped data: what does not fit the schema belongs in a ``metadata`` dict.
 
-Example:
+Examples:
     >>> t = Trajectory(task=TaskInfo(id="t1", description="say hi"), agent="demo",
     ...                steps=[Step(index=0, tool_call=ToolCall(name="respond", parameters={"text": "hi"}),
     ...                            observation=Observation(output="sent"))],

@@ -10,7 +10,7 @@ An agent is a callable ``agent(observation) -> {"tool", "params"[, "thought"]}``
 ``reset()`` method it is called at the start of each episode; with ``concurrency > 1`` pass
 ``agent_factory`` (a callable returning a fresh agent) unless the agent is stateless.
 
-Example:
+Examples:
     >>> from knowlyrcore import AgentEnv, TimeStep
     >>> class Coin(AgentEnv):
     ...     def reset(self, *, task=None, seed=None): return TimeStep("flip?")

@@ -10,7 +10,7 @@ seed-003 penalties, each scaled by the number of steps so long and short episode
 
 with ``a = outcome_weight`` when the outcome is known and 0 otherwise.
 
-Example:
+Examples:
     >>> engine = RewardEngine(domain="coding")
     >>> traj = {"task": {"description": "read a.py"}, "steps": [
     ...     {"tool_call": {"name": "read_file", "parameters": {"path": "a.py"}}, "observation": {"output": "x = 1"}},

@@ -1,6 +1,6 @@
 """Composable wrappers, each changing one aspect of an environment.
 
-Example:
+Examples:
     >>> from knowlyrcore import AgentEnv, TimeStep
     >>> class Count(AgentEnv):
     ...     def reset(self, *, task=None, seed=None): return TimeStep("start")

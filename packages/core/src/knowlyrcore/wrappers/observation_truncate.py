@@ -13,7 +13,7 @@ class ObservationTruncateWrapper(EnvWrapper):
     are; ``"head"`` or ``"tail"`` keep one end. A marker says how much was cut, and
     ``info["observation_truncated"]`` holds the original length.
 
-    Example:
+    Examples:
         >>> from knowlyrcore import AgentEnv, TimeStep
         >>> class Loud(AgentEnv):
         ...     def reset(self, *, task=None, seed=None): return TimeStep("x" * 100)
