@@ -5,6 +5,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from sandbox_tasks import CALC_TASK, FIX
@@ -142,3 +144,54 @@ def test_interpreter_exit_without_close_cleans_up(backend):
             assert container_id not in [c.id for c in client.containers.list(all=True, filters={"label": LABEL})]
         finally:
             client.close()
+
+
+class _PolicyModel(BaseHTTPRequestHandler):
+    """An OpenAI-compatible policy: a tool call per turn from a script, then plain text."""
+
+    script = [("write_file", {"path": "note.txt", "content": "from the model"}),
+              ("bash", {"command": "cat note.txt"})]  # fmt: skip
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if turn < len(self.script):
+            name, args = self.script[turn]
+            call = {"id": f"call_{turn}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        else:
+            message = {"role": "assistant", "content": "All done."}
+        payload = json.dumps({"choices": [{"message": message}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_run_with_an_endpoint_agent_uses_function_calling(tmp_path):
+    require_backend("local")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PolicyModel)
+    server.requests = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        task = tmp_path / "task.json"
+        task.write_text(json.dumps({"description": "write a note", "domain": "coding"}))
+        out = tmp_path / "traj.jsonl"
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        cli("run", str(task), "--backend", "local", "--endpoint", url, "--model", "policy", "--output", str(out),
+            check=0)  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    steps = json.loads(out.read_text())["steps"]
+    assert [s["tool_call"]["name"] for s in steps] == ["write_file", "bash", "finish"]
+    assert steps[1]["observation"]["output"] == "from the model"
+    assert steps[2]["tool_call"]["parameters"] == {"message": "All done."}
+    offered = {t["function"]["name"] for t in server.requests[0]["tools"]}
+    assert {"bash", "edit_file", "submit"} <= offered
+    # the observation went back as the tool call's result
+    assert server.requests[2]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "from the model"}

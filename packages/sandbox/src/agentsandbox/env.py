@@ -114,7 +114,10 @@ class SandboxEnv(AgentEnv):
         else:
             self._prepare(self._task)
             self._loaded_key = key
-        files = sum(len(names) for _, _, names in os.walk(self.sandbox.host_workspace))
+        files = 0
+        for _, dirs, names in os.walk(self.sandbox.host_workspace):
+            dirs[:] = [d for d in dirs if d != ".git"]
+            files += len(names)
         lines = [
             self._task.description or "(no task description)",
             "",
