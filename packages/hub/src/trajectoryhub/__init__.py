@@ -6,6 +6,7 @@ Depends on knowlyr-core; the sandbox, recorder and reward packages are optional 
 from trajectoryhub.dedup import ContentStore, content_hash, dedup
 from trajectoryhub.evaluate import AgentReport, compare_agents, evaluate_agent, leaderboard
 from trajectoryhub.export import DatasetExporter, ExportReport, messages_of, steps_of, trajectory_reward
+from trajectoryhub.pipeline import Pipeline, PipelineReport
 from trajectoryhub.rewards import make_reward_fn
 from trajectoryhub.rollout import collect, run_episode
 
@@ -22,6 +23,8 @@ __all__ = [
     "messages_of",
     "steps_of",
     "trajectory_reward",
+    "Pipeline",
+    "PipelineReport",
     "ContentStore",
     "content_hash",
     "dedup",

@@ -88,6 +88,18 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pipeline(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from trajectoryhub.pipeline import Pipeline
+
+    pipeline = Pipeline(domain=args.domain, log_format=args.log_format, skip_invalid=not args.strict,
+                        formats=tuple(args.formats), min_margin=args.min_margin)  # fmt: skip
+    report = pipeline.run(args.inputs, args.output_dir)
+    print(json.dumps(asdict(report), indent=2))
+    return 0
+
+
 def _cmd_collect(args: argparse.Namespace) -> int:
     from trajectoryhub.policy import OpenAIPolicy
     from trajectoryhub.rollout import collect
@@ -142,6 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("pipeline", help="agent logs -> trajectories -> scored -> deduplicated -> SFT/DPO/GRPO")
+    p.add_argument("inputs", nargs="+", help="log or trajectory files, folders or globs")
+    p.add_argument("-o", "--output-dir", required=True)
+    p.add_argument("--domain", help="rubric weights of this domain (default: each task's domain)")
+    p.add_argument("--log-format", default="auto", help="a knowlyr-recorder format name, or auto")
+    p.add_argument("--formats", nargs="+", default=["sft", "dpo", "grpo"], choices=["sft", "dpo", "grpo"])
+    p.add_argument("--min-margin", type=float, default=0.1)
+    p.add_argument("--strict", action="store_true", help="stop at the first unreadable input instead of skipping it")
+    p.set_defaults(func=_cmd_pipeline)
 
     p = sub.add_parser("collect", help="roll out an OpenAI-compatible policy in an environment")
     p.add_argument("env_id")

@@ -1,0 +1,56 @@
+"""Real agent logs from public projects become training data in one command.
+
+../shared/data/real holds logs from SWE-agent, mini-swe-agent, OpenHands, tau-bench and
+Who&When (see its README); the pipeline converts, scores, deduplicates and exports them, and
+the trainer's readers accept every exported record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from knowlyrcore.testing import require
+
+pytest.importorskip("agentrecorder")
+pytest.importorskip("agentreward")
+
+from trajectoryhub.cli import main
+
+pytestmark = pytest.mark.integration
+REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
+
+
+def test_real_logs_to_datasets(tmp_path, capsys):
+    require(REAL.is_dir(), f"real agent logs not found at {REAL}")
+    (tmp_path / "broken.json").write_text('{"trajectory": [')
+    assert main(["pipeline", str(REAL), str(tmp_path / "broken.json"), "-o", str(tmp_path / "out")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["converted"]["files"] == 16
+    assert list(report["converted"]["failed"]) == [str(tmp_path / "broken.json")]
+    assert set(report["converted"]["formats"]) == {
+        "swe-agent",
+        "mini-swe-agent",
+        "openhands",
+        "openai-chat",
+        "who-and-when",
+    }
+    assert report["trajectories"] + report["duplicates"] == 34 and report["scored"] == report["trajectories"]
+    assert report["exports"]["sft"]["written"] == report["trajectories"]
+    # tau-bench holds 4 trials of each of tasks 0-4: GRPO groups them, DPO pairs the solved with the failed
+    assert report["exports"]["grpo"]["written"] == 5
+    assert report["exports"]["dpo"]["written"] >= 2
+
+    scored = [json.loads(line) for line in (tmp_path / "out" / "scored.jsonl").read_text().splitlines()]
+    assert all(s["reward"] is not None and 0 <= s["reward"] <= 1 for s in scored)
+    assert all("rubric_scores" in step for t in scored for step in t["steps"])
+
+    agenttrainer = pytest.importorskip("agenttrainer.data.readers")
+    for name, reader in (("sft", agenttrainer.sft_conversation), ("dpo", agenttrainer.dpo_pair),
+                         ("grpo", agenttrainer.grpo_group)):  # fmt: skip
+        records = list(agenttrainer.read_jsonl(tmp_path / "out" / f"{name}.jsonl"))
+        assert records, name
+        for where, record in records:
+            reader(record, where)
