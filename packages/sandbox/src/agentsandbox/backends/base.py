@@ -19,6 +19,7 @@ Every live sandbox is closed at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import tempfile
@@ -40,6 +41,23 @@ TIMEOUT_EXIT_CODE = 124
 STARTUP_TIMEOUT = 30.0
 RESET_TIMEOUT = 30.0
 TEMP_PREFIX = "knowlyr-sandbox-"
+
+
+#: First uid handed to sandboxes when the host runs as root (far from real accounts).
+PRIVATE_UID_BASE = 200_000
+_uid_counter = itertools.count()
+
+
+def private_owner() -> tuple[int, int] | None:
+    """A fresh (uid, gid) for a sandbox when the host runs as root, else None (run as the caller).
+
+    Nothing in a sandbox runs as root, and each sandbox's processes are counted under their
+    own uid, so one sandbox's fork bomb cannot exhaust another's process limit.
+    """
+    if os.geteuid() != 0:
+        return None
+    uid = PRIVATE_UID_BASE + (os.getpid() % 10_000) * 100 + next(_uid_counter) % 100
+    return uid, uid
 
 
 def scratch_roots() -> list[str]:
@@ -131,7 +149,9 @@ class Sandbox(ABC):
 
     def _owner(self) -> tuple[int, int] | None:
         """(uid, gid) the sandbox runs as when it differs from the host process's."""
-        return None
+        if not hasattr(self, "_uid"):
+            self._uid = private_owner()
+        return self._uid
 
     # -- lifecycle -----------------------------------------------------------------------
     @property

@@ -2,8 +2,9 @@
 
 The container is created once per sandbox and kept warm across episodes: ``reset`` restores
 the workspace and replaces the shell in place, so an episode does not pay for a container
-start. The container's pid 1 is a bash loop that reaps orphans and survives ``kill -9 -1``; it runs as
-the host's uid (so the bind-mounted workspace stays owned by the caller), with:
+start. The container's pid 1 is a bash that reaps orphans and survives ``kill -9 -1``. Everything
+runs as a private non-root uid when the host runs as root (the workspace is handed to it),
+else as the caller's uid (so the bind-mounted workspace stays the caller's), with:
 
 - no network (``network_mode="none"``) unless ``config.network``;
 - a read-only root filesystem, a size-limited tmpfs ``/tmp``, the workspace bind-mounted
@@ -129,7 +130,7 @@ class DockerSandbox(Sandbox):
                 cfg.image,
                 ["bash", "-c", KEEPER],
                 detach=True,
-                user=f"{os.getuid()}:{os.getgid()}",
+                user="{}:{}".format(*(self._owner() or (os.getuid(), os.getgid()))),
                 working_dir=cfg.workdir,
                 network_mode="bridge" if cfg.network else "none",
                 read_only=True,

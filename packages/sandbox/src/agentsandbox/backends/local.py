@@ -15,7 +15,6 @@ its fork bomb then cannot exhaust anyone else's process table. ``cpus`` is not e
 
 from __future__ import annotations
 
-import itertools
 import os
 import resource
 import shutil
@@ -24,12 +23,9 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox
+from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox, private_owner
 from agentsandbox.shell import PipeTransport, Transport
 
-#: First uid handed to sandboxes when the host runs as root (far from real accounts).
-PRIVATE_UID_BASE = 200_000
-_uid_counter = itertools.count()
 #: ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the *thread* that forked bwrap
 #: exits. Forking from one long-lived thread keeps a sandbox alive however short-lived the
 #: caller's thread is (worker pools, MCP handlers), and still ends it with the process.
@@ -51,7 +47,7 @@ def bwrap_status() -> tuple[bool, str]:
         [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
         capture_output=True,
         text=True,
-        **_user_kwargs(_private_owner()),
+        **_user_kwargs(private_owner()),
     )
     if probe.returncode != 0:
         return False, f"bwrap cannot create namespaces here: {probe.stderr.strip() or probe.returncode}"
@@ -68,13 +64,6 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _private_owner() -> tuple[int, int] | None:
-    if os.geteuid() != 0:
-        return None
-    uid = PRIVATE_UID_BASE + (os.getpid() % 10_000) * 100 + next(_uid_counter) % 100
-    return uid, uid
-
-
 def _user_kwargs(owner: tuple[int, int] | None) -> dict:
     if owner is None:
         return {}
@@ -85,11 +74,6 @@ class LocalSandbox(Sandbox):
     """Runs commands under bubblewrap on this machine; see the module docstring for the containment."""
 
     backend = "local"
-
-    def _owner(self) -> tuple[int, int] | None:
-        if not hasattr(self, "_uid"):
-            self._uid = _private_owner()
-        return self._uid
 
     def _create(self) -> None:
         ok, why = bwrap_status()
