@@ -24,6 +24,16 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The local backend runs bubblewrap as an unprivileged uid, which needs unprivileged user
+# namespaces; some kernels (Debian before bookworm, Ubuntu 24.04's AppArmor) restrict them.
+for knob in kernel/unprivileged_userns_clone:1 kernel/apparmor_restrict_unprivileged_userns:0; do
+    file="/proc/sys/${knob%%:*}" want="${knob##*:}"
+    if [ -w "$file" ] && [ "$(cat "$file")" != "$want" ]; then
+        log "setting ${knob%%:*}=$want for bubblewrap"
+        echo "$want" >"$file"
+    fi
+done
+
 if ! docker info >/dev/null 2>&1; then
     if command -v systemctl >/dev/null && systemctl start docker 2>/dev/null; then
         log "started docker via systemd"
