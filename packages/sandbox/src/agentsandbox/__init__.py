@@ -3,9 +3,11 @@
 Code execution in a Docker container or a daemonless bubblewrap sandbox (``SandboxEnv``,
 ``knowlyr/sandbox``), conversation-style environments with real or data-backed tools
 (``ConversationEnv``: ``knowlyr/conversation``, ``knowlyr/engineering``, ``knowlyr/advisory``,
-``knowlyr/discussion``), and trajectory replay.
+``knowlyr/discussion``), and trajectory replay. The docker SDK is imported only when a Docker
+sandbox is used.
 """
 
+from agentsandbox.agents import EndpointAgent, ScriptedAgent
 from agentsandbox.backends import (
     BackendUnavailable,
     DockerSandbox,
@@ -16,8 +18,14 @@ from agentsandbox.backends import (
     make_sandbox,
 )
 from agentsandbox.config import SandboxConfig
+from agentsandbox.conversation import AdvisoryEnv, ConversationEnv, DiscussionEnv, EngineeringEnv
 from agentsandbox.env import SandboxEnv
+from agentsandbox.gc import collect_garbage
+from agentsandbox.replay import ReplayReport, StepMismatch, replay, replay_file
+from agentsandbox.simulated_user import SimulatedUser
 from agentsandbox.workspace import WorkspacePathError
+
+__version__ = "0.1.0"
 
 __all__ = [
     # sandboxes
@@ -29,7 +37,20 @@ __all__ = [
     "SandboxError",
     "WorkspacePathError",
     "available_backends",
+    "collect_garbage",
     "make_sandbox",
     # environments
+    "AdvisoryEnv",
+    "ConversationEnv",
+    "DiscussionEnv",
+    "EngineeringEnv",
     "SandboxEnv",
+    "SimulatedUser",
+    # agents and replay
+    "EndpointAgent",
+    "ReplayReport",
+    "ScriptedAgent",
+    "StepMismatch",
+    "replay",
+    "replay_file",
 ]
