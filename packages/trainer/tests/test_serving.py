@@ -1,4 +1,4 @@
-"""The OpenAI-compatible server, run for real (``python -m agenttrainer.serving``) on 127.0.0.1 and
+"""The OpenAI-compatible server, run for real (``ServerProcess``: ``python -m agenttrainer.serving``) on 127.0.0.1 and
 driven by the official ``openai`` SDK, on a tiny model trained to known answers.
 
     pytest packages/trainer/tests/test_serving.py
@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import openai
 import pytest
 from click.testing import CliRunner
 
 from agenttrainer.models import build_tiny_model, load_tokenizer, overfit_tiny_model, save_model
+from agenttrainer.serving.background import ServerProcess
 from agenttrainer.serving.cli import serve
 
 WEATHER = {
@@ -42,41 +39,6 @@ EXAMPLES = [
 MODEL = "tiny-fitted"
 
 
-def start_server(checkpoint: str, *extra: str) -> tuple[subprocess.Popen, str]:
-    """Launch the server on a free port and wait until /health answers; returns (process, base URL)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agenttrainer.serving", checkpoint, "--port", "0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()  # "serving <name> at <url>", printed once the model is loaded
-    if not line.startswith("serving "):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line}{proc.stderr.read()}")
-    base_url = line.rsplit(" ", 1)[-1].strip()
-    deadline = time.monotonic() + 60
-    while True:  # the socket is bound; poll until uvicorn accepts requests
-        try:
-            if httpx.get(base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200:
-                return proc, base_url
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"server never became ready: {proc.stderr.read()}") from None
-            time.sleep(0.05)
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    proc.stdout.close()
-    proc.stderr.close()
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     model, tokenizer = build_tiny_model(hidden_size=64, seed=0)
@@ -86,9 +48,10 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(checkpoint):
-    proc, base_url = start_server(checkpoint, "--max-tokens", "64")
-    yield openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-    stop_server(proc)
+    with ServerProcess(checkpoint, "--max-tokens", "64") as server:
+        assert server.model_name == MODEL
+        with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as client:
+            yield client
 
 
 def _prompt_tokens(checkpoint, messages, tools=None) -> int:
@@ -229,3 +192,9 @@ def test_prompt_longer_than_the_context_is_refused(client):
         client.chat.completions.create(model=MODEL, messages=too_long)
     assert info.value.body["code"] == "context_length_exceeded"
     assert "context is 2048" in info.value.body["message"]
+
+
+def test_server_process_reports_a_startup_failure_with_the_servers_error():
+    with pytest.raises(RuntimeError, match="exited with code") as info, ServerProcess("./no/such/checkpoint"):
+        pass
+    assert "does not exist" in str(info.value)

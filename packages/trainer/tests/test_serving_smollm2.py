@@ -7,13 +7,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 
-import httpx
 import openai
 import pytest
+
+from agenttrainer.serving.background import ServerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -22,28 +20,11 @@ QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 
 @pytest.fixture(scope="module")
 def client():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agenttrainer.serving", "smollm2-135m", "--port", "0", "--dtype", "bfloat16"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()  # printed once the model is loaded
-    assert line.startswith("serving smollm2-135m at "), line + proc.stderr.read()
-    base_url = line.rsplit(" ", 1)[-1].strip()
-    deadline = time.monotonic() + 60
-    while True:  # poll readiness
-        try:
-            if httpx.get(base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.05)
-    yield openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-    proc.terminate()
-    proc.wait(timeout=30)
-    proc.stdout.close()
-    proc.stderr.close()
+    with (
+        ServerProcess("smollm2-135m", "--dtype", "bfloat16") as server,
+        openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as client,
+    ):
+        yield client
 
 
 def test_answers_through_the_sdk(client):

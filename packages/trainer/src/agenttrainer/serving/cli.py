@@ -67,11 +67,15 @@ def serve(
     try:
         sock.bind((host, port))
     except OSError as exc:
+        sock.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     try:
         engine = AgentInference.from_pretrained(checkpoint, torch_dtype=None if dtype == "auto" else dtype)
-    except ModelLoadError as exc:
-        raise click.ClickException(str(exc)) from None
+    except BaseException as exc:
+        sock.close()
+        if isinstance(exc, ModelLoadError):
+            raise click.ClickException(str(exc)) from None
+        raise
     name = model_name or _default_name(checkpoint)
     app = create_app(engine, name, default_max_tokens=default_max_tokens)
     bound_port = sock.getsockname()[1]
