@@ -232,3 +232,14 @@ def test_background_daemon_does_not_survive_reset(sandbox):
     assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 0
     sandbox.reset()
     assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 1
+
+
+def test_filling_the_workspace_is_bounded_by_the_memory_cgroup(sandbox):
+    if sandbox.backend != "docker":
+        pytest.skip("the local backend has no cgroup: only RLIMIT_FSIZE bounds each file, not the total")
+    # the Docker workspace is RAM-backed and its pages are charged to the container
+    result = sandbox.run("for i in $(seq 48); do head -c 8000000 /dev/zero > f$i || break; done")
+    total = sum(f.stat().st_size for f in sandbox.host_workspace.iterdir())
+    assert result.error or "No space" in result.output or "Cannot allocate" in result.output
+    assert total <= (HOSTILE.memory_mb + 16) * 1024 * 1024
+    assert_usable(sandbox)

@@ -66,15 +66,20 @@ def scratch_roots() -> list[str]:
     return [r for r in dict.fromkeys(roots) if r and os.path.isdir(r)]
 
 
-def scratch_root() -> str:
+def scratch_root(memory: bool) -> str:
     """The directory new sandboxes are created in.
 
-    A RAM-backed /dev/shm by default: a reset deletes and recopies the workspace, and on
-    a virtual disk unlinking a small git checkout alone takes ~50 ms, on tmpfs ~1 ms.
+    ``memory=True`` (Docker) prefers the RAM-backed /dev/shm: a reset deletes and recopies the
+    workspace, and on a virtual disk unlinking a small git checkout alone takes ~50 ms, on
+    tmpfs ~1 ms. That is safe only where the pages a sandbox writes are charged to its memory
+    cgroup (Docker), which bounds them by ``memory_mb``; the local backend has no cgroup, so
+    its workspaces stay on disk. ``$KNOWLYR_SANDBOX_TMPDIR`` overrides both.
     """
-    for root in scratch_roots():
-        if os.access(root, os.W_OK | os.X_OK):
-            return root
+    override = os.environ.get("KNOWLYR_SANDBOX_TMPDIR")
+    if override and os.path.isdir(override):
+        return override
+    if memory and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+        return "/dev/shm"
     return tempfile.gettempdir()
 
 
@@ -111,10 +116,14 @@ class Sandbox(ABC):
 
     #: Backend name as used by ``make_sandbox(backend=...)`` and the CLI.
     backend: ClassVar[str]
+    #: Whether the workspace may live in RAM (only where a cgroup charges it to the sandbox).
+    memory_backed_workspace: ClassVar[bool] = False
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
-        self._tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=scratch_root()))
+        self._tmp = Path(
+            tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=scratch_root(self.memory_backed_workspace))
+        )
         (self._tmp / "workspace").mkdir()
         (self._tmp / "snapshot").mkdir()
         owner = self._owner()

@@ -115,6 +115,8 @@ class DockerSandbox(Sandbox):
     """Runs commands in a warm Docker container; see the module docstring for the containment."""
 
     backend = "docker"
+    # pages written to a /dev/shm workspace are charged to the container's memory cgroup
+    memory_backed_workspace = True
 
     def _create(self) -> None:
         from docker.types import Ulimit
