@@ -1,22 +1,19 @@
 """The OpenAI-compatible server, run for real (``ServerProcess``: ``python -m agenttrainer.serving``) on 127.0.0.1 and
 driven by the official ``openai`` SDK, on a tiny model trained to known answers.
 
-    pytest packages/trainer/tests/test_serving.py
+    pytest packages/trainer/tests/test_serving.py -m integration
 """
 
 from __future__ import annotations
 
 import json
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
-from click.testing import CliRunner
 
 from agenttrainer.models import build_tiny_model, load_tokenizer, overfit_tiny_model, save_model
 from agenttrainer.serving.background import ServerProcess
-from agenttrainer.serving.cli import serve
 
 WEATHER = {
     "type": "function",
@@ -37,6 +34,8 @@ EXAMPLES = [
     {"messages": HELLO, "answer": "Hello there!"},
 ]
 MODEL = "tiny-fitted"
+
+pytestmark = pytest.mark.integration  # a real server process on loopback
 
 
 @pytest.fixture(scope="module")
@@ -169,21 +168,6 @@ def test_bad_requests_get_openai_errors_naming_the_field(client, kwargs, param):
         client.chat.completions.create(**request)
     assert info.value.body["param"] == param
     assert info.value.body["message"]
-
-
-def test_busy_port_fails_before_loading_the_model(checkpoint):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        result = CliRunner().invoke(serve, [checkpoint, "--port", str(busy.getsockname()[1])])
-    assert result.exit_code != 0
-    assert "cannot listen on 127.0.0.1:" in result.output
-
-
-def test_missing_checkpoint_is_a_one_line_error():
-    result = CliRunner().invoke(serve, ["./no/such/checkpoint", "--port", "0"])
-    assert result.exit_code != 0
-    assert "does not exist" in result.output
 
 
 def test_prompt_longer_than_the_context_is_refused(client):
