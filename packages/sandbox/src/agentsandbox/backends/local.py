@@ -10,7 +10,9 @@ host (no ``/home``, ``/root`` or ``/work``).
 Limits come from rlimits set before ``bwrap`` starts, since there are no cgroups to use:
 address space (``memory_mb`` per process), file size, open files and processes. The process
 limit is counted per user, so when the host runs as root each sandbox gets a private uid —
-its fork bomb then cannot exhaust anyone else's process table. ``cpus`` is not enforced.
+its fork bomb then cannot exhaust anyone else's process table; as an ordinary user the
+limit is ``pids_limit`` above the processes the user already runs. ``cpus`` is not enforced,
+and without cgroups nothing caps the workspace's total size (each file: ``max_file_mb``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,17 @@ def _kill(pid: int) -> None:
         pass
 
 
+def _processes_of(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                count += os.stat(f"/proc/{entry}").st_uid == uid
+            except OSError:
+                continue
+    return count
+
+
 def _user_kwargs(owner: tuple[int, int] | None) -> dict:
     if owner is None:
         return {}
@@ -104,13 +117,16 @@ class LocalSandbox(Sandbox):
         cfg = self.config
         mem = cfg.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_NPROC, (cfg.pids_limit, cfg.pids_limit))
+        resource.setrlimit(resource.RLIMIT_NPROC, (self._nproc, self._nproc))
         fsize = cfg.max_file_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     def _spawn_shell(self, argv: list[str], env: dict[str, str]) -> Transport:
+        # RLIMIT_NPROC counts every process of the uid. A private uid (root host) starts at
+        # zero; the caller's own uid already runs the caller's processes, so add those.
+        self._nproc = self.config.pids_limit + (0 if self._owner() else _processes_of(os.getuid()))
         self._process = _SPAWNER.submit(
             subprocess.Popen,
             self._bwrap_argv(argv),
