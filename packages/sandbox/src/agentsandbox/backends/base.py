@@ -11,7 +11,8 @@ class builds the public operations on them:
 - ``read_file`` / ``write_file`` / ``upload`` / ``download``: host-side, symlink-safe access to
   the workspace (see ``workspace.py``), never through a shell;
 - ``load`` / ``snapshot`` / ``reset``: set the initial state of the workspace and return to it
-  cheaply (an in-shell ``kill -9 -1`` + copy + ``exec bash``, no new container).
+  cheaply (an in-shell ``kill -9 -1`` sweep, the old files renamed aside and deleted in the
+  background, a copy of the snapshot, ``exec bash``; no new container).
 
 Every live sandbox is closed at interpreter exit.
 """
@@ -23,8 +24,10 @@ import itertools
 import os
 import shutil
 import tempfile
+import uuid
 import weakref
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
 
@@ -41,6 +44,10 @@ TIMEOUT_EXIT_CODE = 124
 STARTUP_TIMEOUT = 30.0
 RESET_TIMEOUT = 30.0
 TEMP_PREFIX = "knowlyr-sandbox-"
+#: In-shell sweep before a reset: every process but the shell, repeated while anything is left
+#: to signal (a fork bomb forks while a sweep runs).
+KILL_SWEEP = "for __k_i in {1..50}; do builtin kill -9 -1 2>/dev/null || break; done"
+_TRASH = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knowlyr-sandbox-trash")
 
 
 #: First uid handed to sandboxes when the host runs as root (far from real accounts).
@@ -295,6 +302,10 @@ class Sandbox(ABC):
     def reset(self) -> None:
         """Kill every process, restore the snapshot, start a pristine shell in ``workdir``."""
         self.start()
+        swept = self._shell.run(KILL_SWEEP, RESET_TIMEOUT)
+        if swept.exit_code is None:
+            self._restart(None)  # the shell itself is broken; killing from outside also sweeps
+        self._evacuate_workspace()
         out = self._shell.reset(RESET_TIMEOUT)
         if out.exit_code == 0:
             return
@@ -303,6 +314,16 @@ class Sandbox(ABC):
         out = self._shell.reset(RESET_TIMEOUT)
         if out.exit_code != 0:
             raise SandboxError(f"{self.backend} sandbox could not be reset: {out.output.strip() or 'no output'}")
+
+    def _evacuate_workspace(self) -> None:
+        # Deleting a checkout costs ~50 ms of unlinks on a virtual disk; renaming its entries
+        # into a trash directory beside the mounts costs microseconds, and the deletion runs
+        # on a background thread. Nothing in the sandbox is alive to see or race this.
+        trash = self._tmp / "trash" / uuid.uuid4().hex
+        trash.mkdir(parents=True)
+        for entry in os.scandir(self.workspace.root):
+            os.rename(entry.path, trash / entry.name)
+        _TRASH.submit(shutil.rmtree, trash, onerror=_force_remove)
 
     # -- files ---------------------------------------------------------------------------
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
