@@ -119,3 +119,19 @@ def test_packed_forward_equals_separate_forwards(tiny, tokenizer):
         assert torch.allclose(hp[1, : len(b)], h[0, packed["seq_ids"][0] == 1], atol=1e-5)
     assert packed["labels"][0, len(a)].item() == -100  # no prediction across the boundary
     assert padded["labels"][1, len(b) :].eq(-100).all()
+
+
+def test_eager_attention_with_additive_mask_matches_sdpa(tokenizer):
+    """The eager path gets a float mask, sdpa a boolean one; both keep packed sequences apart."""
+    from agenttrainer.models import build_tiny_model
+
+    a = tokenize_conversation(tokenizer, sft_conversation(RECORD, "f:1"))
+    b = tokenize_conversation(tokenizer, sft_conversation({"instruction": "x", "response": "y"}, "f:2"))
+    packed = pack([a, b])
+    outs = []
+    for impl in ("sdpa", "eager"):
+        model, _ = build_tiny_model(tokenizer, seed=0)
+        model.config._attn_implementation = impl
+        with torch.no_grad():
+            outs.append(HiddenStates(model.eval())(packed["input_ids"], packed["position_ids"], packed["seq_ids"]))
+    assert torch.allclose(outs[0], outs[1], atol=1e-5)

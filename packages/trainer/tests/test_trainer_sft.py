@@ -179,3 +179,12 @@ def test_resume_from_a_checkpoint_matches_uninterrupted(tmp_path, tiny, sft_file
     assert result["global_step"] == 8
     for (name, a), b in zip(model.named_parameters(), resumed_model.parameters()):
         torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
+
+
+def test_trainers_with_different_precision_in_one_process(tmp_path, tiny, sft_file):
+    """accelerate's state is process-wide; trainers run one after another may still differ in bf16."""
+    model, tok = tiny
+    fp32 = SFTTrainer(_config(tmp_path / "a", sft_file, bf16=False), model=model, tokenizer=tok)
+    assert fp32.accelerator.mixed_precision == "no" and fp32.train()["global_step"] == 4
+    bf16 = SFTTrainer(_config(tmp_path / "b", sft_file, bf16=True), model=model, tokenizer=tok)
+    assert bf16.accelerator.mixed_precision == "bf16" and bf16.train()["global_step"] == 4

@@ -1,6 +1,14 @@
 """Data: read JSONL exports, format with the chat template, mask, chunk, batch, select."""
 
-from agenttrainer.data.batching import attention_bias, collate, length_grouped_batches, pack, pad, shuffled_batches
+from agenttrainer.data.batching import (
+    attention_allowed,
+    attention_bias,
+    collate,
+    length_grouped_batches,
+    pack,
+    pad,
+    shuffled_batches,
+)
 from agenttrainer.data.formatting import Example, chunk_conversation, message_spans, tokenize_conversation
 from agenttrainer.data.readers import (
     Conversation,
@@ -35,6 +43,7 @@ __all__ = [
     "message_spans",
     "tokenize_conversation",
     # batching
+    "attention_allowed",
     "attention_bias",
     "collate",
     "length_grouped_batches",

@@ -61,13 +61,18 @@ def collate(examples: Sequence[Example], *, packing: bool, pad_token_id: int) ->
     return pack(examples) if packing else pad(examples, pad_token_id)
 
 
-def attention_bias(seq_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive 4D mask ``(B, 1, T, T)``: causal and block-diagonal over ``seq_ids`` (pads see nothing)."""
+def attention_allowed(seq_ids: torch.Tensor) -> torch.Tensor:
+    """Boolean ``(B, T, T)``: causal and block-diagonal over ``seq_ids`` (pads see only themselves)."""
     same = seq_ids[:, :, None] == seq_ids[:, None, :]  # (B, T, T)
     causal = torch.ones(seq_ids.shape[1], seq_ids.shape[1], dtype=torch.bool, device=seq_ids.device).tril()
     allowed = same & causal & (seq_ids[:, :, None] >= 0)
     # A pad row that sees nothing would give NaN softmax; let it see itself (its output is unused).
-    allowed |= torch.eye(seq_ids.shape[1], dtype=torch.bool, device=seq_ids.device)
+    return allowed | torch.eye(seq_ids.shape[1], dtype=torch.bool, device=seq_ids.device)
+
+
+def attention_bias(seq_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive 4D mask ``(B, 1, T, T)`` from :func:`attention_allowed` (0 allowed, dtype min elsewhere)."""
+    allowed = attention_allowed(seq_ids)
     bias = torch.zeros(allowed.shape, dtype=dtype, device=seq_ids.device)
     return bias.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from agenttrainer.config import TrainConfig
-from agenttrainer.data.batching import attention_bias
+from agenttrainer.data.batching import attention_allowed, attention_bias
 
 CHECKPOINT_PREFIX = "checkpoint-"
 
@@ -38,9 +38,24 @@ def make_accelerator(config: TrainConfig) -> Any:
         or torch.backends.mps.is_available()
         or (hasattr(torch, "xpu") and torch.xpu.is_available())
     )
+    _allow_new_precision(mixed)
     accelerator = Accelerator(mixed_precision=mixed, cpu=not has_device)
     set_seed(config.seed)
     return accelerator
+
+
+def _allow_new_precision(mixed: str) -> None:
+    """Let one process run trainers with different ``bf16`` settings one after another.
+
+    accelerate keeps its state in a process-wide singleton and refuses a second ``Accelerator``
+    with another mixed precision; the distributed part (``PartialState``, the process group) is
+    kept, only the precision part is reset.
+    """
+    from accelerate.state import AcceleratorState
+
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision", mixed) != mixed:
+        AcceleratorState._reset_state(reset_partial_state=False)
 
 
 def load_policy(config: TrainConfig, model: Any = None, tokenizer: Any = None) -> tuple[Any, Any]:
@@ -85,7 +100,10 @@ class HiddenStates(nn.Module):
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
         base = _base(self.lm)
         backbone = getattr(base, base.base_model_prefix)
-        mask = attention_bias(seq_ids, torch.float32)  # (B, 1, T, T)
+        if getattr(base.config, "_attn_implementation", None) == "sdpa":
+            mask = attention_allowed(seq_ids)[:, None]  # (B, 1, T, T) bool: a quarter of a float mask
+        else:
+            mask = attention_bias(seq_ids, torch.float32)  # (B, 1, T, T) additive, for eager attention
         out = backbone(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False)
         return out.last_hidden_state
 
