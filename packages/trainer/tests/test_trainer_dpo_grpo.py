@@ -185,3 +185,27 @@ def test_grpo_training_raises_likelihood_of_good_trajectories(tmp_path, tiny, gr
     for name, p in model.named_parameters():
         assert not torch.equal(before[name], p.detach()), name
     assert (Path(config.output_dir) / "final" / "model.safetensors").is_file()
+
+
+def test_grpo_resume_matches_uninterrupted(tmp_path, tiny, grpo_file):
+    from agenttrainer.models import build_tiny_model
+
+    model, tok = tiny
+    common = {**BASE, "num_epochs": 2, "grpo_iterations": 2}
+    full = GRPOConfig(
+        train_file=grpo_file, output_dir=str(tmp_path / "full"), save_steps=2, save_total_limit=0, **common
+    )
+    assert GRPOTrainer(full, model=model, tokenizer=tok).train()["global_step"] == 12
+    out = tmp_path / "resumed"
+    out.mkdir()
+    (out / "ref_token_logps-train.pt").write_bytes((tmp_path / "full" / "ref_token_logps-train.pt").read_bytes())
+    resumed_model, _ = build_tiny_model(seed=0)
+    resumed = GRPOConfig(
+        train_file=grpo_file,
+        output_dir=str(out),
+        resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-4"),
+        **common,
+    )
+    assert GRPOTrainer(resumed, model=resumed_model, tokenizer=tok).train()["global_step"] == 12
+    for (name, a), b in zip(model.named_parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)

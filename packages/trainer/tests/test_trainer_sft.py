@@ -188,3 +188,25 @@ def test_trainers_with_different_precision_in_one_process(tmp_path, tiny, sft_fi
     assert fp32.accelerator.mixed_precision == "no" and fp32.train()["global_step"] == 4
     bf16 = SFTTrainer(_config(tmp_path / "b", sft_file, bf16=True), model=model, tokenizer=tok)
     assert bf16.accelerator.mixed_precision == "bf16" and bf16.train()["global_step"] == 4
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tmp_path, sft_file):
+    from agenttrainer.models import build_tiny_model
+
+    grads = []
+    for checkpointing in (False, True):
+        model, tok = build_tiny_model(seed=0)
+        trainer = SFTTrainer(
+            _config(tmp_path, sft_file, gradient_checkpointing=checkpointing), model=model, tokenizer=tok
+        )
+        examples, _ = trainer.load_examples(sft_file)
+        trainer.wrapped.train()
+        trainer.backward_window(trainer.wrapped, [[0, 1, 2]], examples)
+        grads.append(_grads(trainer.wrapped))
+    assert (
+        trainer.model.is_activation_checkpointing
+        if hasattr(type(trainer.model), "is_activation_checkpointing")
+        else trainer.model.is_gradient_checkpointing
+    )
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)

@@ -68,6 +68,13 @@ def load_policy(config: TrainConfig, model: Any = None, tokenizer: Any = None) -
         )
     elif tokenizer is None:
         raise ValueError("pass the tokenizer together with the model")
+    elif config.gradient_checkpointing:
+        # Non-reentrant, so gradients reach LoRA adapters whose layer inputs need no grad.
+        # transformers 5 renamed gradient_checkpointing_enable to activation_checkpointing_enable.
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.use_lora:
         model = apply_lora(
             model,
