@@ -40,6 +40,7 @@ def test_every_field_is_documented():
         (DPOConfig, {"beta": 0}, "beta must be positive"),
         (GRPOConfig, {"group_size": 1}, "group_size must be >= 2"),
         (GRPOConfig, {"clip_eps": 1.5}, "clip_eps must be in"),
+        (GRPOConfig, {"eval_file": "e.jsonl"}, "GRPO does not evaluate during training"),
     ],
 )
 def test_bad_values_raise_one_line_errors(cls, kwargs, message):

@@ -292,7 +292,7 @@ class GRPOConfig(TrainConfig):
         default=True, metadata={"help": "A_ij = A_i * r_step_j / mean(r_steps) when step rewards exist."}
     )
     grpo_iterations: int = field(
-        default=1, metadata={"help": "Optimizer updates per batch of groups (ratios differ from 1 after the first)."}
+        default=1, metadata={"help": "Optimizer updates per batch of groups (ratios differ from 1 after the first); save_steps counts batches."}
     )
     ref_model_name_or_path: str | None = field(
         default=None, metadata={"help": "Reference model for the KL (default: the initial policy)."}
@@ -308,3 +308,5 @@ class GRPOConfig(TrainConfig):
             raise ConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.grpo_iterations <= 0:
             raise ConfigError(f"grpo_iterations must be positive, got {self.grpo_iterations}")
+        if self.eval_file or self.eval_steps:
+            raise ConfigError("GRPO does not evaluate during training; run `knowlyr-trainer eval` on the saved model")
