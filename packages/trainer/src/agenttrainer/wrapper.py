@@ -9,7 +9,8 @@ Thin adapters over the recipes for callers that hold a dataset object (a Hugging
   epoch samples ``group_size`` completions per prompt from the current policy, scores them with
   ``reward_fn(completions=[...], prompts=[...], **columns) -> list[float]`` (TRL's reward-function
   convention; columns are repeated per completion), and takes one offline GRPO pass over those
-  groups. The optimizer restarts each epoch (simplification: generation and training alternate).
+  groups. The optimizer restarts each epoch and the KL reference is the policy at the start of
+  that epoch (simplification: generation and training alternate).
 
 Example:
     >>> from agenttrainer import SFTTrainerWrapper  # doctest: +SKIP
