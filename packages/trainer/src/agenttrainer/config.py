@@ -292,7 +292,10 @@ class GRPOConfig(TrainConfig):
         default=True, metadata={"help": "A_ij = A_i * r_step_j / mean(r_steps) when step rewards exist."}
     )
     grpo_iterations: int = field(
-        default=1, metadata={"help": "Optimizer updates per batch of groups (ratios differ from 1 after the first); save_steps counts batches."}
+        default=1,
+        metadata={
+            "help": "Optimizer updates per batch of groups (ratios differ from 1 after the first); save_steps counts batches."
+        },
     )
     ref_model_name_or_path: str | None = field(
         default=None, metadata={"help": "Reference model for the KL (default: the initial policy)."}
