@@ -54,11 +54,15 @@ def counter_env():
 
 @pytest.fixture
 def clean_registry():
-    """Snapshot the registry so a test's register() calls do not leak into others."""
-    saved = dict(_REGISTRY)
+    """Snapshot the registry so a test's register() calls (and any plugin discovery it
+    triggers) do not leak into other tests, including other packages' in the same run."""
+    from knowlyrcore import registry
+
+    saved, loaded = dict(_REGISTRY), registry._PLUGINS_LOADED
     yield
     _REGISTRY.clear()
     _REGISTRY.update(saved)
+    registry._PLUGINS_LOADED = loaded
 
 
 @pytest.fixture

@@ -183,12 +183,17 @@ def test_batch_with_bad_files_converts_the_good_ones(real, tmp_path, capsys):
     assert "wrote 2 trajectories from 2 files" in err and "3 files skipped" in err
 
 
+# Peak memory is this process's VmHWM: unlike getrusage's ru_maxrss, which Linux carries over
+# from the parent across fork and exec (a pytest process that imported torch would count), the
+# high-water mark starts afresh with the new address space of exec.
 _MEASURE = """
-import resource, sys, time
+import re, sys, time
 from agentrecorder.cli import main
 start = time.perf_counter()
 code = main(sys.argv[1:])
-print(code, round(time.perf_counter() - start, 2), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+with open("/proc/self/status") as status:
+    peak_kb = int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1))
+print(code, round(time.perf_counter() - start, 2), peak_kb // 1024)
 """
 
 
