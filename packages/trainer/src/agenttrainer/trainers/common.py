@@ -93,21 +93,76 @@ def _base(lm: Any) -> Any:
     return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
 
 
+PACKED_ATTENTION = "knowlyr_packed"
+
+
+def _packed_sdpa(
+    module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any, **kwargs: Any
+):
+    """SDPA over each packed sequence separately (no cross-sequence attention, no wasted blocks).
+
+    ``cu_seq_lens_q`` (sequence boundaries in the packed row) selects this path; without it the
+    call is plain transformers SDPA, so generation and padded batches behave as with ``sdpa``.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None or query.shape[0] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    bounds = cu.tolist()
+    dropout = kwargs.get("dropout", 0.0) if module.training else 0.0
+    outs = [
+        torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, s:e],
+            key[:, :, s:e],
+            value[:, :, s:e],
+            is_causal=True,
+            dropout_p=dropout,
+            scale=kwargs.get("scaling"),
+            enable_gqa=key.shape[1] != query.shape[1],
+        )
+        for s, e in zip(bounds[:-1], bounds[1:])
+    ]  # each (1, H, L_i, D)
+    return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None  # (1, N, H, D)
+
+
+def _register_packed_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(PACKED_ATTENTION, _packed_sdpa)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+
+
 class HiddenStates(nn.Module):
     """Runs a causal LM's backbone and returns final hidden states ``(B, T, H)``.
 
     The LM head is applied by the loss (chunked, label positions only), so full logits never
     exist. Wrapping (rather than calling the backbone directly) keeps DDP's gradient hooks intact.
+
+    Packed rows (``B == 1``) on an SDPA model run attention per sequence through
+    ``PACKED_ATTENTION`` (a superset of SDPA, so the model still generates normally): cost is
+    ``sum(L_i^2)``, not ``(sum L_i)^2``. Other layouts get an explicit block-diagonal mask.
     """
 
     def __init__(self, lm: nn.Module):
         super().__init__()
         self.lm = lm
+        config = _base(lm).config
+        if getattr(config, "_attn_implementation", None) == "sdpa":
+            _register_packed_attention()
+            config._attn_implementation = PACKED_ATTENTION
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
         base = _base(self.lm)
         backbone = getattr(base, base.base_model_prefix)
-        if getattr(base.config, "_attn_implementation", None) == "sdpa":
+        impl = getattr(base.config, "_attn_implementation", None)
+        if impl == PACKED_ATTENTION and seq_ids.shape[0] == 1 and bool((seq_ids >= 0).all()):
+            counts = torch.bincount(seq_ids[0])
+            cu = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # sequence boundaries
+            out = backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False, cu_seq_lens_q=cu)
+            return out.last_hidden_state
+        if impl in ("sdpa", PACKED_ATTENTION):
             mask = attention_allowed(seq_ids)[:, None]  # (B, 1, T, T) bool: a quarter of a float mask
         else:
             mask = attention_bias(seq_ids, torch.float32)  # (B, 1, T, T) additive, for eager attention
