@@ -198,14 +198,22 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
         # TRL's own count of non-padding tokens seen (chosen + rejected for DPO).
         tokens = int(float(max(h.get("num_tokens", 0) for h in trainer.state.log_history)))
     elapsed = time.perf_counter() - started - saved
+    cpu = _cpu_seconds() - cpu_started - saved  # our final save is excluded (wall time bounds its CPU time)
     return {
         "kind": kind,
         "tokens": tokens,
         "seconds": round(elapsed, 2),
         "tokens_per_s": round(tokens / elapsed, 1),
+        "tokens_per_cpu_s": round(tokens / cpu, 1),
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "loss": loss,
     }
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process (all threads): steadier than wall time on a shared machine."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _run_ours(trainer) -> tuple[dict, float]:

@@ -5,6 +5,7 @@ Kept flat on purpose — each recipe reads top to bottom and calls these by name
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -121,7 +122,7 @@ def _packed_sdpa(
             scale=kwargs.get("scaling"),
             enable_gqa=key.shape[1] != query.shape[1],
         )
-        for s, e in zip(bounds[:-1], bounds[1:])
+        for s, e in itertools.pairwise(bounds)
     ]  # each (1, H, L_i, D)
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None  # (1, N, H, D)
 
