@@ -106,10 +106,10 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
             **common,
         )
         trainer = SFTTrainer(config, model=model, tokenizer=tok)
-        result, saved = _run_ours(trainer)
+        _, saved = _run_ours(trainer)
         examples = trainer.load_examples(str(path))[0]
         tokens = sum(len(examples[i]) for i in range(min(len(examples), args.steps * args.batch_size)))
-        loss = result["train_loss"]
+        loss = _mean_train_loss(out)
     elif kind == "ours-dpo":
         from agenttrainer import DPOConfig
         from agenttrainer.trainers.dpo import DPOTrainer
@@ -135,10 +135,10 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
             **common,
         )
         trainer = DPOTrainer(config, model=model, tokenizer=tok)
-        result, saved = _run_ours(trainer)
+        _, saved = _run_ours(trainer)
         pairs = trainer.load_pairs(str(path))[: args.steps * args.batch_size]
         tokens = sum(len(c) + len(r) for c, r in pairs)
-        loss = result["train_loss"]
+        loss = _mean_train_loss(out)
     else:
         import datasets
         import trl
@@ -214,6 +214,13 @@ def _cpu_seconds() -> float:
     """User + system CPU time of this process (all threads): steadier than wall time on a shared machine."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _mean_train_loss(output_dir: Path) -> float:
+    """Mean of the logged per-step losses: the same statistic as TRL's ``training_loss``."""
+    rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss/train"] for r in rows if "loss/train" in r]
+    return sum(losses) / len(losses)
 
 
 def _run_ours(trainer) -> tuple[dict, float]:
@@ -292,8 +299,8 @@ def main() -> None:
             "memory_ratio": round(ours["peak_rss_mb"] / theirs["peak_rss_mb"], 2),
             "ours_tokens": ours["tokens"],
             "trl_tokens": theirs["tokens"],
-            "ours_loss": ours["loss"],
-            "trl_loss": theirs["loss"],
+            "ours_mean_train_loss": ours["loss"],  # same rows, each side's own shuffling
+            "trl_mean_train_loss": theirs["loss"],
         }
     print(json.dumps(result))
 
