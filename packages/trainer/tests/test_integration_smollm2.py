@@ -28,7 +28,7 @@ def test_sft_full_finetune_reduces_loss_and_changes_every_parameter(tmp_path, sm
 
     model, tok = copy.deepcopy(smollm2[0]), smollm2[1]
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    path = rows.write(tmp_path / "sft.jsonl", rows.sft(4, seed=7))
+    path = rows.write(tmp_path / "sft.jsonl", rows.sft(2, seed=7))
     config = SFTConfig(
         train_file=str(path),
         output_dir=str(tmp_path / "out"),
@@ -49,6 +49,7 @@ def test_sft_full_finetune_reduces_loss_and_changes_every_parameter(tmp_path, sm
     assert not unchanged
 
 
+@pytest.mark.slow
 def test_dpo_lora_increases_margin(tmp_path, smollm2, rows):
     pytest.importorskip("peft")
     import copy
