@@ -59,6 +59,53 @@ def test_chunked_equals_full_vocab_cross_entropy_and_grads():
     assert torch.allclose(g_h, h.grad, atol=1e-6) and torch.allclose(g_w, w.grad, atol=1e-6)
 
 
+def test_sft_loss_gradients_equal_autograd_reference_with_bias_and_weights():
+    """The fused loss (grads formed in forward) equals autograd through full logits: loss and every grad."""
+    torch.manual_seed(1)
+    h = torch.randn(2, 9, 8, requires_grad=True)
+    w = torch.randn(17, 8, requires_grad=True)
+    b = torch.randn(17, requires_grad=True)
+    labels = torch.randint(0, 17, (2, 9))
+    labels[1, 3:6] = -100
+    weights = torch.rand(2, 9) * 2
+    loss, metrics = sft_loss(h, w, labels, lm_head_bias=b, token_weights=weights, num_items=7.0, chunk_size=4)
+    (3.0 * loss).backward()  # a non-unit upstream gradient must scale every stored gradient
+    got = [t.grad.clone() for t in (h, w, b)]
+    for t in (h, w, b):
+        t.grad = None
+    logits = (h @ w.t() + b)[:, :-1]
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 17), labels[:, 1:].reshape(-1), reduction="none")
+    ref = (ce * weights[:, 1:].reshape(-1)).sum() / 7.0
+    (3.0 * ref).backward()
+    assert loss.item() == pytest.approx(ref.item(), abs=1e-5)
+    mask = labels[:, 1:].reshape(-1) != -100
+    assert metrics["loss/ce"] == pytest.approx(ce[mask].mean().item(), abs=1e-5)
+    for g, t in zip(got, (h, w, b)):
+        assert torch.allclose(g, t.grad, atol=1e-5)
+
+
+def test_sft_loss_under_bf16_autocast_matches_fp32_and_frozen_head():
+    """Autocast runs the matmuls in bf16 (close to fp32); a frozen LM head gets no gradient."""
+    torch.manual_seed(2)
+    h = torch.randn(1, 33, 16, requires_grad=True)
+    w = torch.randn(50, 16) * 0.3  # frozen (LoRA-style)
+    labels = torch.randint(0, 50, (1, 33))
+    ref, _ = sft_loss(h, w, labels)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = sft_loss(h, w, labels, chunk_size=8)
+    assert got.item() == pytest.approx(ref.item(), rel=2e-2)
+    got.backward()
+    assert h.grad is not None and h.grad.dtype == torch.float32 and w.grad is None
+
+
+def test_sft_loss_single_backward_only():
+    h, w, labels = _two_token_case()
+    loss, _ = sft_loss(h, w, labels)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="single backward"):
+        loss.backward()
+
+
 def test_token_logps_layout():
     h, w, labels = _two_token_case()
     logps, mask = chunked_token_logps(h, w, labels)
