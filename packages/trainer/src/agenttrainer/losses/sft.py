@@ -90,7 +90,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         n = targets.numel()
         nll = torch.empty(n, dtype=torch.float32, device=hidden.device)
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_w = None  # float32, created from the first chunk's product (saves a zero-fill pass)
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(compute_dtype)
@@ -103,19 +103,29 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     logits = logits + b
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 del logits
-                nll[start:end] = -logp.gather(-1, y_c[:, None]).squeeze(-1)
+                rows = torch.arange(end - start, device=logp.device)
+                nll[start:end] = -logp[rows, y_c]
                 if not (need_h or need_w or need_b):
                     continue
+                # d(coef * CE)/d logits = coef * (softmax - onehot), formed in float32 (p - 1 rounded
+                # to bf16 would vanish for confident tokens), then cast once for the matmuls.
                 g = logp.exp_()  # softmax, in place
-                g[torch.arange(end - start, device=g.device), y_c] -= 1.0  # d CE / d logits
-                g.mul_(coef[start:end, None])
+                del logp
+                c = coef[start:end]
+                g[rows, y_c] -= 1.0
+                g.mul_(c[:, None])
                 if need_b:
                     grad_b += g.sum(0)
                 g = g.to(compute_dtype)
                 if need_h:
                     grad_h[start:end] = g @ w
                 if need_w:
-                    grad_w += g.t() @ h_c
+                    if grad_w is None:
+                        grad_w = (g.t() @ h_c).float()
+                    else:
+                        grad_w += g.t() @ h_c
+        if need_w and grad_w is None:  # no label tokens at all
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         ctx.grads = (
             grad_h,
             None if grad_w is None else grad_w.to(weight.dtype),
