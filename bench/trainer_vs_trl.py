@@ -16,6 +16,9 @@ tokens of the sequences trained on.
 
     python bench/trainer_vs_trl.py [--steps 8] [--batch-size 4] [--max-length 512]
 
+Each side runs ``--repeats`` times (alternating which goes first); the JSON line gives the median
+tokens/s per side, their ratio, the per-repeat ratios and the largest peak RSS of each side.
+
 Prints one JSON line.
 """
 
@@ -26,6 +29,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -256,6 +260,12 @@ def main() -> None:
     parser.add_argument(
         "--no-packing", action="store_true", help="ours: length-grouped padded batches instead of packing"
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs per side, alternating which side goes first; medians are reported (shared VMs are noisy)",
+    )
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, Path(args.data), args)), flush=True)
@@ -263,50 +273,51 @@ def main() -> None:
 
     data = Path(tempfile.mkdtemp(prefix="bench-data-")) / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in make_rows(args.steps * args.batch_size, seed=0)))
-    runs = {}
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
-    for kind in ("ours-sft", "trl-sft", "ours-dpo", "trl-dpo"):
-        cmd = [
-            sys.executable,
-            __file__,
-            "--worker",
-            kind,
-            "--data",
-            str(data),
-            "--steps",
-            str(args.steps),
-            "--batch-size",
-            str(args.batch_size),
-            "--max-length",
-            str(args.max_length),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise SystemExit(f"{kind} failed:\n{proc.stderr[-4000:]}")
-        runs[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
+    runs: dict[str, list[dict]] = {}
+    for method in ("sft", "dpo"):
+        for r in range(args.repeats):
+            order = ("ours", "trl") if r % 2 == 0 else ("trl", "ours")
+            for side in order:
+                kind = f"{side}-{method}"
+                cmd = [sys.executable, __file__, "--worker", kind, "--data", str(data)]
+                for flag in ("steps", "batch_size", "max_length"):
+                    cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if proc.returncode != 0:
+                    raise SystemExit(f"{kind} failed:\n{proc.stderr[-4000:]}")
+                runs.setdefault(kind, []).append(json.loads(proc.stdout.strip().splitlines()[-1]))
     result = {
         "benchmark": "trainer_vs_trl",
         "model": MODEL,
         "steps": args.steps,
         "batch_size": args.batch_size,
         "max_length": args.max_length,
+        "repeats": args.repeats,
     }
     for method in ("sft", "dpo"):
         ours, theirs = runs[f"ours-{method}"], runs[f"trl-{method}"]
+        ours_tps = round(statistics.median(x["tokens_per_s"] for x in ours), 1)
+        trl_tps = round(statistics.median(x["tokens_per_s"] for x in theirs), 1)
+        ours_cpu = round(statistics.median(x["tokens_per_cpu_s"] for x in ours), 1)
+        trl_cpu = round(statistics.median(x["tokens_per_cpu_s"] for x in theirs), 1)
+        ours_mem = max(x["peak_rss_mb"] for x in ours)
+        trl_mem = max(x["peak_rss_mb"] for x in theirs)
         result[method] = {
-            "ours_tokens_per_s": ours["tokens_per_s"],
-            "trl_tokens_per_s": theirs["tokens_per_s"],
-            "speedup": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 2),
-            "ours_tokens_per_cpu_s": ours["tokens_per_cpu_s"],
-            "trl_tokens_per_cpu_s": theirs["tokens_per_cpu_s"],
-            "speedup_cpu_time": round(ours["tokens_per_cpu_s"] / theirs["tokens_per_cpu_s"], 2),
-            "ours_peak_rss_mb": ours["peak_rss_mb"],
-            "trl_peak_rss_mb": theirs["peak_rss_mb"],
-            "memory_ratio": round(ours["peak_rss_mb"] / theirs["peak_rss_mb"], 2),
-            "ours_tokens": ours["tokens"],
-            "trl_tokens": theirs["tokens"],
-            "ours_mean_train_loss": ours["loss"],  # same rows, each side's own shuffling
-            "trl_mean_train_loss": theirs["loss"],
+            "ours_tokens_per_s": ours_tps,
+            "trl_tokens_per_s": trl_tps,
+            "speedup": round(ours_tps / trl_tps, 2),  # ratio of the medians
+            "speedup_per_repeat": [round(a["tokens_per_s"] / b["tokens_per_s"], 2) for a, b in zip(ours, theirs)],
+            "ours_tokens_per_cpu_s": ours_cpu,
+            "trl_tokens_per_cpu_s": trl_cpu,
+            "speedup_cpu_time": round(ours_cpu / trl_cpu, 2),
+            "ours_peak_rss_mb": ours_mem,  # the largest of the repeats
+            "trl_peak_rss_mb": trl_mem,
+            "memory_ratio": round(ours_mem / trl_mem, 2),
+            "ours_tokens": ours[0]["tokens"],
+            "trl_tokens": theirs[0]["tokens"],
+            "ours_mean_train_loss": ours[0]["loss"],  # same rows, each side's own shuffling
+            "trl_mean_train_loss": theirs[0]["loss"],
         }
     print(json.dumps(result))
 
