@@ -59,7 +59,7 @@ docs: install ## build the documentation site into site/
 	$(BIN)/pip install --quiet -r docs/requirements.txt
 	$(BIN)/mkdocs build --strict
 
-bench: install ## run the benchmarks (one JSON line each)
+bench: install ## run the benchmarks (one JSON line each; trainer_vs_trl takes ~25 min)
 	@for b in bench/*.py; do $(BIN)/python $$b; done
 
 clean: ## remove virtual environments and caches

@@ -63,3 +63,34 @@ def test_sliding_window_longer_than_window_is_a_clear_error():
 
     with pytest.raises(ValueError, match="sliding-window"):
         common._packed_sdpa(Module(), q, k, v, None, cu_seq_lens_q=torch.tensor([0, 12]), sliding_window=8)
+
+
+def test_autocast_attention_runs_in_bf16_and_matches_padded_sdpa(monkeypatch):
+    """Under bf16 autocast q/k/v reach the packed kernel in bf16 (rotary leaves q/k in float32),
+    and the packed forward stays within bf16 noise of transformers' padded SDPA path."""
+    from agenttrainer.data import pack, pad, sft_conversation, tokenize_conversation
+    from agenttrainer.models import build_tiny_model
+
+    model, tok = build_tiny_model(seed=0)
+    module = common.HiddenStates(model).eval()
+    seen = []
+    real = common._causal_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(common, "_causal_attention", spy)
+    rows = [
+        {"instruction": "fix the off-by-one in parse()", "response": "Action: run_tests"},
+        {"instruction": "x", "response": "y"},
+    ]
+    exs = [tokenize_conversation(tok, sft_conversation(r, f"f:{i}")) for i, r in enumerate(rows)]
+    packed, padded = pack(exs), pad(exs, pad_token_id=tok.pad_token_id)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        hp = module(packed["input_ids"], packed["position_ids"], packed["seq_ids"]).float()
+        hd = module(padded["input_ids"], padded["position_ids"], padded["seq_ids"]).float()
+    assert seen and set(seen) == {(torch.bfloat16,) * 3}
+    for i, ex in enumerate(exs):
+        a, b = hp[0, packed["seq_ids"][0] == i], hd[i, : len(ex)]
+        assert ((a - b).norm() / b.norm()).item() < 2e-2

@@ -162,8 +162,11 @@ def _packed_sdpa(
     dropout = kwargs.get("dropout", 0.0) if module.training else 0.0
     scale = kwargs.get("scaling")
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    if value.dtype != query.dtype or key.dtype != query.dtype:  # autocast can leave q/k/v in different dtypes
-        key, value = key.to(query.dtype), value.to(query.dtype)
+    # Under autocast, rotary embeddings leave q/k in float32 while v is bf16; cast all three once to
+    # the autocast dtype (what SDPA and the matmuls would each do again per call).
+    device = query.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+    query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     outs = [
         _causal_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], scale, dropout, kwargs.get("softcap"))
         for s, e in itertools.pairwise(bounds)
