@@ -2,9 +2,11 @@
 
 A causal LM's loss only needs logits at positions that have a label. We take the final hidden
 states and the LM-head weight, gather the positions whose (shifted) label is not ``IGNORE_INDEX``
-and compute ``log_softmax`` over the vocabulary one chunk of positions at a time. Each chunk runs
-under activation checkpointing, so only its ``(chunk, H)`` hidden slice is kept for backward and
-the ``(chunk, V)`` logits are rebuilt there: peak memory is one chunk of logits, not ``B*T*V``.
+and compute ``log_softmax`` over the vocabulary one chunk of positions at a time. In
+:func:`chunked_token_logps` (DPO, GRPO, evaluation) each chunk runs under activation
+checkpointing, so only its ``(chunk, H)`` hidden slice is kept for backward and the ``(chunk, V)``
+logits are rebuilt there; :func:`sft_loss` instead forms each chunk's gradients during the
+forward pass. Either way peak memory is one chunk of logits, not ``B*T*V``.
 
 Label convention is Hugging Face's: ``labels[b, t]`` is the token at position ``t`` and is
 predicted from ``hidden[b, t - 1]``.
