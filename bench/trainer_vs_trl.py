@@ -78,6 +78,17 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     out = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
     common = dict(max_steps=args.steps, learning_rate=1e-5, seed=0)
+    ours = dict(
+        output_dir=str(out),
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        bf16=True,
+        num_epochs=100,  # max_steps ends the run
+        lr_scheduler="constant",
+        warmup_ratio=0.0,
+        progress_bar=False,
+        **common,
+    )
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     if kind == "ours-sft":
         from agenttrainer import SFTConfig
@@ -98,19 +109,7 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
                 for r in rows
             )
         )
-        config = SFTConfig(
-            train_file=str(path),
-            output_dir=str(out),
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            bf16=True,
-            num_epochs=100,
-            lr_scheduler="constant",
-            warmup_ratio=0.0,
-            progress_bar=False,
-            packing=not args.no_packing,
-            **common,
-        )
+        config = SFTConfig(train_file=str(path), packing=not args.no_packing, **ours)
         trainer = SFTTrainer(config, model=model, tokenizer=tok)
         _, saved = _run_ours(trainer)
         examples = trainer.load_examples(str(path))[0]
@@ -127,19 +126,7 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
                 for r in rows
             )
         )
-        config = DPOConfig(
-            train_file=str(path),
-            output_dir=str(out),
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            bf16=True,
-            num_epochs=100,
-            lr_scheduler="constant",
-            warmup_ratio=0.0,
-            progress_bar=False,
-            beta=0.1,
-            **common,
-        )
+        config = DPOConfig(train_file=str(path), beta=0.1, **ours)
         trainer = DPOTrainer(config, model=model, tokenizer=tok)
         _, saved = _run_ours(trainer)
         pairs = trainer.load_pairs(str(path))[: args.steps * args.batch_size]
@@ -176,7 +163,7 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
                 ]
             )
             # Padding-free does not truncate: every row must already fit, as it does in ours.
-            lengths = [len(tok.apply_chat_template(r["prompt"] + r["completion"])) for r in ds]
+            lengths = [len(tok.apply_chat_template(r["prompt"] + r["completion"])["input_ids"]) for r in ds]
             if max(lengths) > args.max_length:
                 raise SystemExit(f"a row has {max(lengths)} tokens > --max-length {args.max_length}")
             trainer = trl.SFTTrainer(

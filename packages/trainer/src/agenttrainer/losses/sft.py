@@ -30,6 +30,17 @@ def _chunk_logps(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tens
     return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (n,)
 
 
+def _label_positions(hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hidden states that predict a label, their targets and the ``(B, T-1)`` mask that picked them.
+
+    Returns ``(h (N, H), y (N,), mask)``: ``h[i]`` is ``hidden[b, t]`` and ``y[i]`` is ``labels[b, t + 1]``
+    for every position whose shifted label is not ``IGNORE_INDEX``.
+    """
+    shift_labels = labels[:, 1:]  # (B, T-1)
+    mask = shift_labels != IGNORE_INDEX
+    return hidden[:, :-1][mask], shift_labels[mask], mask
+
+
 def chunked_token_logps(
     hidden: torch.Tensor,
     lm_head_weight: torch.Tensor,
@@ -57,10 +68,7 @@ def chunked_token_logps(
         >>> round(logps[0, 0].item(), 4), mask.tolist()
         (-0.6931, [[True]])
     """
-    shift_labels = labels[:, 1:]  # (B, T-1)
-    mask = shift_labels != IGNORE_INDEX  # (B, T-1)
-    h = hidden[:, :-1][mask]  # (N, H)
-    y = shift_labels[mask]  # (N,)
+    h, y, mask = _label_positions(hidden, labels)
     pieces = []
     for start in range(0, y.numel(), chunk_size):
         h_c, y_c = h[start : start + chunk_size], y[start : start + chunk_size]
@@ -86,7 +94,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, coef, chunk_size, compute_dtype):
+    def forward(ctx, hidden, weight, bias, targets, coef, chunk_size, dtype):
         need_h, need_w = hidden.requires_grad, weight.requires_grad
         need_b = bias is not None and bias.requires_grad
         n = targets.numel()
@@ -95,11 +103,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = None  # float32, created from the first chunk's product (saves a zero-fill pass)
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
         with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.to(compute_dtype)
-            b = bias.to(compute_dtype) if bias is not None else None
+            w = weight.to(dtype)
+            b = bias.to(dtype) if bias is not None else None
             for start in range(0, n, chunk_size):
                 end = min(start + chunk_size, n)
-                h_c, y_c = hidden[start:end].to(compute_dtype), targets[start:end]
+                h_c, y_c = hidden[start:end].to(dtype), targets[start:end]
                 logits = h_c @ w.t()  # (c, V)
                 if b is not None:
                     logits = logits + b
@@ -118,7 +126,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 g.mul_(c[:, None])
                 if need_b:
                     grad_b += g.sum(0)
-                g = g.to(compute_dtype)
+                g = g.to(dtype)
                 if need_h:
                     grad_h[start:end] = g @ w
                 if need_w:
@@ -145,12 +153,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None
 
 
-def _compute_dtype(tensor: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
-    """The matmul dtype autocast would pick (e.g. bf16), else the weight's own."""
+def compute_dtype(tensor: torch.Tensor, default: torch.dtype) -> torch.dtype:
+    """The dtype autocast runs matmuls in on ``tensor``'s device (e.g. bf16), else ``default``."""
     device = tensor.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return weight.dtype
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else default
 
 
 def sft_loss(
@@ -182,10 +188,7 @@ def sft_loss(
         ``(loss, metrics)`` with ``metrics["loss/ce"]`` the unweighted mean CE over this batch's
         tokens and ``metrics["train/num_tokens"]`` their count.
     """
-    shift_labels = labels[:, 1:]
-    mask = shift_labels != IGNORE_INDEX  # (B, T-1)
-    h = hidden[:, :-1][mask]  # (N, H)
-    y = shift_labels[mask]  # (N,)
+    h, y, mask = _label_positions(hidden, labels)
     n_tokens = int(y.numel())
     if num_items is None:
         num_items = max(n_tokens, 1)
@@ -193,8 +196,8 @@ def sft_loss(
     if token_weights is not None:
         coef = token_weights[:, 1:][mask].detach().to(torch.float32)
     coef = coef / (num_items.detach() if isinstance(num_items, torch.Tensor) else num_items)
-    compute_dtype = _compute_dtype(hidden, lm_head_weight)
-    loss, nll = _LinearCrossEntropy.apply(h, lm_head_weight, lm_head_bias, y, coef, chunk_size, compute_dtype)
+    dtype = compute_dtype(hidden, lm_head_weight.dtype)
+    loss, nll = _LinearCrossEntropy.apply(h, lm_head_weight, lm_head_bias, y, coef, chunk_size, dtype)
     metrics = {
         "loss/ce": float(nll.sum() / max(n_tokens, 1)),
         "train/num_tokens": float(n_tokens),

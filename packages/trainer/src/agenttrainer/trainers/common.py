@@ -20,6 +20,7 @@ from torch import nn
 
 from agenttrainer.config import TrainConfig
 from agenttrainer.data.batching import attention_allowed, attention_bias
+from agenttrainer.losses.sft import compute_dtype
 
 CHECKPOINT_PREFIX = "checkpoint-"
 
@@ -164,8 +165,7 @@ def _packed_sdpa(
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     # Under autocast, rotary embeddings leave q/k in float32 while v is bf16; cast all three once to
     # the autocast dtype (what SDPA and the matmuls would each do again per call).
-    device = query.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+    dtype = compute_dtype(query, query.dtype)
     query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     outs = [
         _causal_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], scale, dropout, kwargs.get("softcap"))
