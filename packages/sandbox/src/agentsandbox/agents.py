@@ -10,11 +10,10 @@ domain's closing tool (``finish``, ``submit`` or ``respond``) with the text as i
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
+from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, post_chat_completion
 from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.errors import KnowlyrError
 
@@ -82,13 +81,8 @@ class EndpointAgent:
 
     def _complete(self) -> dict[str, Any]:
         body = {"model": self.model, "messages": self.messages, "tools": self.tools, "temperature": self.temperature}
-        request = urllib.request.Request(
-            f"{self.base_url}/chat/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key or 'none'}"},
-        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())["choices"][0]["message"]
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError, KeyError, IndexError) as exc:
+            reply = post_chat_completion(self.base_url, body, api_key=self.api_key, timeout=self.timeout)
+            return reply["choices"][0]["message"]
+        except (*TRANSPORT_ERRORS, KeyError, IndexError) as exc:
             raise AgentError(f"policy endpoint {self.base_url} failed: {exc}") from exc

@@ -8,11 +8,9 @@ assistant conversation with the roles swapped. It ends the conversation by inclu
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from typing import Any
 
+from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, post_chat_completion
 from knowlyrcore.errors import KnowlyrError
 
 STOP = "###STOP###"
@@ -74,15 +72,9 @@ class SimulatedUser:
 
     def _complete(self, messages: list[dict[str, str]]) -> str:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
-        request = urllib.request.Request(
-            f"{self.base_url}/chat/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key or 'none'}"},
-        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = json.loads(response.read())
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
+            payload = post_chat_completion(self.base_url, body, api_key=self.api_key, timeout=self.timeout)
+        except TRANSPORT_ERRORS as exc:
             raise SimulatedUserError(f"simulated user endpoint {self.base_url} failed: {exc}") from exc
         try:
             return str(payload["choices"][0]["message"]["content"] or "")

@@ -1,0 +1,26 @@
+"""One POST to an OpenAI-compatible ``/chat/completions`` endpoint, shared by the endpoint agent
+and the simulated user (stdlib only, so the package needs no HTTP client)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+# What a failed call raises: unreachable or refused (URLError), too slow, or a body that is not JSON.
+TRANSPORT_ERRORS = (urllib.error.URLError, TimeoutError, json.JSONDecodeError)
+
+
+def post_chat_completion(base_url: str, body: dict[str, Any], *, api_key: str | None, timeout: float) -> Any:
+    """POST ``body`` to ``{base_url}/chat/completions`` and return the decoded JSON reply.
+
+    Raises one of :data:`TRANSPORT_ERRORS`; callers turn them into their own error type.
+    """
+    request = urllib.request.Request(
+        f"{base_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key or 'none'}"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
