@@ -1,63 +1,62 @@
-"""EndpointAgent against a real loopback OpenAI-compatible server: function calling, the tool
-result threaded back as a ``tool`` message, a text reply mapped to the domain's closing tool,
-and a clear error when the endpoint is down."""
+"""EndpointAgent against a real loopback OpenAI-compatible server: knowlyr-core's policy suite
+(function calling, tool results threaded back as ``tool`` messages, text replies mapped to the
+domain's closing tool, malformed arguments as format errors, reset), and clear errors when the
+endpoint is down or answers nonsense."""
 
-import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agentsandbox.agents import AgentError, EndpointAgent
-
-
-class _ToolCallingModel(BaseHTTPRequestHandler):
-    """First reply: a ``bash`` tool call; once a tool result has come back: plain text."""
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append((self.path, self.headers["Authorization"], body))
-        if any(m["role"] == "tool" for m in body["messages"]):
-            message = {"role": "assistant", "content": "All tests pass now."}
-        else:
-            call = {"id": "call_7", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
-            message = {"role": "assistant", "content": "Look first.", "tool_calls": [call]}
-        payload = json.dumps({"choices": [{"message": message}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+from agentsandbox.agents import AgentError, EndpointAgent, ScriptedAgent
+from knowlyrcore.testing import PolicyConformance, ScriptedChatServer
 
 
 @pytest.fixture
-def model_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ToolCallingModel)
-    server.requests = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def chat_server():
+    with ScriptedChatServer() as server:
+        yield server
 
 
-def test_tool_call_then_closing_reply(model_server):
-    url = f"http://127.0.0.1:{model_server.server_address[1]}/v1"
-    agent = EndpointAgent(url, "policy", domain="coding", api_key="k-1")
+class TestEndpointAgentConforms(PolicyConformance):
+    closing_tool, closing_param = "finish", "message"  # the coding domain has finish, submit
+
+    @pytest.fixture(autouse=True)
+    def _server(self, chat_server):
+        self.server = chat_server
+
+    def make_policy(self):
+        return EndpointAgent(self.server.base_url, "policy", domain="coding")
+
+    def script_replies(self, replies):
+        self.server.replies.extend(replies)
+
+    def model_requests(self):
+        return [request["body"]["messages"] for request in self.server.requests]
+
+
+def test_request_carries_model_key_tools_and_system_prompt(chat_server):
+    chat_server.replies.append(PolicyConformance.tool_call("bash", '{"command": "ls"}', call_id="call_7"))
+    agent = EndpointAgent(
+        chat_server.base_url + "/", "policy", domain="coding", api_key="k-1", system_prompt="Be brief."
+    )
     action = agent("Task: fix the failing test")
-    assert action == {"tool": "bash", "params": {"command": "ls"}, "thought": "Look first."}
-    path, auth, first = model_server.requests[0]
-    assert path == "/v1/chat/completions" and auth == "Bearer k-1"
-    assert first["model"] == "policy" and "bash" in {t["function"]["name"] for t in first["tools"]}
+    assert action == {"tool": "bash", "params": {"command": "ls"}, "thought": "", "id": "call_7"}
+    (request,) = chat_server.requests
+    assert request["path"] == "/v1/chat/completions" and request["authorization"] == "Bearer k-1"
+    body = request["body"]
+    assert body["model"] == "policy" and "bash" in {t["function"]["name"] for t in body["tools"]}
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
 
-    closing = agent("file1.py\nfile2.py")
-    assert closing["tool"] == agent.closing_tool and "All tests pass now." in closing["params"].values()
-    second = model_server.requests[1][2]["messages"]
-    assert second[-1] == {"role": "tool", "tool_call_id": "call_7", "content": "file1.py\nfile2.py"}
-    assert second[-2]["tool_calls"][0]["id"] == "call_7"
+
+def test_a_conversation_domain_closes_with_respond(chat_server):
+    chat_server.replies.append({"content": "Your order shipped yesterday."})
+    agent = EndpointAgent(chat_server.base_url, "policy", domain="conversation")
+    assert agent.closing_tool == "respond"
+    assert agent("Where is my order?") == {
+        "tool": "respond",
+        "params": {"message": "Your order shipped yesterday."},
+        "thought": "",
+    }
 
 
 def test_unreachable_endpoint_is_an_agent_error():
@@ -67,3 +66,24 @@ def test_unreachable_endpoint_is_an_agent_error():
     agent = EndpointAgent(f"http://127.0.0.1:{port}/v1", "policy", domain="coding", timeout=5)
     with pytest.raises(AgentError, match="policy endpoint"):
         agent("Task: anything")
+
+
+def test_an_http_error_names_the_server_reason(chat_server):
+    agent = EndpointAgent(chat_server.base_url, "policy", domain="coding")  # nothing scripted: HTTP 500
+    with pytest.raises(AgentError, match="HTTP 500 .*no reply left"):
+        agent("Task: anything")
+
+
+def test_a_wrong_path_is_an_agent_error(chat_server):
+    agent = EndpointAgent(chat_server.base_url.removesuffix("/v1") + "/elsewhere", "policy", domain="coding")
+    with pytest.raises(AgentError, match="HTTP 404"):
+        agent("Task: anything")
+
+
+def test_scripted_agent_plays_its_actions_and_rewinds_at_reset():
+    agent = ScriptedAgent([{"tool": "bash", "params": {"command": "ls"}}])
+    assert agent("obs")["tool"] == "bash"
+    with pytest.raises(AgentError, match="only 1 actions"):
+        agent("obs")
+    agent.reset()
+    assert agent("obs")["tool"] == "bash"

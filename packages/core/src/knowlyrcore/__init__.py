@@ -1,8 +1,9 @@
 """knowlyr-core: the MDP protocol shared by every knowlyr package.
 
 Environments (``AgentEnv``, ``TimeStep``, wrappers), the registry (``register``/``make``),
-domain profiles, and the trajectory schema with its JSONL helpers. Depends on pydantic and
-jsonschema only; never imports torch.
+domain profiles, the policy protocol with the one tool-call parser every chat policy uses, and
+the trajectory schema with its JSONL helpers. Depends on pydantic and jsonschema only; never
+imports torch.
 """
 
 from knowlyrcore.actions import Action, parse_action
@@ -28,9 +29,34 @@ from knowlyrcore.errors import (
 )
 from knowlyrcore.jsonl import read_jsonl, read_trajectories, write_jsonl, write_trajectories
 from knowlyrcore.models import TaskInfo, ToolResult
+from knowlyrcore.policy import (
+    BatchPolicy,
+    ChatTranscript,
+    Policy,
+    SequentialBatchPolicy,
+    as_batch_policy,
+    reset_policy,
+)
 from knowlyrcore.recording import TrajectoryBuilder
 from knowlyrcore.registry import EnvSpec, list_envs, make, register, spec, unregister
 from knowlyrcore.timestep import TimeStep
+from knowlyrcore.tool_parsing import (
+    CLOSING_TOOLS,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    FunctionCall,
+    ParsedReply,
+    ParserState,
+    ToolCallParser,
+    action_from_message,
+    call_from_json,
+    closing_action,
+    first_json_object,
+    parse_reply,
+    parse_tool_calls,
+    possible_tool_call_start,
+    select_closing_tool,
+)
 from knowlyrcore.trajectory import (
     SCHEMA_VERSION,
     Observation,
@@ -52,6 +78,29 @@ __all__ = [
     "TimeStep",
     "check_env",
     "parse_action",
+    # policies
+    "BatchPolicy",
+    "ChatTranscript",
+    "Policy",
+    "SequentialBatchPolicy",
+    "as_batch_policy",
+    "reset_policy",
+    # tool-call parsing
+    "CLOSING_TOOLS",
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
+    "FunctionCall",
+    "ParsedReply",
+    "ParserState",
+    "ToolCallParser",
+    "action_from_message",
+    "call_from_json",
+    "closing_action",
+    "first_json_object",
+    "parse_reply",
+    "parse_tool_calls",
+    "possible_tool_call_start",
+    "select_closing_tool",
     # registry
     "EnvSpec",
     "list_envs",

@@ -1,4 +1,5 @@
-"""Test helpers: the standard environment suite and component requirements.
+"""Test helpers: the standard environment and policy suites, a scripted chat server, and
+component requirements.
 
 Every environment in every package runs the same suite by subclassing ``EnvConformance``::
 
@@ -12,6 +13,32 @@ Every environment in every package runs the same suite by subclassing ``EnvConfo
         def make_env(self):
             return MyEnv()
 
+Every chat-model policy runs ``PolicyConformance`` the same way: ``make_policy`` returns a
+fresh policy wired to a scripted model, ``script_replies`` queues the model's next answers (as
+OpenAI assistant messages; a text-only model renders them with ``PolicyConformance.hermes_text``)
+and ``model_requests`` returns the message lists the model received::
+
+    from knowlyrcore.testing import PolicyConformance
+
+    class TestMyPolicy(PolicyConformance):
+        @pytest.fixture(autouse=True)
+        def _server(self):
+            with ScriptedChatServer() as self.server:
+                yield
+
+        def make_policy(self):
+            return MyPolicy(self.server.base_url, tools=[BASH, RESPOND])
+
+        def script_replies(self, replies):
+            self.server.replies.extend(replies)
+
+        def model_requests(self):
+            return [request["body"]["messages"] for request in self.server.requests]
+
+``ScriptedChatServer`` is a real OpenAI-compatible ``/v1/chat/completions`` server on loopback
+(stdlib ``http.server`` in a thread) that answers with scripted assistant messages and keeps
+every request body, for testing endpoint clients without a model.
+
 ``require(available, reason)`` skips a test whose component (Docker, a model) is missing, and
 fails it instead when ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI sets it) so nothing is silently
 skipped there.
@@ -19,14 +46,21 @@ skipped there.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import pytest
 
+from knowlyrcore.actions import parse_action
 from knowlyrcore.checker import check_env
 from knowlyrcore.env import AgentEnv
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.policy import Policy, as_batch_policy
 from knowlyrcore.timestep import TimeStep
 from knowlyrcore.trajectory import Trajectory
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
@@ -41,6 +75,88 @@ def require(available: bool, reason: str) -> None:
     if os.environ.get(REQUIRE_ENV_VAR, "") not in ("", "0", "false", "no"):
         pytest.fail(f"required component missing ({REQUIRE_ENV_VAR} is set): {reason}")
     pytest.skip(reason)
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    server: Any  # the ThreadingHTTPServer, whose ``owner`` is the ScriptedChatServer
+
+    def do_POST(self) -> None:
+        owner: ScriptedChatServer = self.server.owner
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+        if self.path != "/v1/chat/completions":
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        with owner.lock:
+            owner.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"), "body": body})
+            reply = owner.replies.pop(0) if owner.replies else None
+        if reply is None:
+            self._send(500, {"error": {"message": "the scripted server has no reply left"}})
+            return
+        message = {"role": "assistant", "content": None, **reply}
+        choice = {
+            "index": 0,
+            "message": message,
+            "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+        }
+        self._send(200, {
+            "id": f"chatcmpl-{len(owner.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "model": (body or {}).get("model", ""), "choices": [choice],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        })  # fmt: skip
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        pass
+
+
+class ScriptedChatServer:
+    """An OpenAI-compatible chat-completions server on ``127.0.0.1`` answering from a script.
+
+    Append assistant messages (``{"content", "tool_calls"}``) to ``replies``; each POST to
+    ``{base_url}/chat/completions`` pops one (HTTP 500 when none is left) and is recorded in
+    ``requests`` as ``{"path", "authorization", "body"}``. Use it as a context manager.
+
+    Examples:
+        >>> import urllib.request
+        >>> with ScriptedChatServer() as server:
+        ...     server.replies.append({"content": "hi"})
+        ...     request = urllib.request.Request(server.base_url + "/chat/completions", data=b'{"model": "m"}')
+        ...     reply = json.loads(urllib.request.urlopen(request).read())
+        >>> reply["choices"][0]["message"], server.requests[0]["body"]
+        ({'role': 'assistant', 'content': 'hi'}, {'model': 'm'})
+    """
+
+    def __init__(self) -> None:
+        self.replies: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("the server is not running: use it as a context manager")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> ScriptedChatServer:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
+        self._httpd.daemon_threads = True
+        self._httpd.owner = self  # type: ignore[attr-defined]
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
 
 
 class EnvConformance:
@@ -125,3 +241,186 @@ class EnvConformance:
         with self.make_env() as env:
             env.reset(task=self.task, seed=0)
         env.close()
+
+
+class PolicyConformance:
+    """The protocol suite every chat-model ``Policy`` passes. Subclass and implement the hooks.
+
+    The policy must offer ``call_tool`` and, when it knows the domain's tools, have
+    ``closing_tool`` as the first of ``finish``/``submit``/``respond`` among them.
+    """
+
+    #: the task passed to reset()
+    task: ClassVar[Any] = TaskInfo(id="conformance", description="List the files.")
+    #: the first observation of an episode
+    observation: ClassVar[str] = "Task: list the files in the working directory."
+    #: a tool the policy offers, and parameters for it
+    call_tool: ClassVar[str] = "bash"
+    call_params: ClassVar[dict[str, Any]] = {"command": "ls"}
+    #: what a reply without a tool call must become: the closing tool and its text parameter
+    closing_tool: ClassVar[str] = "respond"
+    closing_param: ClassVar[str] = "message"
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def make_policy(self) -> Policy:
+        raise NotImplementedError("subclasses return a fresh policy wired to the scripted model")
+
+    def script_replies(self, replies: list[dict[str, Any]]) -> None:
+        """Queue the model's next answers, one per model call, as OpenAI assistant messages."""
+        raise NotImplementedError("subclasses make the model answer with these replies")
+
+    def model_requests(self) -> list[list[dict[str, Any]]]:
+        """The messages the model received on each call so far (copies, oldest first)."""
+        raise NotImplementedError("subclasses return what the model was sent")
+
+    # -- helpers for subclasses and tests ------------------------------------------------------
+
+    @staticmethod
+    def tool_call(name: str, arguments: str, *, content: str = "", call_id: str = "call_1") -> dict[str, Any]:
+        """An assistant message making one native call with raw ``arguments`` (a JSON string)."""
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        return {"role": "assistant", "content": content, "tool_calls": [call]}
+
+    @staticmethod
+    def hermes_text(reply: dict[str, Any]) -> str:
+        """``reply`` as a text-only model writes it: content, then one ``<tool_call>`` block per call.
+
+        Arguments that are valid JSON are embedded as JSON; others as a JSON string, which the
+        parser then reports as unparseable arguments, like a native call's.
+        """
+        parts = [reply.get("content") or ""]
+        for call in reply.get("tool_calls") or []:
+            function = call["function"]
+            try:
+                arguments = json.loads(function["arguments"])
+            except json.JSONDecodeError:
+                arguments = function["arguments"]
+            parts.append(
+                "<tool_call>\n" + json.dumps({"name": function["name"], "arguments": arguments}) + "\n</tool_call>"
+            )
+        return "\n".join(p for p in parts if p)
+
+    def assert_well_formed(self, action: Any) -> None:
+        """An action any environment can parse, with a string thought and a non-empty format_error."""
+        parse_action(action)
+        assert isinstance(action.get("thought", ""), str), f"thought must be a string: {action!r}"
+        if "format_error" in action:
+            assert isinstance(action["format_error"], str) and action["format_error"], action
+
+    def _start(self) -> Policy:
+        policy = self.make_policy()
+        policy.reset(self.task)
+        return policy
+
+    # -- the suite ------------------------------------------------------------------------------
+
+    def test_is_a_policy_with_reset_task(self):
+        policy = self.make_policy()
+        assert isinstance(policy, Policy)
+        task = inspect.signature(policy.reset).parameters.get("task")
+        assert task is not None and task.default is None, "reset must be reset(task=None)"
+
+    def test_native_tool_call_becomes_the_action(self):
+        self.script_replies([self.tool_call(self.call_tool, json.dumps(self.call_params), content="Look first.")])
+        action = self._start()(self.observation)
+        self.assert_well_formed(action)
+        assert (action["tool"], action["params"], action["thought"]) == (
+            self.call_tool,
+            self.call_params,
+            "Look first.",
+        )
+        assert "format_error" not in action
+        (request,) = self.model_requests()
+        assert request[-1] == {"role": "user", "content": self.observation}
+
+    def test_reply_without_tool_call_becomes_the_closing_tool(self):
+        self.script_replies([{"role": "assistant", "content": "All done: two files."}])
+        action = self._start()(self.observation)
+        self.assert_well_formed(action)
+        assert action["tool"] == self.closing_tool
+        assert action["params"] == {self.closing_param: "All done: two files."}
+        assert "format_error" not in action
+
+    def test_malformed_arguments_name_the_tool_with_a_format_error(self):
+        self.script_replies(
+            [self.tool_call(self.call_tool, '{"command": "ls'), self.tool_call(self.call_tool, "[1, 2]")]
+        )
+        policy = self._start()
+        for observation in (self.observation, "error: the call could not be parsed"):
+            action = policy(observation)
+            self.assert_well_formed(action)
+            assert (action["tool"], action["params"]) == (self.call_tool, {})
+            assert "format_error" in action
+
+    def test_text_action_follows_the_shared_rules(self):
+        params = json.dumps(self.call_params)
+        self.script_replies(
+            [{"role": "assistant", "content": f"Thought: check first\nAction: {self.call_tool} {params}"}]
+        )
+        action = self._start()(self.observation)
+        self.assert_well_formed(action)
+        assert (action["tool"], action["params"], action["thought"]) == (
+            self.call_tool,
+            self.call_params,
+            "check first",
+        )
+
+    def test_broken_tool_call_block_is_a_format_error(self):
+        text = f'<tool_call>{{"name": "{self.call_tool}", "arguments": </tool_call>'
+        self.script_replies([{"role": "assistant", "content": text}])
+        action = self._start()(self.observation)
+        self.assert_well_formed(action)
+        assert action["tool"] == self.closing_tool and "format_error" in action
+
+    def test_tool_result_is_threaded_into_the_next_request(self):
+        self.script_replies(
+            [self.tool_call(self.call_tool, json.dumps(self.call_params)), {"role": "assistant", "content": "Done."}]
+        )
+        policy = self._start()
+        policy(self.observation)
+        policy("file1.py\nfile2.py")
+        first, second = self.model_requests()
+        assert second[: len(first)] == first, "the second request must extend the first"
+        assistant, result = second[len(first) :]
+        assert assistant["role"] == "assistant"
+        calls = assistant.get("tool_calls") or []
+        assert calls and calls[0]["function"]["name"] == self.call_tool, "the assistant turn must keep its call"
+        assert result["role"] in ("tool", "user") and result["content"] == "file1.py\nfile2.py"
+        if "tool_call_id" in result:
+            assert result["tool_call_id"] == calls[0]["id"]
+
+    def test_structured_observation_is_sent_as_json(self):
+        self.script_replies([{"role": "assistant", "content": "ok"}])
+        observation = {"output": "a.py", "exit_code": 0}
+        self._start()(observation)
+        (request,) = self.model_requests()
+        assert json.loads(request[-1]["content"]) == observation
+
+    def test_reset_clears_the_history(self):
+        call = self.tool_call(self.call_tool, json.dumps(self.call_params))
+        self.script_replies([call, {"role": "assistant", "content": "Done."}, call])
+        policy = self._start()
+        policy(self.observation)
+        policy("file1.py")
+        policy.reset(self.task)
+        policy(self.observation)
+        first, _, again = self.model_requests()
+        assert again == first
+
+    def test_reset_without_a_task(self):
+        self.script_replies([{"role": "assistant", "content": "hello"}])
+        policy = self.make_policy()
+        policy.reset()
+        self.assert_well_formed(policy(self.observation))
+
+    def test_runs_as_a_batch_policy(self):
+        call = self.tool_call(self.call_tool, json.dumps(self.call_params))
+        self.script_replies([call, call])
+        batch = as_batch_policy(self.make_policy)
+        batch.reset_batch([self.task, self.task, None])
+        actions = batch.act_batch([self.observation, None, self.observation])
+        assert actions[1] is None
+        for action in (actions[0], actions[2]):
+            self.assert_well_formed(action)
+            assert action["tool"] == self.call_tool

@@ -1,19 +1,25 @@
 """``OpenAIPolicy``: an agent backed by any OpenAI-compatible chat endpoint (extra ``llm``).
 
 Rollouts scale on the serving engine users already run (vLLM, SGLang, ``knowlyr-trainer
-serve``): the policy keeps the episode's conversation, offers the environment's tools through
-function calling, and turns the reply into a knowlyr action — the first tool call, or a
-``respond`` action with the text when the model answered without calling a tool.
+serve``): the policy keeps the episode's conversation (``knowlyrcore.ChatTranscript``), offers
+the environment's tools through function calling, and turns each reply into a knowlyr action by
+the rules every knowlyr policy shares (``knowlyrcore.action_from_message``): the first tool call
+(unusable arguments give ``params == {}`` and a ``format_error``), else a call written in the
+text, else the closing tool with the text (``respond``, or the first of ``finish``/``submit``/
+``respond`` among ``tools``).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from knowlyrcore.policy import ChatTranscript
+from knowlyrcore.tool_parsing import action_from_message
 
 
 class OpenAIPolicy:
-    """``policy(observation) -> {"tool", "params", "thought"}`` over chat completions."""
+    """``policy(observation) -> {"tool", "params", "thought"[, "id", "format_error"]}`` over chat
+    completions; a knowlyr ``Policy`` (``reset(task=None)`` starts an episode)."""
 
     def __init__(
         self,
@@ -25,7 +31,7 @@ class OpenAIPolicy:
         tools: list[dict[str, Any]] | None = None,
         temperature: float = 0.0,
         max_tokens: int = 256,
-        fallback_tool: str = "respond",
+        fallback_tool: str | None = None,
     ):
         try:
             from openai import OpenAI
@@ -33,44 +39,28 @@ class OpenAIPolicy:
             raise ImportError("OpenAIPolicy needs the openai SDK: pip install 'knowlyr-hub[llm]'") from exc
         self.client = OpenAI(base_url=base_url, api_key=api_key or "not-needed")
         self.model = model
-        self.system_prompt = system_prompt
         self.tools = tools
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.fallback_tool = fallback_tool
-        self.messages: list[dict[str, Any]] = []
-        self._pending_call: str | None = None
-        self.reset()
+        self.transcript = ChatTranscript(system_prompt)
 
-    def reset(self) -> None:
-        self.messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        self._pending_call = None
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The episode's conversation so far."""
+        return self.transcript.messages
+
+    def reset(self, task: Any = None) -> None:
+        """Start a new episode (the task arrives as the first observation)."""
+        self.transcript.reset()
 
     def __call__(self, observation: Any) -> dict[str, Any]:
-        text = observation if isinstance(observation, str) else json.dumps(observation, default=str)
-        if self._pending_call is not None:
-            self.messages.append({"role": "tool", "tool_call_id": self._pending_call, "content": text})
-        else:
-            self.messages.append({"role": "user", "content": text})
-        request: dict[str, Any] = {"model": self.model, "messages": self.messages,
+        self.transcript.add_observation(observation)
+        request: dict[str, Any] = {"model": self.model, "messages": self.transcript.messages,
                                    "temperature": self.temperature, "max_tokens": self.max_tokens}  # fmt: skip
         if self.tools:
             request["tools"] = self.tools
-        message = self.client.chat.completions.create(**request).choices[0].message
-        content = message.content or ""
-        calls = message.tool_calls or []
-        if calls:
-            call = calls[0]
-            try:
-                params = json.loads(call.function.arguments or "{}")
-            except json.JSONDecodeError:
-                params = {"input": call.function.arguments}
-            self.messages.append({"role": "assistant", "content": content, "tool_calls": [
-                {"id": call.id, "type": "function", "function": {"name": call.function.name,
-                                                                 "arguments": call.function.arguments}}]})  # fmt: skip
-            self._pending_call = call.id
-            return {"tool": call.function.name, "params": params if isinstance(params, dict) else {"input": params},
-                    "thought": content, "id": call.id}  # fmt: skip
-        self.messages.append({"role": "assistant", "content": content})
-        self._pending_call = None
-        return {"tool": self.fallback_tool, "params": {"message": content}, "thought": ""}
+        message = self.client.chat.completions.create(**request).choices[0].message.model_dump(exclude_none=True)
+        action = action_from_message(message, self.tools, closing_tool=self.fallback_tool)
+        self.transcript.add_reply(message, action)
+        return action

@@ -1,21 +1,25 @@
 """Agents for ``knowlyr-sandbox run``: a scripted list of actions, or a model behind any
 OpenAI-compatible chat endpoint using function calling.
 
-An agent is a callable ``observation -> action``; both keep their own history. The endpoint
-agent offers the environment's tools in OpenAI form (from the domain profile) and turns the
-first tool call of each reply into an action; a reply without a tool call becomes the
-domain's closing tool (``finish``, ``submit`` or ``respond``) with the text as its message.
+Both are knowlyr ``Policy`` objects: ``reset(task=None)`` starts an episode and
+``agent(observation)`` returns the next action. The endpoint agent offers the environment's
+tools in OpenAI form (from the domain profile), keeps the conversation in a
+``knowlyrcore.ChatTranscript`` and turns each reply into an action by the rules every knowlyr
+policy shares (``knowlyrcore.action_from_message``): the first tool call (unusable arguments give
+``params == {}`` and a ``format_error``), else a call written in the text, else the domain's
+closing tool (``finish``, ``submit`` or ``respond``) with the text.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, post_chat_completion
 from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.policy import ChatTranscript
+from knowlyrcore.tool_parsing import action_from_message, select_closing_tool
 
 
 class AgentError(KnowlyrError, RuntimeError):
@@ -23,13 +27,16 @@ class AgentError(KnowlyrError, RuntimeError):
 
 
 class ScriptedAgent:
-    """Plays back a fixed list of actions, one per call."""
+    """Plays back a fixed list of actions, one per call, from the start at every ``reset``."""
 
     def __init__(self, actions: Iterable[dict[str, Any]]):
         self.actions = list(actions)
         self.position = 0
 
-    def __call__(self, observation: str) -> dict[str, Any]:
+    def reset(self, task: Any = None) -> None:
+        self.position = 0
+
+    def __call__(self, observation: Any) -> dict[str, Any]:
         if self.position >= len(self.actions):
             raise AgentError(f"the script has only {len(self.actions)} actions and the episode is not over")
         action = self.actions[self.position]
@@ -48,41 +55,34 @@ class EndpointAgent:
         self.api_key = api_key
         self.temperature = temperature
         self.timeout = timeout
-        profile = get_domain_profile(domain)
-        self.tools = [t.to_openai_tool() for t in profile.tools]
-        closing = [t for t in ("finish", "submit", "respond") if t in profile.tool_names]
-        self.closing_tool = closing[0] if closing else None
-        self.messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
-        self._pending_call: str | None = None
+        self.tools = [t.to_openai_tool() for t in get_domain_profile(domain).tools]
+        self.closing_tool = select_closing_tool(self.tools)
+        self.transcript = ChatTranscript(system_prompt)
 
-    def __call__(self, observation: str) -> dict[str, Any]:
-        if self._pending_call is None:
-            self.messages.append({"role": "user", "content": observation})
-        else:
-            self.messages.append({"role": "tool", "tool_call_id": self._pending_call, "content": observation})
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The episode's conversation so far."""
+        return self.transcript.messages
+
+    def reset(self, task: Any = None) -> None:
+        """Start a new episode (the task arrives as the first observation)."""
+        self.transcript.reset()
+
+    def __call__(self, observation: Any) -> dict[str, Any]:
+        self.transcript.add_observation(observation)
         message = self._complete()
-        calls = message.get("tool_calls") or []
-        if calls:
-            call = calls[0]
-            self._pending_call = call.get("id") or "call_0"
-            self.messages.append({"role": "assistant", "content": message.get("content"), "tool_calls": [call]})
-            try:
-                params = json.loads(call["function"].get("arguments") or "{}")
-            except json.JSONDecodeError:
-                params = {"_unparsed_arguments": call["function"].get("arguments")}
-            return {"tool": call["function"]["name"], "params": params, "thought": message.get("content") or ""}
-        self._pending_call = None
-        text = message.get("content") or ""
-        self.messages.append({"role": "assistant", "content": text})
-        if self.closing_tool is None:
-            raise AgentError("the model replied without a tool call and the domain has no closing tool")
-        key = {"finish": "message", "submit": "answer", "respond": "message"}[self.closing_tool]
-        return {"tool": self.closing_tool, "params": {key: text}}
+        action = action_from_message(message, self.tools, closing_tool=self.closing_tool)
+        self.transcript.add_reply(message, action)
+        return action
 
     def _complete(self) -> dict[str, Any]:
-        body = {"model": self.model, "messages": self.messages, "tools": self.tools, "temperature": self.temperature}
+        body = {"model": self.model, "messages": self.transcript.messages, "tools": self.tools,
+                "temperature": self.temperature}  # fmt: skip
         try:
             reply = post_chat_completion(self.base_url, body, api_key=self.api_key, timeout=self.timeout)
-            return reply["choices"][0]["message"]
-        except (*TRANSPORT_ERRORS, KeyError, IndexError) as exc:
+            message = reply["choices"][0]["message"]
+        except (*TRANSPORT_ERRORS, KeyError, IndexError, TypeError) as exc:
             raise AgentError(f"policy endpoint {self.base_url} failed: {exc}") from exc
+        if not isinstance(message, dict):
+            raise AgentError(f"policy endpoint {self.base_url} returned a message that is not an object: {message!r}")
+        return message

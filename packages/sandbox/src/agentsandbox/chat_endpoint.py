@@ -15,12 +15,17 @@ TRANSPORT_ERRORS = (urllib.error.URLError, TimeoutError, json.JSONDecodeError)
 def post_chat_completion(base_url: str, body: dict[str, Any], *, api_key: str | None, timeout: float) -> Any:
     """POST ``body`` to ``{base_url}/chat/completions`` and return the decoded JSON reply.
 
-    Raises one of :data:`TRANSPORT_ERRORS`; callers turn them into their own error type.
+    Raises one of :data:`TRANSPORT_ERRORS`; callers turn them into their own error type. An HTTP
+    error status keeps the start of the server's body, which usually says what was wrong.
     """
     request = urllib.request.Request(
         f"{base_url}/chat/completions",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key or 'none'}"},
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")[:500]
+        raise urllib.error.URLError(f"HTTP {exc.code} {exc.reason}: {detail}") from exc

@@ -1,11 +1,13 @@
 """``SandboxEnv`` (``knowlyr/sandbox``): a coding task executed for real in a sandbox.
 
 ``reset(task=...)`` puts the task's repository (a local directory, an archive, or a git URL
-cloned on the host) into the workspace, checks out ``base_commit``, runs ``setup_commands``
-and snapshots the result; resetting again to the same task restores that snapshot in a few
-milliseconds instead of redoing the setup. The agent acts with the coding domain's tools
-(see ``tools.py``); ``submit`` / ``finish`` end the episode, after which the task's test
-command decides the outcome and the workspace diff becomes the trajectory's patch.
+cloned on the host) into the workspace, checks out ``base_commit``, writes the task's inline
+files (``metadata["files"]``: relative path -> text, so a task record can carry its whole
+repository), runs ``setup_commands`` and snapshots the result; resetting again to the same
+task restores that snapshot in a few milliseconds instead of redoing the setup. The agent
+acts with the coding domain's tools (see ``tools.py``); ``submit`` / ``finish`` end the
+episode, after which the task's test command decides the outcome and the workspace diff
+becomes the trajectory's patch.
 
 Example:
     >>> from knowlyrcore import make
@@ -47,6 +49,40 @@ def timestep_for(result: ToolResult, tool: str, **info: Any) -> TimeStep:
     details.update(result.metadata)
     details.update(info)
     return TimeStep(observation=result.to_observation(), info=details)
+
+
+class TaskFilesError(SandboxError, ValueError):
+    """A task's ``metadata["files"]`` is not a mapping of safe relative paths to text."""
+
+
+def inline_files(task: TaskInfo) -> dict[str, str]:
+    """The task's ``metadata["files"]``, checked: relative paths inside the workspace -> text.
+
+    Task records come from files anyone can write, so a name that is absolute, climbs with
+    ``..`` or is otherwise not a plain relative path is refused before anything is written.
+    """
+    files = task.metadata.get("files")
+    if files is None:
+        return {}
+    where = f"task {task.id!r}: metadata.files" if task.id else "metadata.files"
+    if not isinstance(files, dict):
+        raise TaskFilesError(f"{where} must map relative paths to file contents, got {type(files).__name__}")
+    for path, content in files.items():
+        parts = path.split("/") if isinstance(path, str) else []
+        if (
+            not parts
+            or path.startswith("/")
+            or "\\" in path
+            or "\x00" in path
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise TaskFilesError(
+                f"{where}: unsafe file name {path!r}; use a relative path inside the workspace "
+                "(no leading '/', no '..', '.' or empty components)"
+            )
+        if not isinstance(content, str):
+            raise TaskFilesError(f"{where}: the content of {path!r} must be text, got {type(content).__name__}")
+    return files
 
 
 def fetch_repo(repo: str) -> str:
@@ -108,27 +144,29 @@ class SandboxEnv(AgentEnv):
     def reset(self, *, task: TaskInfo | dict | str | None = None, seed: int | None = None) -> TimeStep:
         self._task = TaskInfo.coerce(task)
         self._done = False
-        key = json.dumps([self._task.repo, self._task.base_commit, self._task.setup_commands])
+        files = inline_files(self._task)
+        files_hash = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest() if files else None
+        key = json.dumps([self._task.repo, self._task.base_commit, files_hash, self._task.setup_commands])
         if key == self._loaded_key:
             self.sandbox.reset()
         else:
-            self._prepare(self._task)
+            self._prepare(self._task, files)
             self._loaded_key = key
-        files = 0
+        count = 0
         for _, dirs, names in os.walk(self.sandbox.host_workspace):
             dirs[:] = [d for d in dirs if d != ".git"]
-            files += len(names)
+            count += len(names)
         lines = [
             self._task.description or "(no task description)",
             "",
-            f"Workspace: {self.config.workdir} ({files} files)",
+            f"Workspace: {self.config.workdir} ({count} files)",
         ]
         if self._task.test_command:
             lines.append(f"Tests: {self._task.test_command}")
         lines.append(f"Tools: {', '.join(self.available_tools)}")
         return TimeStep(observation="\n".join(lines), info={"task_id": self._task.id, "backend": self.sandbox.backend})
 
-    def _prepare(self, task: TaskInfo) -> None:
+    def _prepare(self, task: TaskInfo, files: dict[str, str]) -> None:
         sandbox = self.sandbox
         self._loaded_key = None
         sandbox.load(fetch_repo(task.repo) if task.repo else None)
@@ -136,6 +174,8 @@ class SandboxEnv(AgentEnv):
             checkout = sandbox.run_argv(["git", "checkout", "--quiet", task.base_commit])
             if not checkout.success:
                 raise SandboxError(f"cannot check out {task.base_commit}: {checkout.to_observation()}")
+        for path, content in files.items():
+            sandbox.write_file(path, content)
         for command in task.setup_commands:
             result = sandbox.run(command, timeout=SETUP_TIMEOUT)
             if not result.success:

@@ -5,16 +5,23 @@
 ``agent(observation) -> {"tool", "params", "thought"}`` (knowlyr's action format) that keeps the
 conversation across steps, so ``collect()`` can roll it out in any ``AgentEnv``.
 
-A model's answer becomes an action by the first rule that applies:
+A model's answer becomes an action by the rules every knowlyr policy shares
+(``knowlyrcore.tool_parsing``, documented there and in docs/core.md):
 
 1. a ``<tool_call>{"name", "arguments"}</tool_call>`` block (the chat template's native format;
    the next observation is then sent back as a ``tool`` message);
 2. ``Thought: ... Action: ...`` text, the trainer's agent SFT format, where the action is a JSON
-   call object, ``name {json}``, or ``name free text`` (the text fills the tool's only required
-   parameter, else ``{"input": text}``); the next observation goes back as ``Observation: ...``;
+   call object, ``name {json}``, ``name(...)`` or ``name free text`` (the text fills the tool's
+   only required parameter, else ``{"input": text}``); the next observation goes back as
+   ``Observation: ...``;
 3. a bare or fenced JSON call object anywhere in the answer;
-4. otherwise the fallback ``{"tool": fallback_tool, "params": {"message": answer}}`` (default
-   ``respond``: an answer that names no tool is treated as a reply to the user).
+4. otherwise the closing tool with the answer as its text: ``respond`` ``{"message": answer}``,
+   or the first of ``finish``/``submit``/``respond`` among the agent's tools
+   (``create_agent(fallback_tool=...)`` forces one); the next observation is a plain user turn.
+
+Arguments that are not a JSON object give ``params == {}`` and a ``"format_error"`` on the
+action; the answer is then kept verbatim in the conversation and the observation (the
+environment's verdict) follows as ``Observation: ...``.
 
 Example:
     >>> inference = AgentInference.from_pretrained("smollm2-135m", max_new_tokens=64)  # doctest: +SKIP
@@ -26,8 +33,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import json
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,7 +41,8 @@ from typing import Any
 import torch
 
 from agenttrainer.models import load_model_and_tokenizer
-from agenttrainer.models.tool_calls import call_from_json, first_json_object, parse_tool_calls
+from knowlyrcore.recording import observation_text
+from knowlyrcore.tool_parsing import parse_reply
 
 Message = dict[str, Any]
 
@@ -165,7 +171,7 @@ class AgentInference:
         return self.complete(messages, tools, **options).text
 
     def create_agent(
-        self, system_prompt: str | None = None, tools: list[Any] | None = None, *, fallback_tool: str = "respond"
+        self, system_prompt: str | None = None, tools: list[Any] | None = None, *, fallback_tool: str | None = None
     ) -> Agent:
         """A fresh stateful agent; create one per episode (or call ``agent.reset()``)."""
         return Agent(self, system_prompt=system_prompt, tools=tools, fallback_tool=fallback_tool)
@@ -269,82 +275,31 @@ class TextStream:
 
 # -- agent --------------------------------------------------------------------------------
 
-_ACTION_RE = re.compile(r"^\s*Action\s*:\s*", re.MULTILINE)
-_THOUGHT_RE = re.compile(r"^\s*Thought\s*:\s*", re.MULTILINE)
-_OBSERVATION_RE = re.compile(r"^\s*Observation\s*:", re.MULTILINE)
-_NAME_RE = re.compile(r"([A-Za-z_][\w.\-]*)\s*(.*)", re.DOTALL)
-
-
-def _single_parameter(tool: str, schemas: list[dict[str, Any]] | None) -> str | None:
-    """The parameter free text should fill: the tool's only required one (or only one at all)."""
-    for schema in schemas or []:
-        function = schema["function"]
-        if function["name"] != tool:
-            continue
-        parameters = function.get("parameters") or {}
-        required = parameters.get("required") or []
-        properties = list((parameters.get("properties") or {}).keys())
-        if len(required) == 1:
-            return required[0]
-        if len(properties) == 1:
-            return properties[0]
-    return None
-
-
-def _action_from_text(action_text: str, schemas: list[dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
-    action_text = action_text.strip()
-    if action_text.startswith("{"):
-        found = first_json_object(action_text)
-        call = call_from_json(found[0]) if found else None
-        return (call.name, call.arguments) if call else None
-    match = _NAME_RE.match(action_text)
-    if match is None:
-        return None
-    name, rest = match.group(1), match.group(2).strip()
-    if rest.startswith("(") and rest.endswith(")"):  # name({...}) call syntax
-        rest = rest[1:-1].strip()
-    if not rest:
-        return name, {}
-    if rest.startswith("{"):
-        found = first_json_object(rest)
-        if found is not None and found[1] == 0:
-            return name, found[0]
-    return name, {_single_parameter(name, schemas) or "input": rest}
-
 
 def parse_action(text: str, tools: list[Any] | None = None) -> tuple[dict[str, Any], str] | None:
-    """The knowlyr action in a model answer and its style (``"tool_call"`` or ``"text"``), or None.
+    """The knowlyr action in a model answer and its style (``"tool_call"`` or ``"text"``), or None
+    when the answer calls no tool (``knowlyrcore.parse_reply`` gives the closing action then).
 
     Example:
         >>> parse_action('Thought: look around\\nAction: {"name": "bash", "parameters": {"command": "ls"}}')
         ({'tool': 'bash', 'params': {'command': 'ls'}, 'thought': 'look around'}, 'text')
     """
-    schemas = tool_schemas(tools)
-    content, calls = parse_tool_calls(text)
-    if calls:
-        thought = _THOUGHT_RE.sub("", content, count=1).strip()
-        return {"tool": calls[0].name, "params": calls[0].arguments, "thought": thought}, "tool_call"
-    action_match = _ACTION_RE.search(text)
-    if action_match is not None:
-        rest = text[action_match.end() :]
-        observation = _OBSERVATION_RE.search(rest)  # a model may go on to hallucinate the observation
-        parsed = _action_from_text(rest[: observation.start()] if observation else rest, schemas)
-        if parsed is not None:
-            thought = _THOUGHT_RE.sub("", text[: action_match.start()], count=1).strip()
-            return {"tool": parsed[0], "params": parsed[1], "thought": thought}, "text"
-    found = first_json_object(text)
-    call = call_from_json(found[0]) if found else None
-    if call is not None:
-        thought = (text[: found[1]].rstrip().removesuffix("```json").removesuffix("```")).strip()
-        return {"tool": call.name, "params": call.arguments, "thought": _THOUGHT_RE.sub("", thought, count=1)}, "text"
-    return None
+    reply = parse_reply(text, tools)
+    return None if reply.style == "reply" else (reply.action, reply.style)
 
 
 class Agent:
-    """``agent(observation) -> action``; keeps the conversation so every step sees the history."""
+    """``agent(observation) -> action``, a knowlyr ``Policy``; keeps the conversation so every step
+    sees the history (``reset(task)`` starts a new episode; the task itself arrives as the first
+    observation)."""
 
     def __init__(
-        self, engine: AgentInference, *, system_prompt: str | None, tools: list[Any] | None, fallback_tool: str
+        self,
+        engine: AgentInference,
+        *,
+        system_prompt: str | None = None,
+        tools: list[Any] | None = None,
+        fallback_tool: str | None = None,
     ) -> None:
         self.engine = engine
         self.system_prompt = system_prompt
@@ -354,31 +309,26 @@ class Agent:
         self._last_style: str | None = None
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, task: Any = None) -> None:
         """Forget the conversation (start a new episode)."""
         self.messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         self._last_style = None
 
     def __call__(self, observation: Any) -> dict[str, Any]:
-        content = (
-            observation if isinstance(observation, str) else json.dumps(observation, ensure_ascii=False, default=str)
-        )
+        content = observation_text(observation)
         if self._last_style == "tool_call":
             self.messages.append({"role": "tool", "content": content})
-        elif self._last_style is not None:
+        elif self._last_style == "text":
             self.messages.append({"role": "user", "content": f"Observation: {content}"})
-        else:  # the first observation is the task itself
+        else:  # the task itself, or the user's answer to a reply
             self.messages.append({"role": "user", "content": content})
         answer = self.engine.generate(self.messages, self.tools)
-        parsed = parse_action(answer, self.tools)
-        if parsed is None:
-            action = {"tool": self.fallback_tool, "params": {"message": answer.strip()}, "thought": ""}
-            style = "text"
-        else:
-            action, style = parsed
-        self.messages.append(self._assistant_message(answer, action, style))
+        reply = parse_reply(answer, self.tools, closing_tool=self.fallback_tool)
+        # A call whose arguments were unusable stays verbatim, so the model sees what it wrote.
+        style = "text" if reply.style == "tool_call" and "format_error" in reply.action else reply.style
+        self.messages.append(self._assistant_message(answer, reply.action, style))
         self._last_style = style
-        return action
+        return reply.action
 
     @staticmethod
     def _assistant_message(answer: str, action: dict[str, Any], style: str) -> Message:

@@ -1,0 +1,206 @@
+"""``RetailEnv`` (``knowlyr/retail``): customer service on a real shop database, like tau-bench.
+
+Each episode builds an embedded SQLite database from the task's ``metadata["world"]`` (users,
+orders, items) and lets the agent read and change it with the ``retail`` domain's tools; the
+episode ends when the agent calls ``respond`` with its final answer to the customer.
+
+Success is judged like tau-bench: the database's end state must equal the state that the
+task's ground-truth solution (``metadata["solution"]``) produces from the same start, and the
+final answer must contain every string in ``metadata["answer_contains"]`` and none in
+``metadata["answer_excludes"]`` (case-insensitive; the latter stops an answer that lists every
+possible status from passing).
+Both are computed here from the task record, so nothing the agent says can fake them.
+
+Example:
+    >>> from agentsandbox.suites import get_suite
+    >>> task = get_suite("retail").generate("test", 1, seed=0)[0]
+    >>> env = RetailEnv()
+    >>> first = env.reset(task=task)
+    >>> for action in task["metadata"]["solution"]:
+    ...     ts = env.step(action)
+    >>> ts.terminated, ts.info["success"]
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentsandbox.retail.db import CANCEL_REASONS, call_tool, open_shop, state_digest
+from knowlyrcore.actions import parse_action
+from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, ToolSpec, register_domain_profile
+from knowlyrcore.env import AgentEnv
+from knowlyrcore.errors import DomainError, InvalidActionError
+from knowlyrcore.models import TaskInfo
+from knowlyrcore.timestep import TimeStep
+
+
+def _params(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+_STR = {"type": "string", "minLength": 1}
+
+RETAIL_PROFILE = DomainProfile(
+    name="retail",
+    display_name="Retail customer service",
+    description="Help shop customers with their orders using the shop's database tools (tau-bench style).",
+    tools=[
+        ToolSpec(
+            name="find_user_by_email",
+            category=ToolCategory.SEARCH,
+            description="Look up a user by email.",
+            parameters=_params(["email"], email=_STR),
+        ),
+        ToolSpec(
+            name="find_user_by_name",
+            category=ToolCategory.SEARCH,
+            description="Look up users by full name; returns their ids and emails.",
+            parameters=_params(["name"], name=_STR),
+        ),
+        ToolSpec(
+            name="get_user",
+            category=ToolCategory.READ,
+            description="A user's name, email, address on file and order ids.",
+            parameters=_params(["user_id"], user_id=_STR),
+        ),
+        ToolSpec(
+            name="list_orders",
+            category=ToolCategory.READ,
+            description="A user's orders with status and total.",
+            parameters=_params(["user_id"], user_id=_STR),
+        ),
+        ToolSpec(
+            name="get_order",
+            category=ToolCategory.READ,
+            description="An order's status, shipping address and items.",
+            parameters=_params(["order_id"], order_id=_STR),
+        ),
+        ToolSpec(
+            name="cancel_order",
+            category=ToolCategory.WRITE,
+            description="Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'.",
+            parameters=_params(
+                ["order_id", "reason"], order_id=_STR, reason={"type": "string", "enum": list(CANCEL_REASONS)}
+            ),
+        ),
+        ToolSpec(
+            name="change_address",
+            category=ToolCategory.WRITE,
+            description="Change the shipping address of a pending order.",
+            parameters=_params(["order_id", "address"], order_id=_STR, address=_STR),
+        ),
+        ToolSpec(
+            name="return_items",
+            category=ToolCategory.WRITE,
+            description="Return items of a delivered order.",
+            parameters=_params(
+                ["order_id", "item_ids"], order_id=_STR, item_ids={"type": "array", "items": _STR, "minItems": 1}
+            ),
+        ),
+        ToolSpec(
+            name="respond",
+            category=ToolCategory.COMMUNICATE,
+            description="Give the customer your final answer; ends the conversation.",
+            parameters=_params(["message"], message={"type": "string"}),
+        ),
+    ],
+    terminal_tools=["respond"],
+    outcome=OutcomeSpec(method="terminal_tool", description="database end state and final answer match the truth"),
+)
+
+try:
+    register_domain_profile(RETAIL_PROFILE)
+except DomainError:  # already registered (module reloaded)
+    pass
+
+#: A compact system prompt naming every tool with its parameters (short prompts keep a small
+#: model's context and the rollout cost low).
+SYSTEM_PROMPT = (
+    "You are a shop's customer service agent. Use one tool per turn; finish with respond.\n"
+    "Tools: " + "; ".join(f"{t.name}({', '.join(t.parameters['properties'])})" for t in RETAIL_PROFILE.tools) + "."
+)
+
+
+def _answer_matches(message: str, required: list[str], forbidden: list[str]) -> bool:
+    text = message.casefold()
+    return all(str(p).casefold() in text for p in required) and not any(str(p).casefold() in text for p in forbidden)
+
+
+class RetailEnv(AgentEnv):
+    """A shop database per episode; ``respond`` ends it and the end state decides success."""
+
+    domain = "retail"
+
+    def __init__(self) -> None:
+        self._db = None
+        self._task: TaskInfo | None = None
+        self._expected_digest: str | None = None
+        self._done = False
+
+    def reset(self, *, task: TaskInfo | dict | str | None = None, seed: int | None = None) -> TimeStep:
+        info = TaskInfo.coerce(task)
+        world = info.metadata.get("world")
+        if not isinstance(world, dict):
+            raise ValueError(f"retail task {info.id!r} has no metadata.world (generate tasks with the retail suite)")
+        self.close()
+        self._task = info
+        self._expected_digest = self._replay_solution(world, info.metadata.get("solution") or [])
+        self._db = open_shop(world)
+        self._done = False
+        return TimeStep(observation=info.description, info={"task_id": info.id})
+
+    @staticmethod
+    def _replay_solution(world: dict[str, Any], solution: list[dict[str, Any]]) -> str | None:
+        """The end-state digest of the ground truth, or None when the task has no solution."""
+        if not solution:
+            return None
+        db = open_shop(world)
+        try:
+            for action in solution:
+                tool, params = parse_action(action)
+                if tool not in RETAIL_PROFILE.terminal_tools:
+                    call_tool(db, tool, params)
+            return state_digest(db)
+        finally:
+            db.close()
+
+    def step(self, action: Any) -> TimeStep:
+        if self._task is None or self._db is None:
+            raise RuntimeError("call reset() before step()")
+        try:
+            tool, params = parse_action(action)
+        except InvalidActionError as exc:
+            return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
+        if self._done:
+            return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
+                            info={"tool": tool, "error": "episode over"})  # fmt: skip
+        try:
+            RETAIL_PROFILE.get_tool(tool).validate_params(params)
+        except (InvalidActionError, DomainError) as exc:
+            return TimeStep(observation=f"[error] {exc}", info={"tool": tool, "error": str(exc)})
+        if tool == "respond":
+            return self._finish(params["message"])
+        result = call_tool(self._db, tool, params)
+        return TimeStep(observation=result.to_observation(), info={"tool": tool, "error": result.error})
+
+    def _finish(self, message: str) -> TimeStep:
+        self._done = True
+        metadata = self._task.metadata
+        state_ok = self._expected_digest is None or state_digest(self._db) == self._expected_digest
+        answer_ok = _answer_matches(
+            message, list(metadata.get("answer_contains") or []), list(metadata.get("answer_excludes") or [])
+        )
+        success = state_ok and answer_ok
+        info = {"tool": "respond", "success": success, "score": 1.0 if success else 0.0,
+                "exit_status": "responded", "state_ok": state_ok, "answer_ok": answer_ok}  # fmt: skip
+        return TimeStep(observation="Conversation ended.", reward=info["score"], terminated=True, info=info)
+
+    @property
+    def available_tools(self) -> list[str]:
+        return RETAIL_PROFILE.tool_names
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -1,0 +1,106 @@
+"""Task suites: procedurally generated, seeded, verifiable tasks with a scripted expert.
+
+A suite turns ``(split, n, seed)`` into task records (dicts that ``TaskInfo.coerce`` accepts)
+for one registered environment, always the same records for the same call. Splits:
+
+* ``train`` and ``test`` draw from the same task templates but share no entity and no seed
+  (disjoint name/number pools and disjoint seed streams);
+* ``test-unseen`` uses templates that ``train`` never contains.
+
+Every task carries its ground-truth solution in ``metadata["solution"]`` (the expert's tool
+calls, as in tau-bench's task actions); environments never show metadata to the policy. The
+suite's ``expert()`` returns a policy that replays it and solves every task.
+
+Suites are found through the ``knowlyr.task_suites`` entry-point group, so other packages can
+add their own; ``get_suite(name)`` loads one, ``list_suites()`` names them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.models import TaskInfo
+
+SPLITS = ("train", "test", "test-unseen")
+ENTRY_POINT_GROUP = "knowlyr.task_suites"
+
+
+class SuiteError(KnowlyrError, ValueError):
+    """An unknown suite or split, or a request the suite cannot satisfy."""
+
+
+@dataclass(frozen=True)
+class TaskSuite:
+    """A named task generator for one environment.
+
+    ``generate(split, n, seed)`` returns ``n`` task dicts; ``env_id`` and ``env_kwargs`` build
+    the environment the tasks run in; ``max_steps`` is a step budget that lets the expert
+    finish with room to spare; ``system_prompt`` is what a model policy should be told.
+    """
+
+    name: str
+    env_id: str
+    description: str
+    generator: Callable[[str, int, int], list[dict[str, Any]]]
+    max_steps: int = 10
+    #: A system prompt that tells a model the environment's tools (empty: none needed).
+    system_prompt: str = ""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def generate(self, split: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
+        if split not in SPLITS:
+            raise SuiteError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        if n < 1:
+            raise SuiteError(f"n must be >= 1, got {n}")
+        return self.generator(split, n, seed)
+
+    def expert(self) -> SolutionReplay:
+        """A fresh expert policy (replays each task's ground-truth solution)."""
+        return SolutionReplay()
+
+
+class SolutionReplay:
+    """The scripted expert: plays back ``task.metadata["solution"]`` one action per turn."""
+
+    def __init__(self) -> None:
+        self.actions: list[dict[str, Any]] = []
+        self.turn = 0
+
+    def reset(self, task: TaskInfo | dict | None = None) -> None:
+        info = TaskInfo.coerce(task)
+        solution = info.metadata.get("solution")
+        if not isinstance(solution, list) or not solution:
+            raise SuiteError(f"task {info.id!r} has no metadata.solution to replay")
+        self.actions = [dict(a) for a in solution]
+        self.turn = 0
+
+    def __call__(self, observation: Any) -> dict[str, Any]:
+        if self.turn >= len(self.actions):
+            raise SuiteError("the solution is exhausted but the episode has not ended")
+        action = self.actions[self.turn]
+        self.turn += 1
+        return action
+
+
+def list_suites() -> list[str]:
+    """Names of every installed suite."""
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def get_suite(name: str) -> TaskSuite:
+    """Load the suite registered as ``name``."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            suite = ep.load()
+            if not isinstance(suite, TaskSuite):
+                raise SuiteError(f"entry point {ep.value} for suite {name!r} is not a TaskSuite")
+            return suite
+    known = ", ".join(list_suites()) or "none installed"
+    raise SuiteError(f"unknown task suite {name!r} (known: {known})")
+
+
+__all__ = ["ENTRY_POINT_GROUP", "SPLITS", "SolutionReplay", "SuiteError", "TaskSuite", "get_suite", "list_suites"]
