@@ -1,0 +1,302 @@
+"""The ``retail`` task suite: customer-service tasks on a generated shop (``knowlyr/retail``).
+
+Every task carries its own small shop (``metadata["world"]``: 3-5 users with 1-3 orders each),
+the customer's request as its description, the ground-truth tool calls
+(``metadata["solution"]``, 1-6 calls) and the strings the final answer must contain.
+
+Templates (the number of tool calls in brackets):
+
+=====================  =====================================================================  =====
+template               the customer asks to ...                                               split
+=====================  =====================================================================  =====
+order_status           know an order's status                                     [2]         all
+cancel_order           cancel an order (refused when it is no longer pending)     [3-4]       all
+change_address         ship a pending order elsewhere                             [4]         all
+return_item            return one item of a delivered order                       [4]         all
+count_orders           know how many orders they have                             [3]         all
+cancel_two             cancel two pending orders                                  [6]         all
+cancel_reasons         know which reasons a cancellation accepts                  [1]         all
+address_on_file        know the address on file, giving only their name           [3]         unseen
+cancel_pending_by_name cancel their pending order, giving only their name         [4]         unseen
+=====================  =====================================================================  =====
+
+``train`` and ``test`` draw names, streets, cities and products from disjoint halves of each
+pool and ids of opposite parity, and seed their generators from different strings, so they
+share no entity and no seed; ``test-unseen`` uses the test pools and only the two templates
+that ``train`` never contains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+from agentsandbox.retail.db import CANCEL_REASONS
+from agentsandbox.retail.env import SYSTEM_PROMPT
+from agentsandbox.suites import TaskSuite
+
+_FIRST = ["Ava", "Liam", "Mia", "Noah", "Zoe", "Ethan", "Ivy", "Lucas", "Chloe", "Mason", "Nora", "Owen", "Ruby",
+          "Caleb", "Lily", "Felix", "Hazel", "Jonah", "Iris", "Miles", "Stella", "Hugo", "Alice", "Theo", "Clara",
+          "Jasper", "Maya", "Rowan", "Elena", "Silas", "Freya", "Arlo", "Lena", "Ezra", "Naomi", "Milo", "Greta",
+          "Isaac", "Vera", "Leo"]  # fmt: skip
+_LAST = ["Smith", "Garcia", "Chen", "Patel", "Novak", "Kim", "Rossi", "Muller", "Silva", "Khan", "Dubois",
+         "Jensen", "Sato", "Lopez", "Ivanova", "Brown", "Okafor", "Nakamura", "Fischer", "Moreau", "Larsen",
+         "Costa", "Singh", "Walsh", "Berg", "Romero", "Haddad", "Kowalski", "Ortiz", "Fontaine", "Weber", "Lund",
+         "Reyes", "Shah", "Quinn", "Ferrari", "Andersen", "Tanaka", "Hughes", "Varga"]  # fmt: skip
+_STREETS = ["Oak", "Maple", "Pine", "Cedar", "Elm", "Birch", "Willow", "Lake", "Hill", "River", "Park", "Main",
+            "Sunset", "Meadow", "Forest", "Spring", "Valley", "Harbor", "Church", "Mill"]  # fmt: skip
+_CITIES = ["Austin", "Denver", "Boston", "Portland", "Seattle", "Chicago", "Phoenix", "Atlanta", "Dallas", "Miami",
+           "Tampa", "Omaha", "Tucson", "Fresno", "Reno", "Boise", "Mesa", "Akron", "Salem", "Provo"]  # fmt: skip
+_PRODUCTS = ["desk lamp", "water bottle", "backpack", "yoga mat", "coffee grinder", "bluetooth speaker",
+             "office chair", "hiking boots", "wall clock", "tea kettle", "phone case", "wireless mouse",
+             "sleeping bag", "cutting board", "rain jacket", "table fan", "bike helmet", "notebook set",
+             "air purifier", "garden hose", "frying pan", "laptop stand", "running shoes", "picture frame"]  # fmt: skip
+
+SEEN_TEMPLATES = ("order_status", "cancel_order", "change_address", "return_item", "count_orders", "cancel_two",
+                  "cancel_reasons")  # fmt: skip
+UNSEEN_TEMPLATES = ("address_on_file", "cancel_pending_by_name")
+
+
+class _Pools:
+    """The entity pools and id parity of one side (train, or test and test-unseen)."""
+
+    def __init__(self, side: int):
+        def half(pool: list[str]) -> list[str]:
+            return pool[side::2]
+
+        self.first, self.last = half(_FIRST), half(_LAST)
+        self.streets, self.cities, self.products = half(_STREETS), half(_CITIES), half(_PRODUCTS)
+        self.parity = side
+        self.used: set[str] = set()  # numbers given out in the current task's world
+
+    def number(self, rng: random.Random, digits: int) -> str:
+        """A fresh id number whose parity marks the side, so train and test ids never collide."""
+        low = 10 ** (digits - 1)
+        while True:
+            value = rng.randrange(low, 10 * low - 1)
+            number = str(value - value % 2 + self.parity)
+            if number not in self.used:
+                self.used.add(number)
+                return number
+
+    def address(self, rng: random.Random) -> str:
+        return f"{rng.randint(10, 999)} {rng.choice(self.streets)} St, {rng.choice(self.cities)}"
+
+
+_STATUSES = ("pending", "pending", "processed", "delivered", "delivered", "cancelled")
+
+
+def _world(rng: random.Random, pools: _Pools) -> dict[str, Any]:
+    """A shop with 3-5 users (distinct names) and 1-3 orders each."""
+    names = rng.sample([(f, last) for f in pools.first for last in pools.last], rng.randint(3, 5))
+    users, orders = [], []
+    for first, last in names:
+        user_id = f"{first.lower()}_{last.lower()}_{pools.number(rng, 4)}"
+        address = pools.address(rng)
+        users.append({"user_id": user_id, "name": f"{first} {last}", "address": address,
+                      "email": f"{first.lower()}.{last.lower()}{pools.number(rng, 2)}@example.com"})  # fmt: skip
+        user = users[-1]
+        orders.extend(_new_order(rng, pools, user, rng.choice(_STATUSES)) for _ in range(rng.randint(1, 3)))
+    return {"users": users, "orders": orders}
+
+
+def _call(tool: str, **params: Any) -> dict[str, Any]:
+    return {"tool": tool, "params": params}
+
+
+def _orders_of(world: dict[str, Any], user: dict[str, Any], status: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in world["orders"] if o["user_id"] == user["user_id"] and (status is None or o["status"] == status)]
+
+
+def _new_order(rng: random.Random, pools: _Pools, user: dict[str, Any], status: str) -> dict[str, Any]:
+    items = [{"item_id": f"I{pools.number(rng, 6)}", "name": p, "price": round(rng.uniform(5, 300), 2)}
+             for p in rng.sample(pools.products, rng.randint(1, 3))]  # fmt: skip
+    return {"order_id": f"#W{pools.number(rng, 7)}", "user_id": user["user_id"], "status": status,
+            "address": user["address"], "items": items}  # fmt: skip
+
+
+def _ensure_order(rng: random.Random, pools: _Pools, world: dict[str, Any], user: dict[str, Any], status: str):
+    """An order of ``user`` with ``status``, adding one to the world if the user has none."""
+    existing = _orders_of(world, user, status)
+    if existing:
+        return rng.choice(existing)
+    order = _new_order(rng, pools, user, status)
+    world["orders"].append(order)
+    return order
+
+
+#: Order statuses. An answer that names a status other than the true one is wrong even if it
+#: also names the true one, so listing every status cannot game the answer check.
+STATUSES = ("pending", "processed", "delivered", "cancelled")
+
+# Each template fills (description, solution, answer_contains, answer_excludes) from the world
+# and the customer.
+Template = Callable[
+    [random.Random, _Pools, dict[str, Any], dict[str, Any]], tuple[str, list[dict], list[str], list[str]]
+]
+
+
+def _order_status(rng, pools, world, user):
+    order = rng.choice(_orders_of(world, user))
+    oid = order["order_id"]
+    description = rng.choice([f"Hi, what is the status of my order {oid}?",
+                              f"Can you tell me where my order {oid} is?",
+                              f"I'm {user['name']}. Has order {oid} shipped yet? What's its status?"])  # fmt: skip
+    answer = f"Your order {oid} is {order['status']}."
+    others = [s for s in STATUSES if s != order["status"]]
+    return description, [_call("get_order", order_id=oid), _call("respond", message=answer)], [order["status"]], others
+
+
+def _cancel_order(rng, pools, world, user):
+    pending = rng.random() < 0.7
+    order = _ensure_order(rng, pools, world, user, "pending") if pending else rng.choice(
+        [o for o in _orders_of(world, user) if o["status"] != "pending"] or [_ensure_order(rng, pools, world, user,
+                                                                                            "delivered")])  # fmt: skip
+    oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
+    why = {"no longer needed": rng.choice(["I don't need it anymore", "I no longer need it"]),
+           "ordered by mistake": rng.choice(["I ordered it by mistake", "it was a mistake to order it"])}[reason]  # fmt: skip
+    description = rng.choice([f"Hi, my email is {user['email']}. Please cancel order {oid}, {why}.",
+                              f"I'm {user['name']} ({user['email']}). Cancel my order {oid} because {why}."])  # fmt: skip
+    solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid)]
+    if order["status"] == "pending":
+        solution.append(_call("cancel_order", order_id=oid, reason=reason))
+        return description, [*solution, _call("respond", message=f"Order {oid} is now cancelled.")], ["cancelled"], []
+    answer = f"Order {oid} is {order['status']}, so it cannot be cancelled."
+    return description, [*solution, _call("respond", message=answer)], ["cannot", order["status"]], ["now cancelled"]
+
+
+def _change_address(rng, pools, world, user):
+    order = _ensure_order(rng, pools, world, user, "pending")
+    oid, new = order["order_id"], pools.address(rng)
+    description = rng.choice([f"This is {user['email']}. Please ship order {oid} to {new} instead.",
+                              f"Hello, I'm {user['name']}, email {user['email']}. Change the address of order "
+                              f"{oid} to {new}."])  # fmt: skip
+    solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
+                _call("change_address", order_id=oid, address=new),
+                _call("respond", message=f"Order {oid} will now ship to {new}.")]  # fmt: skip
+    return description, solution, [new], []
+
+
+def _return_item(rng, pools, world, user):
+    order = _ensure_order(rng, pools, world, user, "delivered")
+    item = rng.choice(order["items"])
+    oid = order["order_id"]
+    description = rng.choice([f"My email is {user['email']}. I want to return the {item['name']} from order {oid}.",
+                              f"Hi, {user['name']} here ({user['email']}). Please return the {item['name']} "
+                              f"in order {oid}."])  # fmt: skip
+    solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
+                _call("return_items", order_id=oid, item_ids=[item["item_id"]]),
+                _call("respond", message=f"The {item['name']} from order {oid} is returned.")]  # fmt: skip
+    return description, solution, ["returned"], []
+
+
+def _count_orders(rng, pools, world, user):
+    found = _call("find_user_by_email", email=user["email"])
+    count = len(_orders_of(world, user))
+    description = rng.choice([f"Hi, I'm {user['email']}. How many orders do I have with you?",
+                              f"How many orders are on my account? My email is {user['email']}."])  # fmt: skip
+    noun = "order" if count == 1 else "orders"
+    solution = [found, _call("list_orders", user_id=user["user_id"]),
+                _call("respond", message=f"You have {count} {noun}.")]  # fmt: skip
+    wrong = [f"{k} order" for k in range(10) if k != count]
+    return description, solution, [f"{count} {noun}"], wrong
+
+
+def _cancel_two(rng, pools, world, user):
+    first = _ensure_order(rng, pools, world, user, "pending")
+    others = [o for o in _orders_of(world, user, "pending") if o is not first]
+    second = others[0] if others else _new_order(rng, pools, user, "pending")
+    if not others:
+        world["orders"].append(second)
+    a, b = first["order_id"], second["order_id"]
+    reason = rng.choice(CANCEL_REASONS)
+    why = "I no longer need them" if reason == "no longer needed" else "I ordered them by mistake"
+    description = f"My email is {user['email']}. Please cancel orders {a} and {b}, {why}."
+    solution = [_call("find_user_by_email", email=user["email"]),
+                _call("get_order", order_id=a), _call("cancel_order", order_id=a, reason=reason),
+                _call("get_order", order_id=b), _call("cancel_order", order_id=b, reason=reason),
+                _call("respond", message=f"Orders {a} and {b} are now cancelled.")]  # fmt: skip
+    return description, solution, ["cancelled"], []
+
+
+def _cancel_reasons(rng, pools, world, user):
+    description = rng.choice(["What reasons can I give when I cancel an order?",
+                              "Which cancellation reasons do you accept?"])  # fmt: skip
+    answer = f"You can cancel because the order is {CANCEL_REASONS[0]!r} or was {CANCEL_REASONS[1]!r}."
+    return description, [_call("respond", message=answer)], list(CANCEL_REASONS), []
+
+
+def _address_on_file(rng, pools, world, user):
+    description = rng.choice([f"I'm {user['name']}. What address do you have on file for me?",
+                              f"Hi, this is {user['name']}. Which address is on my account?"])  # fmt: skip
+    solution = [_call("find_user_by_name", name=user["name"]), _call("get_user", user_id=user["user_id"]),
+                _call("respond", message=f"Your address on file is {user['address']}.")]  # fmt: skip
+    return description, solution, [user["address"]], []
+
+
+def _cancel_pending_by_name(rng, pools, world, user):
+    for order in _orders_of(world, user, "pending")[1:]:  # exactly one pending order, so the request is clear
+        order["status"] = "processed"
+    order = _ensure_order(rng, pools, world, user, "pending")
+    description = f"I'm {user['name']}. Please cancel my pending order, I ordered it by mistake."
+    solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
+                _call("cancel_order", order_id=order["order_id"], reason="ordered by mistake"),
+                _call("respond", message=f"Order {order['order_id']} is now cancelled.")]  # fmt: skip
+    return description, solution, ["cancelled"], []
+
+
+TEMPLATES: dict[str, Template] = {
+    "order_status": _order_status, "cancel_order": _cancel_order, "change_address": _change_address,
+    "return_item": _return_item, "count_orders": _count_orders, "cancel_two": _cancel_two,
+    "cancel_reasons": _cancel_reasons, "address_on_file": _address_on_file,
+    "cancel_pending_by_name": _cancel_pending_by_name,
+}  # fmt: skip
+
+
+def _entities(world: dict[str, Any]) -> list[str]:
+    """Every name, email, address, id and product of a world (for split-disjointness checks)."""
+    found = set()
+    for user in world["users"]:
+        found.update((user["user_id"], user["name"], user["email"], user["address"]))
+    for order in world["orders"]:
+        found.update((order["order_id"], order["address"]))
+        found.update(part for item in order["items"] for part in (item["item_id"], item["name"]))
+    return sorted(found)
+
+
+def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` retail tasks of ``split``; the same arguments always give the same tasks."""
+    pools = _Pools(side=0 if split == "train" else 1)
+    templates = UNSEEN_TEMPLATES if split == "test-unseen" else SEEN_TEMPLATES
+    tasks = []
+    for index in range(n):
+        rng = random.Random(f"retail/{split}/{seed}/{index}")
+        pools.used.clear()
+        template = templates[index % len(templates)]  # round robin: every template equally often
+        world = _world(rng, pools)
+        user = rng.choice(world["users"])
+        description, solution, answer_contains, answer_excludes = TEMPLATES[template](rng, pools, world, user)
+        digest = hashlib.sha256(json.dumps([description, world], sort_keys=True).encode()).hexdigest()[:8]
+        tasks.append({
+            "id": f"retail-{split}-{seed}-{index:05d}-{digest}",
+            "description": description,
+            "domain": "retail",
+            "max_steps": len(solution) + 4,
+            "metadata": {"suite": "retail", "split": split, "template": template, "world": world,
+                         "solution": solution, "answer_contains": answer_contains, "answer_excludes": answer_excludes,
+                         "entities": _entities(world)},
+        })  # fmt: skip
+    return tasks
+
+
+RETAIL = TaskSuite(
+    name="retail",
+    env_id="knowlyr/retail",
+    description="customer service on a generated shop database (SQLite), tau-bench style",
+    generator=generate,
+    max_steps=10,
+    system_prompt=SYSTEM_PROMPT,
+)
