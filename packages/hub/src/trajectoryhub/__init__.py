@@ -1,20 +1,41 @@
-"""knowlyr-hub: collect rollouts, deduplicate, export training datasets, evaluate agents.
+"""knowlyr-hub: collect rollouts, deduplicate, export training datasets, evaluate agents and reports.
 
 Depends on knowlyr-core; the sandbox, recorder and reward packages are optional extras.
 """
 
+from trajectoryhub.batched import collect_batched
 from trajectoryhub.dedup import ContentStore, content_hash, dedup
-from trajectoryhub.evaluate import AgentReport, compare_agents, evaluate_agent, leaderboard
+from trajectoryhub.evaluate import (
+    AgentReport,
+    ExpertReplay,
+    compare_agents,
+    compare_stages,
+    evaluate_agent,
+    evaluate_policy,
+    leaderboard,
+    stage_metrics,
+    summarize_stage,
+)
 from trajectoryhub.export import DatasetExporter, ExportReport, messages_of, steps_of, trajectory_reward
 from trajectoryhub.pipeline import Pipeline, PipelineReport
+from trajectoryhub.report import write_report
 from trajectoryhub.rewards import make_reward_fn
 from trajectoryhub.rollout import collect, run_episode
+from trajectoryhub.stats import (
+    bonferroni,
+    mcnemar_exact,
+    pair_by_task,
+    paired_ttest,
+    wilcoxon_signed_rank,
+    wilson_interval,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     # rollouts
     "collect",
+    "collect_batched",
     "run_episode",
     "make_reward_fn",
     # datasets
@@ -28,9 +49,23 @@ __all__ = [
     "ContentStore",
     "content_hash",
     "dedup",
-    # evaluation
+    # evaluation: policies on task splits (stages)
+    "evaluate_policy",
+    "summarize_stage",
+    "stage_metrics",
+    "compare_stages",
+    "ExpertReplay",
+    "write_report",
+    # evaluation: recorded agents
     "AgentReport",
     "evaluate_agent",
     "compare_agents",
     "leaderboard",
+    # statistics
+    "wilson_interval",
+    "mcnemar_exact",
+    "paired_ttest",
+    "wilcoxon_signed_rank",
+    "bonferroni",
+    "pair_by_task",
 ]

@@ -7,6 +7,10 @@ knowlyr-hub dedup -t trajectories.jsonl -o unique.jsonl [--store cas/]
 knowlyr-hub evaluate -t run.jsonl
 knowlyr-hub compare -t agent_a.jsonl -t agent_b.jsonl
 knowlyr-hub collect ENV_ID --endpoint URL --model NAME -n 20 -o trajectories.jsonl
+knowlyr-hub tasks --list
+knowlyr-hub tasks retail --split test --n 50 --seed 0 -o tasks.jsonl
+knowlyr-hub evaluate --policy expert|smollm2-135m|./checkpoint|http://host/v1 --tasks tasks.jsonl \
+    [--env ENV_ID] [--max-steps N] [--name NAME] [--report-dir DIR] [-o trajectories.jsonl]
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from knowlyrcore import KnowlyrError, read_trajectories, write_trajectories
+from knowlyrcore import KnowlyrError, TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -62,10 +68,170 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.policy is not None:
+        return _evaluate_policy(args)
     from trajectoryhub.evaluate import evaluate_agent
 
     for name, items in _load_runs(args.trajectories).items():
         print(json.dumps(evaluate_agent(items, agent=name).to_dict()))
+    return 0
+
+
+def _suite_of(tasks: list[TaskInfo], *, env_given: bool) -> Any:
+    """The task suite every task names in ``metadata["suite"]``, or None when they name none."""
+    names = {t.metadata.get("suite") for t in tasks}
+    if names == {None}:
+        return None
+    if len(names) > 1:
+        found = ", ".join(sorted(str(n) for n in names))
+        raise ValueError(f"the tasks come from several suites ({found}): evaluate one suite at a time")
+    (name,) = names
+    try:
+        from agentsandbox.suites import get_suite
+    except ImportError as exc:
+        if env_given:
+            return None
+        raise ImportError(f"the tasks come from suite {name!r}, which needs knowlyr-sandbox: "
+                          "pip install 'knowlyr-hub[sandbox]' (or pass --env)") from exc  # fmt: skip
+    return get_suite(name)
+
+
+def _env_for_domain(tasks: list[TaskInfo]) -> str:
+    from knowlyrcore import list_envs
+
+    domains = sorted({t.domain for t in tasks})
+    candidates = list_envs(domain=domains[0]) if len(domains) == 1 else []
+    if len(candidates) != 1:
+        found = ", ".join(candidates) or "none"
+        raise ValueError(f"cannot tell which environment runs tasks of domain {', '.join(domains)} "
+                         f"(registered for it: {found}): pass --env")  # fmt: skip
+    return candidates[0]
+
+
+def _tool_specs(env_id: str, env_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """OpenAI tool schemas of the environment's tools (from its domain profile when it has them)."""
+    from knowlyrcore import DomainError, get_domain_profile, make
+
+    with make(env_id, **env_kwargs) as env:
+        names, domain = env.available_tools, env.domain
+    try:
+        profile = get_domain_profile(domain)
+    except DomainError:
+        profile = None
+    return [profile.get_tool(name).to_openai_tool() if profile is not None and name in profile.tool_names else
+            {"type": "function", "function": {"name": name, "description": "",
+                                              "parameters": {"type": "object", "properties": {}}}}
+            for name in names]  # fmt: skip
+
+
+def _policy(args: argparse.Namespace, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> tuple[Any, str]:
+    """The policy (a BatchPolicy or a per-episode factory) that ``--policy`` names, and its model name."""
+    if args.policy == "expert":
+        from trajectoryhub.evaluate import ExpertReplay
+
+        return (suite.expert if suite is not None else ExpertReplay), "expert"
+    system_prompt = args.system_prompt or (getattr(suite, "system_prompt", "") if suite is not None else "") or None
+    tools = _tool_specs(env_id, env_kwargs)
+    if args.policy.startswith(("http://", "https://")):
+        if not args.model:
+            raise ValueError("an endpoint policy needs --model, the name the server serves the model under")
+        from trajectoryhub.policy import OpenAIPolicy
+
+        def factory() -> OpenAIPolicy:
+            return OpenAIPolicy(args.model, base_url=args.policy, api_key=args.api_key, system_prompt=system_prompt,
+                                tools=tools, max_tokens=args.max_new_tokens)  # fmt: skip
+
+        return factory, args.model
+    try:
+        from agenttrainer.batch_policy import LocalBatchPolicy
+        from agenttrainer.models.errors import ModelLoadError
+    except ImportError as exc:
+        raise ImportError(f"--policy {args.policy!r} names a local checkpoint or alias, which needs knowlyr-trainer "
+                          f"({exc}); or pass an http(s) endpoint or 'expert'") from exc  # fmt: skip
+    try:
+        policy = LocalBatchPolicy.from_pretrained(args.policy, system_prompt=system_prompt, tools=tools,
+                                                  max_new_tokens=args.max_new_tokens)  # fmt: skip
+    except ModelLoadError as exc:
+        raise ValueError(f"--policy {args.policy!r}: {exc}") from exc
+    return policy, args.model or args.policy.rstrip("/")
+
+
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+
+
+def _evaluate_policy(args: argparse.Namespace) -> int:
+    from trajectoryhub.evaluate import evaluate_policy
+    from trajectoryhub.report import stage_table
+
+    if not args.tasks:
+        raise ValueError("--policy needs --tasks, a JSONL file of tasks (see `knowlyr-hub tasks`)")
+    if args.report_dir:
+        from trajectoryhub.report import require_matplotlib
+
+        require_matplotlib()  # fail before the evaluation, not after it
+    tasks = list(read_jsonl(args.tasks, TaskInfo))
+    if not tasks:
+        raise ValueError(f"{args.tasks}: no tasks")
+    suite = _suite_of(tasks, env_given=args.env is not None)
+    env_id = args.env or (suite.env_id if suite is not None else _env_for_domain(tasks))
+    from_suite = suite is not None and suite.env_id == env_id  # the suite's settings are for its own env
+    env_kwargs = dict(suite.env_kwargs) if from_suite else {}
+    max_steps = args.max_steps or (suite.max_steps if from_suite else 30)
+    splits = {str(t.metadata.get("split", "")) for t in tasks}
+    split = args.split or (splits.pop() if len(splits) == 1 else "")
+    policy, model_name = _policy(args, suite, env_id, env_kwargs)
+    name = args.name or model_name
+    started = time.perf_counter()
+    summary, trajectories = evaluate_policy(
+        policy, tasks, env=env_id, name=name, split=split, max_steps=max_steps, env_kwargs=env_kwargs,
+        batch_size=args.batch_size, seed=args.seed, model_name=model_name, progress=True,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    _print_table(*stage_table([summary]))
+    print(f"{summary['n']} episodes on {env_id} in {seconds:.1f}s", file=sys.stderr)
+    if args.output:
+        write_trajectories(args.output, trajectories)
+        print(f"trajectories -> {args.output}", file=sys.stderr)
+    if args.report_dir:
+        from trajectoryhub.report import write_report
+
+        report = {"stages": [summary], "comparisons": [], "seconds": seconds, "policy": args.policy,
+                  "env": env_id, "tasks": str(args.tasks), "max_steps": max_steps}  # fmt: skip
+        written = write_report(report, args.report_dir, trajectories_by_stage={name: trajectories})
+        print(f"report -> {written['html']}", file=sys.stderr)
+    return 0
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    try:
+        from agentsandbox.suites import SuiteError, get_suite, list_suites
+    except ImportError as exc:
+        raise ImportError("task suites come with knowlyr-sandbox: pip install 'knowlyr-hub[sandbox]'") from exc
+    if args.list:
+        for name in list_suites():
+            try:
+                suite = get_suite(name)
+            except (ImportError, SuiteError) as exc:  # one broken plugin must not hide the others
+                print(f"{name}\t?\tcannot load: {exc}")
+                continue
+            print(f"{name}\t{suite.env_id}\t{suite.description}")
+        return 0
+    if not args.suite or not args.output:
+        print("error: tasks needs a SUITE and -o FILE (or --list)", file=sys.stderr)
+        return 2
+    try:
+        tasks = get_suite(args.suite).generate(args.split, args.n, args.seed)
+    except SuiteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for task in tasks:  # evaluate finds the suite (env, step budget, expert) from here
+        task.setdefault("metadata", {}).setdefault("suite", args.suite)
+        task["metadata"].setdefault("split", args.split)
+    write_jsonl(args.output, tasks)
+    print(f"{len(tasks)} {args.suite} tasks ({args.split}, seed {args.seed}) -> {args.output}", file=sys.stderr)
     return 0
 
 
@@ -145,9 +311,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", help="content-addressed store folder to add the unique trajectories to")
     p.set_defaults(func=_cmd_dedup)
 
-    p = sub.add_parser("evaluate", help="success rate, mean reward with a 95%% CI, mean steps")
-    p.add_argument("-t", "--trajectories", required=True, action="append", help="one run (repeatable)")
+    p = sub.add_parser("evaluate", help="run a policy on tasks (or summarise recorded runs): success, CI, metrics")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("-t", "--trajectories", action="append", help="summarise a recorded run (repeatable)")
+    which.add_argument("--policy", help="'expert', a local checkpoint or alias (smollm2-135m), or an http(s) "
+                                        "OpenAI-compatible base URL")  # fmt: skip
+    p.add_argument("--tasks", help="JSONL of tasks, e.g. from `knowlyr-hub tasks`")
+    p.add_argument("--env", help="environment id (default: the tasks' suite's, else the one of their domain)")
+    p.add_argument("--max-steps", type=int, help="step budget per episode (default: the suite's, else 30)")
+    p.add_argument("--batch-size", type=int, default=64, help="episodes played in lockstep")
+    p.add_argument("--name", help="stage name in the summary and report (default: the model's)")
+    p.add_argument("--split", help="split label (default: the tasks' metadata.split)")
+    p.add_argument("--model", help="endpoint policies: the served model name")
+    p.add_argument("--api-key")
+    p.add_argument("--system-prompt", help="default: the suite's")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="model policies: tokens per answer")
+    p.add_argument("--seed", type=int, help="episode i is reset with seed + i")
+    p.add_argument("--report-dir", help="write report.json, report.md, report.html and PNG plots here")
+    p.add_argument("-o", "--output", help="write the trajectories here")
     p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("tasks", help="write a task suite's tasks as JSONL (--list: the installed suites)")
+    p.add_argument("suite", nargs="?")
+    p.add_argument("--list", action="store_true", help="list the installed suites")
+    p.add_argument("--split", default="test", help="train, test or test-unseen")
+    p.add_argument("-n", "--n", type=int, default=100, help="how many tasks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=_cmd_tasks)
 
     p = sub.add_parser("compare", help="compare agents with significance tests and a leaderboard")
     p.add_argument("-t", "--trajectories", required=True, action="append", help="one agent's run (repeat)")
@@ -186,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (KnowlyrError, ValueError, ImportError) as exc:
+    except (KnowlyrError, ValueError, ImportError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

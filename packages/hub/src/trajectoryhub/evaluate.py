@@ -1,16 +1,36 @@
-"""Evaluate an agent and compare agents with proper statistics (scipy.stats).
+"""Evaluate agents and training stages with proper statistics (scipy.stats).
 
-``evaluate_agent`` summarises one agent's trajectories: success rate, mean reward with a
-bootstrap 95% confidence interval, mean steps. ``compare_agents`` tests every pair of agents
-on reward: Welch's t-test and the Mann-Whitney U test on all episodes, and a paired t-test
-on the per-task means of the tasks both attempted; p-values are Bonferroni-corrected for the
-number of pairs. ``leaderboard`` ranks by mean reward and marks an agent whose lead over the
-next one is significant.
+Stages (a policy run on a task split, as in seed 003's Stage 4):
+
+* ``evaluate_policy`` runs a policy on tasks with ``collect_batched`` and summarises the run
+  with ``summarize_stage``: success rate with its Wilson 95% interval, mean reward, and the
+  seed's metrics, each as ``{"mean", "std", "count"}``:
+
+  - ``tool_selection_accuracy``: F1 of the agent's tool calls against the expert's
+    (``task.metadata["solution"]``) as multisets: precision = matched calls / agent calls,
+    recall = matched calls / expert calls. Multisets rather than sets, so calling the right
+    tool ten times is not as good as calling it once. Episodes without a solution are left
+    out (``count`` says how many were scored).
+  - ``plan_success_rate``: 1 when the expert's tools appear in the agent's calls in the
+    expert's order (a subsequence: extra calls in between are allowed), else 0.
+  - ``step_efficiency``: expert steps / agent steps, capped at 1, over successful episodes.
+  - ``timing``: seconds per episode, the sum of the recorded step durations.
+  - ``end_to_end_success``: 1 for an episode whose outcome says success, else 0 (an episode
+    nobody judged did not succeed).
+* ``compare_stages`` pairs the runs of every two stages by task id and tests the success
+  difference with the exact McNemar test and the reward difference with the paired t-test and
+  the Wilcoxon signed-rank test, Bonferroni-corrected over all pairs.
+
+Agents (recorded trajectories): ``evaluate_agent`` gives success rate, mean reward with a
+bootstrap 95% CI and mean steps; ``compare_agents`` tests every pair on reward (Welch's t,
+Mann-Whitney U, a paired t-test on shared tasks), Bonferroni-corrected; ``leaderboard`` ranks
+by mean reward and marks an agent whose lead over the next one is significant.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from typing import Any
@@ -18,8 +38,16 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from knowlyrcore import Trajectory
+from knowlyrcore import TaskInfo, Trajectory
 from trajectoryhub.export import trajectory_reward
+from trajectoryhub.stats import (
+    bonferroni,
+    mcnemar_exact,
+    pair_by_task,
+    paired_ttest,
+    wilcoxon_signed_rank,
+    wilson_interval,
+)
 
 
 @dataclass
@@ -123,3 +151,193 @@ def leaderboard(reports: dict[str, AgentReport], comparisons: list[dict[str, Any
                      "success_rate": report.success_rate, "episodes": report.episodes,
                      "beats_next": bool(nxt and significant.get(frozenset((report.agent, nxt.agent))))})  # fmt: skip
     return rows
+
+
+# --- stages: a policy on a task split (seed 003, Stage 4) ---------------------------------------
+
+STAGE_METRICS = ("tool_selection_accuracy", "plan_success_rate", "step_efficiency", "timing", "end_to_end_success")
+
+
+def expert_tools(task: TaskInfo) -> list[str] | None:
+    """The tools of the task's ground-truth solution (``metadata["solution"]``), in order, or None."""
+    solution = task.metadata.get("solution")
+    if not isinstance(solution, list):
+        return None
+    return [str(action["tool"]) for action in solution if isinstance(action, dict) and action.get("tool")]
+
+
+def tool_selection_f1(agent: Sequence[str], expert: Sequence[str]) -> float:
+    """F1 of two tool multisets (1.0 when both are empty)."""
+    if not agent and not expert:
+        return 1.0
+    matched = sum((Counter(agent) & Counter(expert)).values())
+    if matched == 0:
+        return 0.0
+    precision, recall = matched / len(agent), matched / len(expert)
+    return 2 * precision * recall / (precision + recall)
+
+
+def follows_plan(agent: Sequence[str], expert: Sequence[str]) -> bool:
+    """Whether ``expert`` is a subsequence of ``agent`` (same order, gaps allowed)."""
+    calls = iter(agent)
+    return all(any(call == tool for call in calls) for tool in expert)
+
+
+def episode_seconds(trajectory: Trajectory) -> float | None:
+    """Seconds the episode took: the sum of its steps' durations, None when none was recorded."""
+    durations = [s.duration_s for s in trajectory.steps if s.duration_s is not None]
+    return float(sum(durations)) if durations else None
+
+
+def succeeded(trajectory: Trajectory) -> bool:
+    return trajectory.outcome.success is True
+
+
+def episode_reward(trajectory: Trajectory) -> float:
+    """The trajectory's reward (``trajectory_reward``); 0 for an episode that earned none."""
+    value = trajectory_reward(trajectory)
+    return 0.0 if value is None else float(value)
+
+
+def _summary(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"mean": None, "std": None, "count": 0}
+    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "count": len(values)}
+
+
+def stage_metrics(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
+    """Seed 003's evaluation metrics of a run, each ``{"mean", "std", "count"}`` (see module docs)."""
+    values: dict[str, list[float]] = {m: [] for m in STAGE_METRICS}
+    for t in trajectories:
+        agent, expert = t.tool_names, expert_tools(t.task)
+        if expert is not None:
+            values["tool_selection_accuracy"].append(tool_selection_f1(agent, expert))
+            values["plan_success_rate"].append(float(follows_plan(agent, expert)))
+            if succeeded(t):
+                values["step_efficiency"].append(min(1.0, len(expert) / len(agent)) if agent else 1.0)
+        seconds = episode_seconds(t)
+        if seconds is not None:
+            values["timing"].append(seconds)
+        values["end_to_end_success"].append(float(succeeded(t)))
+    return {m: _summary(v) for m, v in values.items()}
+
+
+def summarize_stage(trajectories: Sequence[Trajectory], *, name: str, split: str = "") -> dict[str, Any]:
+    """``{"name", "split", "n", "success_rate", "ci95", "mean_reward", "metrics"}`` of one run."""
+    if not trajectories:
+        raise ValueError(f"stage {name!r} has no trajectories to summarise")
+    wins = sum(succeeded(t) for t in trajectories)
+    n = len(trajectories)
+    return {
+        "name": name,
+        "split": split,
+        "n": n,
+        "success_rate": wins / n,
+        "ci95": list(wilson_interval(wins, n)),
+        "mean_reward": float(np.mean([episode_reward(t) for t in trajectories])),
+        "metrics": stage_metrics(trajectories),
+    }
+
+
+def evaluate_policy(
+    policy: Any,
+    tasks: Sequence[TaskInfo | dict],
+    *,
+    env: str | Callable[..., Any],
+    name: str = "policy",
+    split: str = "",
+    max_steps: int = 30,
+    env_kwargs: dict[str, Any] | None = None,
+    reward_fn: Callable | None = None,
+    batch_size: int = 64,
+    seed: int | None = None,
+    model_name: str = "",
+    progress: bool = True,
+) -> tuple[dict[str, Any], list[Trajectory]]:
+    """Run ``policy`` once on every task (``collect_batched``); return the stage summary and the trajectories.
+
+    ``policy`` is a ``BatchPolicy`` or a factory of per-episode policies; ``env`` a registered
+    environment id or a factory.
+    """
+    from trajectoryhub.batched import collect_batched
+
+    if not tasks:
+        raise ValueError("evaluate_policy needs at least one task")
+    trajectories = collect_batched(
+        env, policy, list(tasks), max_steps=max_steps, reward_fn=reward_fn, agent_name=name,
+        model_name=model_name, env_kwargs=env_kwargs, seed=seed, batch_size=batch_size, progress=progress,
+    )  # fmt: skip
+    return summarize_stage(trajectories, name=name, split=split), trajectories
+
+
+def compare_stages(
+    runs: Mapping[str, Sequence[Trajectory]], *, split: str = "", alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """Test every pair of stages (in the mapping's order) on the tasks both ran; one row per pair.
+
+    ``diff`` and ``reward_diff`` are ``b - a`` on the paired episodes (positive: ``b`` is
+    better). ``p_value`` is the exact McNemar test on success, ``reward_p_ttest`` and
+    ``reward_p_wilcoxon`` test the rewards; each also comes Bonferroni-corrected over the
+    ``n_comparisons`` pairs (``*_bonferroni``), and ``significant`` is ``p_value_bonferroni < alpha``.
+    """
+    if len(runs) < 2:
+        raise ValueError("compare_stages needs at least two stages")
+    rows = []
+    for a, b in combinations(runs, 2):
+        pairs = pair_by_task(runs[a], runs[b])
+        if not pairs:
+            raise ValueError(f"stages {a!r} and {b!r} share no task id: nothing to pair")
+        success_a = [succeeded(x) for x, _ in pairs]
+        success_b = [succeeded(y) for _, y in pairs]
+        reward_a = [episode_reward(x) for x, _ in pairs]
+        reward_b = [episode_reward(y) for _, y in pairs]
+        mcnemar = mcnemar_exact(success_a, success_b)
+        rows.append({
+            "a": a, "b": b, "split": split, "n_pairs": len(pairs),
+            "success_a": float(np.mean(success_a)), "success_b": float(np.mean(success_b)),
+            "diff": float(np.mean(success_b) - np.mean(success_a)),
+            "a_only": mcnemar["a_only"], "b_only": mcnemar["b_only"],
+            "p_value": mcnemar["p_value"], "test": "mcnemar",
+            "reward_a": float(np.mean(reward_a)), "reward_b": float(np.mean(reward_b)),
+            "reward_diff": float(np.mean(reward_b) - np.mean(reward_a)),
+            "reward_p_ttest": paired_ttest(reward_a, reward_b),
+            "reward_p_wilcoxon": wilcoxon_signed_rank(reward_a, reward_b),
+        })  # fmt: skip
+    for key in ("p_value", "reward_p_ttest", "reward_p_wilcoxon"):
+        for row, adjusted in zip(rows, bonferroni([r[key] for r in rows])):
+            row[f"{key}_bonferroni"] = adjusted
+    for row in rows:
+        row["n_comparisons"] = len(rows)
+        row["alpha"] = alpha
+        row["significant"] = row["p_value_bonferroni"] < alpha
+    return rows
+
+
+class ExpertReplay:
+    """The scripted expert: plays back ``task.metadata["solution"]`` one action per turn.
+
+    Examples:
+        >>> expert = ExpertReplay()
+        >>> expert.reset({"id": "t1", "metadata": {"solution": [{"tool": "respond", "params": {"message": "hi"}}]}})
+        >>> expert("hello?")
+        {'tool': 'respond', 'params': {'message': 'hi'}}
+    """
+
+    def __init__(self) -> None:
+        self.actions: list[dict[str, Any]] = []
+        self.turn = 0
+
+    def reset(self, task: TaskInfo | dict | None = None) -> None:
+        info = TaskInfo.coerce(task)
+        solution = info.metadata.get("solution")
+        if not isinstance(solution, list) or not solution:
+            raise ValueError(f"task {info.id!r} has no metadata.solution for the expert to replay")
+        self.actions = [dict(action) for action in solution]
+        self.turn = 0
+
+    def __call__(self, observation: Any) -> dict[str, Any]:
+        if self.turn >= len(self.actions):
+            raise ValueError("the expert's solution is exhausted but the episode has not ended")
+        action = self.actions[self.turn]
+        self.turn += 1
+        return action

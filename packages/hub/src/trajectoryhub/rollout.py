@@ -7,8 +7,10 @@ concurrently in threads (``concurrency``): environment steps are I/O bound (cont
 processes, HTTP policies), so threads overlap them without copying the policy.
 
 An agent is a callable ``agent(observation) -> {"tool", "params"[, "thought"]}``. If it has a
-``reset()`` method it is called at the start of each episode; with ``concurrency > 1`` pass
-``agent_factory`` (a callable returning a fresh agent) unless the agent is stateless.
+``reset`` method it is called at the start of each episode, with the task when it takes one
+(``knowlyrcore.policy.reset_policy``); with ``concurrency > 1`` pass ``agent_factory`` (a
+callable returning a fresh agent) unless the agent is stateless. ``collect_batched``
+(``trajectoryhub.batched``) runs episodes in lockstep instead, for policies that act in batches.
 
 Examples:
     >>> from knowlyrcore import AgentEnv, TimeStep
@@ -30,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from knowlyrcore import AgentEnv, TaskInfo, Trajectory, make, write_trajectories
+from knowlyrcore.policy import reset_policy
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper, RewardWrapper
 
 Agent = Callable[[Any], dict[str, Any]]
@@ -44,6 +47,22 @@ def _build_env(env: str | Callable[[], AgentEnv], env_kwargs: dict[str, Any]) ->
     return built
 
 
+def wrap_episode_env(
+    env: AgentEnv,
+    *,
+    max_steps: int = 30,
+    reward_fn: Callable | None = None,
+    agent_name: str = "agent",
+    model_name: str = "",
+) -> RecorderWrapper:
+    """``env`` wrapped for one recorded episode: ``MaxStepsWrapper`` -> ``RewardWrapper`` (when
+    ``reward_fn`` is given) -> ``RecorderWrapper`` outermost, so what is recorded is what the agent saw."""
+    wrapped: AgentEnv = MaxStepsWrapper(env, max_steps=max_steps)
+    if reward_fn is not None:
+        wrapped = RewardWrapper(wrapped, reward_fn=reward_fn)
+    return RecorderWrapper(wrapped, agent_name=agent_name, model_name=model_name)
+
+
 def run_episode(
     env: AgentEnv,
     agent: Agent,
@@ -56,12 +75,10 @@ def run_episode(
     model_name: str = "",
 ) -> Trajectory:
     """Run one episode of ``agent`` in ``env`` and return its recorded trajectory."""
-    wrapped: AgentEnv = MaxStepsWrapper(env, max_steps=max_steps)
-    if reward_fn is not None:
-        wrapped = RewardWrapper(wrapped, reward_fn=reward_fn)
-    recorder = RecorderWrapper(wrapped, agent_name=agent_name, model_name=model_name)
-    if hasattr(agent, "reset"):
-        agent.reset()
+    recorder = wrap_episode_env(
+        env, max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name
+    )
+    reset_policy(agent, None if task is None else TaskInfo.coerce(task))
     ts = recorder.reset(task=task, seed=seed)
     while not ts.done:
         ts = recorder.step(agent(ts.observation))

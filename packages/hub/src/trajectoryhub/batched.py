@@ -1,0 +1,129 @@
+"""``collect_batched()``: episodes in lockstep, so a batch policy acts for all of them per turn.
+
+``collect()`` runs episodes one by one (or in threads), calling the agent once per step of each
+episode. A local model is faster when it generates for many conversations in one batch, so here
+the episodes of a chunk of ``batch_size`` tasks advance together: at every turn the policy gets
+one observation per episode (``None`` for an episode that has ended) and returns one action per
+episode through ``act_batch`` (knowlyr-core's ``BatchPolicy``, e.g. agenttrainer's
+``LocalBatchPolicy``); every live environment then takes its step. A per-episode agent factory
+works too (``as_batch_policy`` calls one fresh agent per episode in turn), and gives the same
+trajectories as ``collect()`` with that factory.
+
+Environments are built and wrapped as ``collect()`` does (registry id or factory;
+``MaxStepsWrapper`` -> ``RewardWrapper`` -> ``RecorderWrapper``) and always closed, also when
+a step or the policy raises. Each finished chunk is appended to ``output_path`` atomically, so
+a failure in a later chunk keeps the earlier ones.
+
+Examples:
+    >>> from knowlyrcore import AgentEnv, TimeStep
+    >>> class Countdown(AgentEnv):
+    ...     def reset(self, *, task=None, seed=None):
+    ...         self.left = int(task.metadata["n"])
+    ...         return TimeStep(f"{self.left} to go")
+    ...     def step(self, action):
+    ...         self.left -= 1
+    ...         return TimeStep(f"{self.left} to go", terminated=self.left == 0)
+    >>> class Tick:
+    ...     def reset_batch(self, tasks): self.turns = []
+    ...     def act_batch(self, observations):
+    ...         self.turns.append(observations)
+    ...         return [None if o is None else {"tool": "tick", "params": {}} for o in observations]
+    >>> policy = Tick()
+    >>> trajectories = collect_batched(Countdown, policy, [{"metadata": {"n": 1}}, {"metadata": {"n": 2}}], progress=False)
+    >>> [len(t.steps) for t in trajectories], policy.turns
+    ([1, 2], [['1 to go', '2 to go'], [None, '1 to go']])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+from knowlyrcore import AgentEnv, TaskInfo, Trajectory, write_trajectories
+from knowlyrcore.policy import BatchPolicy, as_batch_policy
+
+from trajectoryhub.rollout import _build_env, _progress_bar, wrap_episode_env
+
+
+def collect_batched(
+    env: str | Callable[..., AgentEnv],
+    policy: Any,
+    tasks: Sequence[Any],
+    *,
+    max_steps: int = 30,
+    reward_fn: Callable | None = None,
+    agent_name: str = "agent",
+    model_name: str = "",
+    env_kwargs: dict[str, Any] | None = None,
+    seed: int | None = None,
+    batch_size: int = 64,
+    output_path: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> list[Trajectory]:
+    """One trajectory per task, in task order; episodes run in lockstep chunks of ``batch_size``.
+
+    ``policy`` is a ``BatchPolicy`` or a factory of per-episode agents. ``env`` is a registered
+    environment id or a factory; ``seed`` seeds episode ``i`` with ``seed + i``.
+    """
+    if max_steps < 1 or batch_size < 1:
+        raise ValueError("max_steps and batch_size must be >= 1")
+    task_list = [TaskInfo.coerce(t) for t in tasks]
+    if not task_list:
+        raise ValueError("collect_batched() needs at least one task")
+    batch_policy = as_batch_policy(policy)
+    options = dict(max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name)
+    kwargs = dict(env_kwargs or {})
+
+    bar = _progress_bar(len(task_list), progress)
+    results: list[Trajectory] = []
+    try:
+        for start in range(0, len(task_list), batch_size):
+            chunk = task_list[start : start + batch_size]
+            seeds = [None if seed is None else seed + start + k for k in range(len(chunk))]
+            trajectories = _run_lockstep(env, kwargs, batch_policy, chunk, seeds, options, advance=bar.update)
+            if output_path is not None:
+                write_trajectories(output_path, trajectories, append=True)
+            results.extend(trajectories)
+    finally:
+        bar.close()
+    return results
+
+
+def _run_lockstep(
+    env: str | Callable[..., AgentEnv],
+    env_kwargs: dict[str, Any],
+    policy: BatchPolicy,
+    tasks: list[TaskInfo],
+    seeds: list[int | None],
+    options: dict[str, Any],
+    *,
+    advance: Callable[[int], Any],
+) -> list[Trajectory]:
+    """Play one episode per task together until every one has ended; returns them in order.
+
+    ``advance(n)`` is told whenever ``n`` more episodes have ended (the progress bar)."""
+    with ExitStack() as closing:  # every environment built so far is closed, whatever happens
+        recorders = []
+        for _ in tasks:
+            instance = _build_env(env, env_kwargs)
+            closing.callback(instance.close)
+            recorders.append(wrap_episode_env(instance, **options))
+        policy.reset_batch(tasks)
+        steps = [recorder.reset(task=task, seed=s) for recorder, task, s in zip(recorders, tasks, seeds)]
+        ended = sum(ts.done for ts in steps)
+        advance(ended)
+        while ended < len(steps):
+            actions = policy.act_batch([None if ts.done else ts.observation for ts in steps])
+            if len(actions) != len(steps):
+                raise ValueError(f"act_batch returned {len(actions)} actions for {len(steps)} episodes")
+            for i, (ts, action) in enumerate(zip(steps, actions)):
+                if ts.done:
+                    continue
+                if action is None:
+                    raise ValueError(f"act_batch returned no action for live episode {i}")
+                steps[i] = recorders[i].step(action)
+            advance(sum(ts.done for ts in steps) - ended)
+            ended = sum(ts.done for ts in steps)
+        return [recorder.get_trajectory() for recorder in recorders]

@@ -1,0 +1,141 @@
+"""Report files: JSON shape, Markdown tables, self-contained HTML, PNG plots (and Chromium renders them)."""
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from knowlyrcore import Trajectory
+from knowlyrcore.testing import require
+from trajectoryhub.evaluate import compare_stages, summarize_stage
+from trajectoryhub.report import write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BAR_RGB = (0x4C, 0x72, 0xB0)  # the success bars' colour
+
+
+def run(agent, outcomes):
+    return [Trajectory.model_validate({
+        "id": f"{agent}{i}", "agent": agent,
+        "task": {"id": f"t{i}", "description": f"refund order #{i} <b>now</b>",
+                 "metadata": {"solution": [{"tool": "get_order", "params": {}}, {"tool": "respond", "params": {}}]}},
+        "steps": [{"index": 0, "thought": "<script>alert('x')</script> look it up",
+                   "tool_call": {"name": "get_order", "parameters": {"id": f"#{i}&"}},
+                   "observation": {"output": "status: <delivered>", "error": "a & b"}, "duration_s": 0.25},
+                  {"index": 1, "tool_call": {"name": "respond", "parameters": {"message": "done"}},
+                   "observation": {"output": "x" * 5000}, "reward": 1.0 if ok else 0.0}],
+        "outcome": {"success": ok}, "reward": 1.0 if ok else 0.0,
+    }) for i, ok in enumerate(outcomes)]  # fmt: skip
+
+
+@pytest.fixture
+def written(tmp_path):
+    runs = {"base": run("base", [True, False, False, False, True, False]),
+            "sft": run("sft", [True, True, True, False, True, True])}  # fmt: skip
+    report = {"stages": [summarize_stage(ts, name=name, split="test") for name, ts in runs.items()],
+              "comparisons": compare_stages(runs, split="test"), "seconds": 12.5, "policy": "smollm2-135m"}  # fmt: skip
+    curves = {"sft/loss": [(1, 2.0), (2, 1.5), (3, 1.1)], "dpo/loss": [(1, 0.69), (2, 0.6)],
+              "grpo/reward": [(0, 0.2), (10, 0.5)]}  # fmt: skip
+    files = write_report(report, tmp_path / "out", trajectories_by_stage=runs, curves=curves)
+    return tmp_path / "out", files, report
+
+
+def test_files_and_json_shape(written):
+    out, files, _ = written
+    assert sorted(p.name for p in out.iterdir()) == [
+        "curve_loss.png", "curve_reward.png", "report.html", "report.json", "report.md", "success.png"]  # fmt: skip
+    assert set(files) == {"plot-success", "plot-curve-loss", "plot-curve-reward", "json", "markdown", "html"}
+    for name in ("success.png", "curve_loss.png", "curve_reward.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["seconds"] == 12.5 and saved["policy"] == "smollm2-135m"
+    assert [s["name"] for s in saved["stages"]] == ["base", "sft"]
+    assert saved["stages"][1]["success_rate"] == pytest.approx(5 / 6)
+    assert saved["comparisons"][0]["test"] == "mcnemar" and saved["comparisons"][0]["n_pairs"] == 6
+    assert saved["plots"] == {"plot-success": "success.png", "plot-curve-loss": "curve_loss.png",
+                              "plot-curve-reward": "curve_reward.png"}  # fmt: skip
+    assert saved["curves"]["sft/loss"] == [[1.0, 2.0], [2.0, 1.5], [3.0, 1.1]]
+
+
+def test_markdown_tables(written):
+    out, _, _ = written
+    md = (out / "report.md").read_text()
+    lines = md.splitlines()
+    header = next(line for line in lines if line.startswith("| stage |"))
+    assert "success" in header and "95% CI" in header and "tool selection" in header
+    sft_row = next(line for line in lines if line.startswith("| sft |"))
+    assert "83.3%" in sft_row and "1.000 ± 0.000 (6)" in sft_row  # tool selection: every episode matched
+    assert "| base → sft | 6 | +50.0% |" in md
+    assert "![Success rate per stage with Wilson 95% intervals](success.png)" in md
+
+
+def test_html_is_self_contained_and_escaped(written):
+    out, _, _ = written
+    page = (out / "report.html").read_text()
+    images = re.findall(r'<img id="([^"]+)" alt="([^"]+)" src="data:image/png;base64,([^"]+)">', page)
+    assert [i for i, _, _ in images] == ["plot-success", "plot-curve-loss", "plot-curve-reward"]
+    assert base64.b64decode(images[0][2]) == (out / "success.png").read_bytes()
+    assert 'src="http' not in page and "<link" not in page  # nothing fetched from anywhere
+    assert '<table id="stages">' in page and '<table id="comparisons">' in page
+    assert page.count('<section class="example">') == 2 and page.count('<ol class="steps">') == 2
+    assert "<script>" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "refund order #0 &lt;b&gt;now&lt;/b&gt;" in page and "status: &lt;delivered&gt;" in page
+    assert "error: a &amp; b" in page and "[3000 more chars]" in page  # long observations are cut
+
+
+def test_writes_are_atomic_and_repeatable(written, tmp_path):
+    out, _, report = written
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left behind
+    again = write_report(report, tmp_path / "again")
+    assert (tmp_path / "again" / "success.png").read_bytes() == (out / "success.png").read_bytes()
+    assert set(again) == {"plot-success", "json", "markdown", "html"}  # no curves, no curve plots
+
+
+def test_invalid_reports(tmp_path):
+    stage = {"name": "a", "n": 1, "success_rate": 1.0, "ci95": [0.2, 1.0]}
+    with pytest.raises(ValueError, match="non-empty 'stages'"):
+        write_report({"stages": []}, tmp_path)
+    with pytest.raises(ValueError, match="lacks ci95"):
+        write_report({"stages": [{"name": "a", "n": 1, "success_rate": 1.0}]}, tmp_path)
+    with pytest.raises(ValueError, match="finite"):
+        write_report({"stages": [stage]}, tmp_path, curves={"sft/loss": [(1, float("nan"))]})
+    assert not list(tmp_path.iterdir())  # validation happens before anything is written
+
+
+def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
+    stage = {"name": "a", "n": 1, "success_rate": 1.0, "ci95": [0.2, 1.0]}
+    with pytest.raises(ImportError, match=r"knowlyr-hub\[report\]"):
+        write_report({"stages": [stage], "seconds": 1.0}, tmp_path)
+
+
+def _chromium(*args, profile):
+    return subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}", *args],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.integration
+def test_chromium_renders_the_report(written, tmp_path):
+    require(shutil.which("chromium") is not None, "chromium is not installed (apt-get install chromium)")
+    out, _, _ = written
+    url = (out / "report.html").as_uri()
+    dom = _chromium("--dump-dom", url, profile=tmp_path / "profile-dom").stdout.decode()
+    for plot_id in ("plot-success", "plot-curve-loss", "plot-curve-reward"):
+        assert re.search(rf'<img id="{plot_id}" alt="[^"]+" src="data:image/png;base64,', dom), plot_id
+    assert dom.count("<li>") >= 4 and "&lt;script&gt;" in dom  # the step lists, escaped text still text
+
+    shot = tmp_path / "shot.png"
+    _chromium(f"--screenshot={shot}", "--window-size=1200,2400", url, profile=tmp_path / "profile-shot")
+    from matplotlib.image import imread
+
+    pixels = (imread(shot)[..., :3] * 255).round()  # (H, W, 3)
+    bar = ((abs(pixels - BAR_RGB) <= 2).all(axis=-1)).sum()
+    assert bar > 2000, "the success bars of the embedded PNG are not on screen"
