@@ -1,5 +1,6 @@
 import pytest
 
+from knowlyrcore import TaskInfo
 from knowlyrcore.wrappers import MaxStepsWrapper
 
 INC = {"tool": "inc", "params": {}}
@@ -38,3 +39,15 @@ def test_reset_restarts_the_count(counter_env):
 def test_rejects_non_positive_limits(counter_env, bad):
     with pytest.raises(ValueError, match="max_steps"):
         MaxStepsWrapper(counter_env, max_steps=bad)
+
+
+@pytest.mark.parametrize(
+    ("task", "cut_after"),
+    [({"description": "t", "max_steps": 2}, 2), (TaskInfo(description="t", max_steps=2), 2),
+     ({"description": "t", "max_steps": 9}, 3), ("plain text task", 3), (None, 3)],
+)  # fmt: skip
+def test_a_task_with_its_own_smaller_budget_is_cut_earlier(counter_env, task, cut_after):
+    env = MaxStepsWrapper(counter_env, max_steps=3)
+    env.reset(task=task)
+    truncated = [env.step(INC).truncated for _ in range(cut_after)]
+    assert truncated == [False] * (cut_after - 1) + [True]

@@ -144,9 +144,14 @@ class DatasetExporter:
 
     def export_sft(
         self, output: str | os.PathLike, *, format: str = "steps", min_reward: float | None = None,
-        success_only: bool = False,
+        success_only: bool = False, system_prompt: str | None = None, include_tools: bool = True,
     ) -> ExportReport:  # fmt: skip
-        """One SFT record per kept trajectory, in ``steps`` or ``messages`` format."""
+        """One SFT record per kept trajectory, in ``steps`` or ``messages`` format.
+
+        ``messages`` records open with ``system_prompt`` when given and carry the tools' schemas
+        unless ``include_tools`` is false; train with the same system prompt (and tools) the
+        policy will be given when it acts, so it sees at inference what it saw in training.
+        """
         if format not in ("steps", "messages"):
             raise ValueError(f"format must be 'steps' or 'messages', got {format!r}")
         report = ExportReport()
@@ -168,7 +173,10 @@ class DatasetExporter:
                 record |= {"instruction": t.task.description, "input": json.dumps(context) if context else "",
                            "steps": steps_of(t)}  # fmt: skip
             else:
-                record |= {"messages": messages_of(t), "tools": tools_of([t])}
+                system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+                record["messages"] = system + messages_of(t)
+                if include_tools:
+                    record["tools"] = tools_of([t])
             record["metadata"] = _metadata(t)
             records.append(record)
         report.written = write_jsonl(output, records)

@@ -284,7 +284,7 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
             "id": f"retail-{split}-{seed}-{index:05d}-{digest}",
             "description": description,
             "domain": "retail",
-            "max_steps": len(solution) + 4,
+            "max_steps": len(solution) + 2,
             "metadata": {"suite": "retail", "split": split, "template": template, "world": world,
                          "solution": solution, "answer_contains": answer_contains, "answer_excludes": answer_excludes,
                          "entities": _entities(world)},
