@@ -18,6 +18,7 @@ help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
 
 $(BIN)/python:
+	PYTHON=$(PYTHON) bash scripts/ensure_system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
@@ -49,8 +50,16 @@ test-slow: install ## the slow tier (full demo runs)
 test-isolated: ## each package alone in a clean venv runs its own tests
 	$(PYTHON) scripts/test_isolated.py $(PACKAGES)
 
-demo: install ## the main job: sandbox rollouts -> process reward -> datasets -> SFT of SmolLM2 -> roll out the checkpoint
-	$(BIN)/python examples/online_loop.py --workdir runs/demo
+DEMO_SUITE ?= retail
+DEMO_ARGS ?=
+
+demo: install ## the main job: tasks -> expert data -> evaluate SmolLM2 -> SFT -> evaluate again -> runs/demo/report.html (~20 min on 2 cores)
+	PYTHON=$(PYTHON) bash scripts/ensure_system.sh $(if $(filter coding,$(DEMO_SUITE)),--sandbox)
+	$(BIN)/python examples/demo.py --workdir runs/demo --suite $(DEMO_SUITE) $(DEMO_ARGS)
+
+demo-loop: install ## one turn of the online loop in knowlyr/sandbox: rollouts -> process reward -> datasets -> a few SFT steps
+	PYTHON=$(PYTHON) bash scripts/ensure_system.sh --sandbox
+	$(BIN)/python examples/online_loop.py --workdir runs/online-loop
 
 demo-quickstart: install ## a custom environment through wrappers, printing the recorded trajectory
 	$(BIN)/python examples/quickstart.py
@@ -65,4 +74,4 @@ bench: install ## run the benchmarks (one JSON line each; trainer_vs_trl takes ~
 clean: ## remove virtual environments and caches
 	rm -rf $(VENV) .venv-isolated .pytest_cache .ruff_cache site
 
-.PHONY: help install lint format test test-unit test-slow test-isolated demo demo-quickstart docs bench clean
+.PHONY: help install lint format test test-unit test-slow test-isolated demo demo-loop demo-quickstart docs bench clean

@@ -44,10 +44,12 @@ WRITE_TOOLS = {"cancel_order", "change_address", "return_items", "edit_file", "w
 
 
 class CorruptedExpert:
-    """The expert with a mistake: it skips every write, or (for read-only tasks) answers at once.
+    """The expert with a mistake: it skips every write, or gives up at once on a read-only task.
 
-    Its trajectories are plausible but wrong, which makes them the rejected side of DPO pairs.
+    Its trajectories are plausible but fail, which makes them the rejected side of DPO pairs.
     """
+
+    GIVE_UP = {"tool": "respond", "params": {"message": "Sorry, I cannot help with that."}}
 
     def __init__(self, suite: TaskSuite):
         self.expert = suite.expert()
@@ -57,7 +59,7 @@ class CorruptedExpert:
         self.expert.reset(task)
         solution = self.expert.actions
         kept = [a for a in solution if a["tool"] not in WRITE_TOOLS]
-        self.actions = kept if len(kept) < len(solution) else solution[-1:]
+        self.actions = kept if len(kept) < len(solution) else [self.GIVE_UP]
 
     def __call__(self, observation: Any) -> dict[str, Any]:
         return self.actions.pop(0) if len(self.actions) > 1 else self.actions[0]
@@ -92,10 +94,9 @@ def expert_data(suite: TaskSuite, tasks: list[dict], root: Path) -> tuple[int, i
     for name in runs:
         rewards = [t.reward for t in scored if t.agent == name]
         print(f"{name:9} mean process reward {sum(rewards) / len(rewards):.3f}")
-    exporter = DatasetExporter(trajectories=scored)
-    sft = exporter.export_sft(root / "sft.jsonl", format="messages", success_only=True,
+    sft = DatasetExporter(trajectories=[t for t in scored if t.agent == "expert"]).export_sft(root / "sft.jsonl", format="messages", success_only=True,
                               system_prompt=suite.system_prompt, include_tools=False)  # fmt: skip
-    dpo = exporter.export_dpo(root / "dpo.jsonl")
+    dpo = DatasetExporter(trajectories=scored).export_dpo(root / "dpo.jsonl")
     print(f"SFT records: {sft.written}, DPO pairs: {dpo.written}")
     return sft.written, dpo.written
 

@@ -1,4 +1,4 @@
-"""`make demo`'s script runs start to finish (slow tier: it trains SmolLM2 for real)."""
+"""`make demo`'s scripts run start to finish (slow tier: they train SmolLM2 for real)."""
 
 import json
 import subprocess
@@ -9,12 +9,30 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "online_loop.py"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_online_loop_demo(tmp_path):
-    out = subprocess.run([sys.executable, str(DEMO), "--workdir", str(tmp_path), "--sft-steps", "1"],
-                         capture_output=True, text=True, timeout=1800)  # fmt: skip
+def test_reduced_demo_trained_model_beats_the_base_model(tmp_path):
+    """The demo at reduced scale: 160 expert trajectories, 24 test tasks, one SFT epoch."""
+    command = [sys.executable, str(EXAMPLES / "demo.py"), "--workdir", str(tmp_path),
+               "--train-tasks", "160", "--test-tasks", "24", "--unseen-tasks", "6"]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    stages = {(s["name"], s["split"]): s for s in report["stages"]}
+    assert set(stages) == {(n, s) for n in ("base", "sft") for s in ("test", "test-unseen")}
+    assert stages["sft", "test"]["n"] == 24
+    assert stages["sft", "test"]["success_rate"] > stages["base", "test"]["success_rate"]
+    comparison = next(c for c in report["comparisons"] if c["split"] == "test")
+    assert (comparison["a"], comparison["b"], comparison["test"]) == ("base", "sft", "mcnemar")
+    assert comparison["diff"] > 0 and comparison["p_value"] < 0.05
+    for name in ("report.md", "report.html", "success.png", "sft.jsonl", "dpo.jsonl", "tasks/train.jsonl"):
+        assert (tmp_path / name).is_file(), name
+
+
+def test_online_loop_example(tmp_path):
+    out = subprocess.run([sys.executable, str(EXAMPLES / "online_loop.py"), "--workdir", str(tmp_path),
+                          "--sft-steps", "1"], capture_output=True, text=True, timeout=1800)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert "expert  6 episodes" in out.stdout and "solved 6/6" in out.stdout
     assert (tmp_path / "sft" / "final").is_dir()
