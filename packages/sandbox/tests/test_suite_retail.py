@@ -60,6 +60,9 @@ def test_train_and_test_share_no_entity_no_id_and_unseen_templates_are_held_out(
     assert train_templates == set(SEEN_TEMPLATES)
     assert {t["metadata"]["template"] for t in RETAIL.generate("test-unseen", 50, 0)} == set(UNSEEN_TEMPLATES)
     assert not train_templates & set(UNSEEN_TEMPLATES)
+    # unseen templates combine tools that train demonstrates: generalisation, not a new tool
+    unseen_tools = {a["tool"] for t in RETAIL.generate("test-unseen", 50, 0) for a in t["metadata"]["solution"]}
+    assert unseen_tools <= {a["tool"] for t in train for a in t["metadata"]["solution"]}
     # solutions span 1 to 6 tool calls
     lengths = {len(t["metadata"]["solution"]) for t in train}
     assert min(lengths) == 1 and max(lengths) == 6

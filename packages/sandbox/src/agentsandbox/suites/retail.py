@@ -16,9 +16,15 @@ return_item            return one item of a delivered order                     
 count_orders           know how many orders they have                             [3]         all
 cancel_two             cancel two pending orders                                  [6]         all
 cancel_reasons         know which reasons a cancellation accepts                  [1]         all
+email_on_file          know the email on their account, giving their name         [2]         all
+address_by_email       know the address on file, giving their email               [3]         all
 address_on_file        know the address on file, giving only their name           [3]         unseen
 cancel_pending_by_name cancel their pending order, giving only their name         [4]         unseen
 =====================  =====================================================================  =====
+
+The unseen templates use no tool that the seen ones do not also use; they combine them in
+ways train never shows (look a customer up by name, then read or change their account), so
+``test-unseen`` measures compositional generalisation rather than knowledge of a new tool.
 
 ``train`` and ``test`` draw names, streets, cities and products from disjoint halves of each
 pool and ids of opposite parity, and seed their generators from different strings, so they
@@ -56,7 +62,7 @@ _PRODUCTS = ["desk lamp", "water bottle", "backpack", "yoga mat", "coffee grinde
              "air purifier", "garden hose", "frying pan", "laptop stand", "running shoes", "picture frame"]  # fmt: skip
 
 SEEN_TEMPLATES = ("order_status", "cancel_order", "change_address", "return_item", "count_orders", "cancel_two",
-                  "cancel_reasons")  # fmt: skip
+                  "cancel_reasons", "email_on_file", "address_by_email")  # fmt: skip
 UNSEEN_TEMPLATES = ("address_on_file", "cancel_pending_by_name")
 
 
@@ -229,6 +235,22 @@ def _cancel_reasons(rng, pools, world, user):
     return description, [_call("respond", message=answer)], list(CANCEL_REASONS), []
 
 
+def _email_on_file(rng, pools, world, user):
+    description = rng.choice([f"Hi, I'm {user['name']}. Which email address is on my account?",
+                              f"This is {user['name']}. What email do you have for me?"])  # fmt: skip
+    solution = [_call("find_user_by_name", name=user["name"]),
+                _call("respond", message=f"The email on your account is {user['email']}.")]  # fmt: skip
+    return description, solution, [user["email"]], []
+
+
+def _address_by_email(rng, pools, world, user):
+    description = rng.choice([f"My email is {user['email']}. What address do you have on file for me?",
+                              f"Hi, {user['email']} here. Which address is on my account?"])  # fmt: skip
+    solution = [_call("find_user_by_email", email=user["email"]), _call("get_user", user_id=user["user_id"]),
+                _call("respond", message=f"Your address on file is {user['address']}.")]  # fmt: skip
+    return description, solution, [user["address"]], []
+
+
 def _address_on_file(rng, pools, world, user):
     description = rng.choice([f"I'm {user['name']}. What address do you have on file for me?",
                               f"Hi, this is {user['name']}. Which address is on my account?"])  # fmt: skip
@@ -251,7 +273,8 @@ def _cancel_pending_by_name(rng, pools, world, user):
 TEMPLATES: dict[str, Template] = {
     "order_status": _order_status, "cancel_order": _cancel_order, "change_address": _change_address,
     "return_item": _return_item, "count_orders": _count_orders, "cancel_two": _cancel_two,
-    "cancel_reasons": _cancel_reasons, "address_on_file": _address_on_file,
+    "cancel_reasons": _cancel_reasons, "email_on_file": _email_on_file, "address_by_email": _address_by_email,
+    "address_on_file": _address_on_file,
     "cancel_pending_by_name": _cancel_pending_by_name,
 }  # fmt: skip
 
