@@ -43,7 +43,6 @@ from typing import Any
 
 from knowlyrcore import AgentEnv, TaskInfo, Trajectory, write_trajectories
 from knowlyrcore.policy import BatchPolicy, as_batch_policy
-
 from trajectoryhub.rollout import _build_env, _progress_bar, wrap_episode_env
 
 

@@ -6,6 +6,7 @@ Example:
     True
 """
 
+from agenttrainer.batch_policy import LocalBatchPolicy
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig
 from agenttrainer.data import DataError
 from agenttrainer.eval import evaluate_model
@@ -32,9 +33,10 @@ __all__ = [
     # evaluation and data
     "DataError",
     "evaluate_model",
-    # models, LoRA, inference (agenttrainer.models / agenttrainer.inference)
+    # models, LoRA, inference (agenttrainer.models / agenttrainer.inference / agenttrainer.batch_policy)
     "LORA_PRESETS",
     "AgentInference",
+    "LocalBatchPolicy",
     "apply_lora",
     "create_lora_config",
     "load_model_and_tokenizer",
