@@ -220,7 +220,9 @@ def test_evaluate_endpoint_policy(plan_env, tasks_file, capsys):
 
 
 def require_retail():
-    require(find_spec("agentsandbox") is not None, "task suites need knowlyr-sandbox")
+    # knowlyr-sandbox is an optional sibling, absent when the hub is tested alone
+    # (`make test-isolated`): a plain skip, not a missing machine component.
+    pytest.importorskip("agentsandbox.suites", reason="task suites need knowlyr-sandbox (knowlyr-hub[sandbox])")
     from agentsandbox.suites import list_suites
 
     require("retail" in list_suites(), "the retail suite is not installed")

@@ -164,3 +164,14 @@ def test_bad_tasks_and_splits_give_clear_errors():
         get_suite("nope")
     with pytest.raises(SuiteError, match="metadata.solution"):
         RETAIL.expert().reset({"id": "x"})
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import agentsandbox.retail.env
+    import agentsandbox.suites.coding
+
+    for module in (agentsandbox.retail.env, agentsandbox.suites.coding):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__

@@ -159,7 +159,7 @@ STAGE_METRICS = ("tool_selection_accuracy", "plan_success_rate", "step_efficienc
 
 
 def expert_tools(task: TaskInfo) -> list[str] | None:
-    """The tools of the task's ground-truth solution (``metadata["solution"]``), in order, or None."""
+    """The tools of the task's ground-truth solution (``metadata.solution``), in order, or None."""
     solution = task.metadata.get("solution")
     if not isinstance(solution, list):
         return None

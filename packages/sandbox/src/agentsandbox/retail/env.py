@@ -1,17 +1,17 @@
 """``RetailEnv`` (``knowlyr/retail``): customer service on a real shop database, like tau-bench.
 
-Each episode builds an embedded SQLite database from the task's ``metadata["world"]`` (users,
+Each episode builds an embedded SQLite database from the task's ``metadata.world`` (users,
 orders, items) and lets the agent read and change it with the ``retail`` domain's tools; the
 episode ends when the agent calls ``respond`` with its final answer to the customer.
 
 Success is judged like tau-bench: the database's end state must equal the state that the
-task's ground-truth solution (``metadata["solution"]``) produces from the same start, and the
-final answer must contain every string in ``metadata["answer_contains"]`` and none in
-``metadata["answer_excludes"]`` (case-insensitive; the latter stops an answer that lists every
+task's ground-truth solution (``metadata.solution``) produces from the same start, and the
+final answer must contain every string in ``metadata.answer_contains`` and none in
+``metadata.answer_excludes`` (case-insensitive; the latter stops an answer that lists every
 possible status from passing).
 Both are computed here from the task record, so nothing the agent says can fake them.
 
-Example:
+Examples:
     >>> from agentsandbox.suites import get_suite
     >>> task = get_suite("retail").generate("test", 1, seed=0)[0]
     >>> env = RetailEnv()

@@ -7,7 +7,7 @@ for one registered environment, always the same records for the same call. Split
   (disjoint name/number pools and disjoint seed streams);
 * ``test-unseen`` uses templates that ``train`` never contains.
 
-Every task carries its ground-truth solution in ``metadata["solution"]`` (the expert's tool
+Every task carries its ground-truth solution in ``metadata.solution`` (the expert's tool
 calls, as in tau-bench's task actions); environments never show metadata to the policy. The
 suite's ``expert()`` returns a policy that replays it and solves every task.
 

@@ -1,9 +1,9 @@
 """The ``coding`` task suite: fix a planted bug in a small generated Python repository.
 
-Every task carries its whole repository in ``metadata["files"]``: one module (``lib.py``,
+Every task carries its whole repository in ``metadata.files``: one module (``lib.py``,
 ``utils.py``, ...) and a plain-assert test script run by ``python3 test_<module>.py`` (no
 pytest needed in the sandbox), which fails on the planted bug and passes once it is fixed.
-The description reports the symptom, never the fix; ``metadata["solution"]`` is the expert's
+The description reports the symptom, never the fix; ``metadata.solution`` is the expert's
 read_file -> edit_file -> run_tests -> submit. ``SandboxEnv`` writes the files into a fresh
 git repository (the setup command commits them, so the trajectory's patch is the fix).
 

@@ -1,8 +1,8 @@
 """The ``retail`` task suite: customer-service tasks on a generated shop (``knowlyr/retail``).
 
-Every task carries its own small shop (``metadata["world"]``: 3-5 users with 1-3 orders each),
+Every task carries its own small shop (``metadata.world``: 3-5 users with 1-3 orders each),
 the customer's request as its description, the ground-truth tool calls
-(``metadata["solution"]``, 1-6 calls) and the strings the final answer must contain.
+(``metadata.solution``, 1-6 calls) and the strings the final answer must contain.
 
 Templates (the number of tool calls in brackets):
 
