@@ -13,6 +13,7 @@ from trajectoryhub.evaluate import (
     follows_plan,
     stage_metrics,
     summarize_stage,
+    timing_precision,
     tool_selection_f1,
 )
 
@@ -68,6 +69,25 @@ def test_stage_metrics_hand_computed():
     assert m["end_to_end_success"] == pytest.approx({"mean": 2 / 3, "std": (2 / 9) ** 0.5, "count": 3})
 
 
+def test_timing_precision_hand_computed():
+    """The expert answers (respond) at step 3 of [find, get, cancel, respond].
+    [find, get, cancel, respond]: every step well timed, 4/4 = 1.
+    [respond]: answers at step 0 where the expert gathers facts: 0/1.
+    [find, get, cancel, get, respond]: steps 0-2 right; step 3 should answer but calls get
+        (wrong); step 4 answers after the expert's answer step (right): 4/5 = 0.8.
+    [find, respond, get, respond]: step 1 answers early (wrong), step 2 is right (i < 3),
+        step 3 answers (right): 3/4 = 0.75."""
+    expert = ["find", "get", "cancel", "respond"]
+    assert timing_precision(expert, expert) == 1.0
+    assert timing_precision(["respond"], expert) == 0.0
+    assert timing_precision(["find", "get", "cancel", "get", "respond"], expert) == pytest.approx(0.8)
+    assert timing_precision(["find", "respond", "get", "respond"], expert) == pytest.approx(0.75)
+    assert timing_precision([], expert) is None and timing_precision(["x"], []) is None
+    run = [episode("a", ["respond"], solution=expert, success=False),
+           episode("b", expert, solution=expert, success=True)]  # fmt: skip
+    assert stage_metrics(run)["timing_precision"] == {"mean": 0.5, "std": 0.5, "count": 2}
+
+
 def test_step_efficiency_is_capped_and_empty_metrics_are_none():
     shortcut = episode("s", ["respond"], solution=["get", "respond"], success=True)
     assert stage_metrics([shortcut])["step_efficiency"]["mean"] == 1.0  # fewer steps than the expert: capped
@@ -86,7 +106,7 @@ def test_summarize_stage():
     assert summary["success_rate"] == 0.75 and summary["mean_reward"] == 0.625  # the failed one counts 0
     assert summary["ci95"] == pytest.approx([0.300642, 0.954412], abs=2e-6)
     assert set(summary["metrics"]) == {"tool_selection_accuracy", "plan_success_rate", "step_efficiency",
-                                       "timing", "end_to_end_success"}  # fmt: skip
+                                       "timing_precision", "timing", "end_to_end_success"}  # fmt: skip
     with pytest.raises(ValueError, match="no trajectories"):
         summarize_stage([], name="empty")
 

@@ -155,7 +155,8 @@ def leaderboard(reports: dict[str, AgentReport], comparisons: list[dict[str, Any
 
 # --- stages: a policy on a task split (seed 003, Stage 4) ---------------------------------------
 
-STAGE_METRICS = ("tool_selection_accuracy", "plan_success_rate", "step_efficiency", "timing", "end_to_end_success")
+STAGE_METRICS = ("tool_selection_accuracy", "plan_success_rate", "step_efficiency", "timing_precision", "timing",
+                 "end_to_end_success")  # fmt: skip
 
 
 def expert_tools(task: TaskInfo) -> list[str] | None:
@@ -181,6 +182,21 @@ def follows_plan(agent: Sequence[str], expert: Sequence[str]) -> bool:
     """Whether ``expert`` is a subsequence of ``agent`` (same order, gaps allowed)."""
     calls = iter(agent)
     return all(any(call == tool for call in calls) for tool in expert)
+
+
+def timing_precision(agent: Sequence[str], expert: Sequence[str]) -> float | None:
+    """Fraction of the agent's steps that chose the right moment to answer (seed 003's timing).
+
+    The expert's last tool is its answer (``respond``, ``submit``, ...). Step ``i`` is well timed
+    when the agent answers exactly where the expert does: it answers at ``i`` if and only if
+    ``i`` is the expert's last step. Answering early (before gathering what the answer needs)
+    and going on calling tools when it is time to answer both count against it. None when
+    either side took no step.
+    """
+    if not agent or not expert:
+        return None
+    answer, last = expert[-1], len(expert) - 1
+    return sum((tool == answer) == (i >= last) for i, tool in enumerate(agent)) / len(agent)
 
 
 def episode_seconds(trajectory: Trajectory) -> float | None:
@@ -213,6 +229,9 @@ def stage_metrics(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, Any
         if expert is not None:
             values["tool_selection_accuracy"].append(tool_selection_f1(agent, expert))
             values["plan_success_rate"].append(float(follows_plan(agent, expert)))
+            timed = timing_precision(agent, expert)
+            if timed is not None:
+                values["timing_precision"].append(timed)
             if succeeded(t):
                 values["step_efficiency"].append(min(1.0, len(expert) / len(agent)) if agent else 1.0)
         seconds = episode_seconds(t)

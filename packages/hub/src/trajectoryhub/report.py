@@ -42,7 +42,8 @@ METRIC_LABELS = {
     "tool_selection_accuracy": "tool selection",
     "plan_success_rate": "plan success",
     "step_efficiency": "step efficiency",
-    "timing": "time (s)",
+    "timing_precision": "timing precision",
+    "timing": "env time (s)",
 }
 OBSERVATION_CHARS = 2000  # an example step shows at most this much of its observation
 
