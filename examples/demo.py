@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--test-tasks", type=int, default=50, help="test tasks (held-out entities)")
     parser.add_argument("--unseen-tasks", type=int, default=30, help="test-unseen tasks (held-out templates); 0 skips")
     parser.add_argument("--seed", type=int, default=0, help="task seed (the same seed writes the same tasks)")
-    parser.add_argument("--epochs", type=int, default=1, help="SFT epochs over the expert data")
+    parser.add_argument("--epochs", type=int, default=2, help="SFT epochs over the expert data")
     parser.add_argument("--max-steps", type=int, default=-1, help="stop SFT after this many steps (-1: all epochs)")
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT peak learning rate")
