@@ -8,11 +8,8 @@ the trainer's readers accept every exported record.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-
-from knowlyrcore.testing import require
 
 pytest.importorskip("agentrecorder")
 pytest.importorskip("agentreward")
@@ -20,13 +17,11 @@ pytest.importorskip("agentreward")
 from trajectoryhub.cli import main
 
 pytestmark = pytest.mark.integration
-REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
 
 
-def test_real_logs_to_datasets(tmp_path, capsys):
-    require(REAL.is_dir(), f"real agent logs not found at {REAL}")
+def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
     (tmp_path / "broken.json").write_text('{"trajectory": [')
-    assert main(["pipeline", str(REAL), str(tmp_path / "broken.json"), "-o", str(tmp_path / "out")]) == 0
+    assert main(["pipeline", str(real_logs_folder), str(tmp_path / "broken.json"), "-o", str(tmp_path / "out")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["converted"]["files"] == 16
     assert list(report["converted"]["failed"]) == [str(tmp_path / "broken.json")]

@@ -17,7 +17,6 @@ from knowlyrcore.testing import require
 from knowlyrcore.timestep import TimeStep
 from knowlyrcore.wrappers import RecorderWrapper
 
-REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "real"
 BIN = Path(sys.executable).parent
 
 
@@ -40,10 +39,9 @@ def _cli(name: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120)
 
 
-def test_converted_and_live_trajectories_validate_with_core(tmp_path):
-    require(REAL.exists(), f"real agent logs not found at {REAL.resolve()}")
+def test_converted_and_live_trajectories_validate_with_core(real_logs_folder, tmp_path):
     out = tmp_path / "trajectories.jsonl"
-    converted = _cli("knowlyr-recorder", "convert", str(REAL), "-o", str(out), "-q")
+    converted = _cli("knowlyr-recorder", "convert", str(real_logs_folder), "-o", str(out), "-q")
     assert converted.returncode == 0, converted.stderr
 
     with Recorder(out) as recorder:  # appends atomically after the converted logs

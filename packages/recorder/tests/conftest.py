@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,12 @@ def real():
 def real_json(real):
     """``real_json(name)``: the parsed content of a real log."""
     return lambda name: json.loads(real(name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def real_logs_folder(real, tmp_path):
+    """A copy of the real-log folder without ``interop/``: the agent-framework logs this
+    package's adapters convert (the ATIF / ADP / dataset samples there have readers of their own)."""
+    folder = tmp_path / "real-logs"
+    shutil.copytree(real("who-and-when").parent, folder, ignore=shutil.ignore_patterns("interop"))
+    return folder

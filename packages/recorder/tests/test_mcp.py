@@ -32,8 +32,8 @@ async def _session_calls(calls: list[tuple[str, dict]]) -> tuple[list[str], list
     return tools, results
 
 
-def test_convert_validate_stats_over_stdio(real, tmp_path):
-    folder = real("openhands_basic.json").parent
+def test_convert_validate_stats_over_stdio(real, real_logs_folder, tmp_path):
+    folder = real_logs_folder
     out = tmp_path / "all.jsonl"
     (tmp_path / "bad.json").write_text('{"history": [')
     tools, (converted, strict, valid, stats, missing) = asyncio.run(

@@ -258,11 +258,11 @@ def test_who_and_when_file_1_in_detail(real):
     assert t.metadata["mistake_reason"].startswith("The code failed to handle edge cases")
 
 
-def test_whole_folder_converts_in_one_batch(real, tmp_path):
+def test_whole_folder_converts_in_one_batch(real_logs_folder, tmp_path):
     from agentrecorder import convert_paths
     from knowlyrcore.jsonl import read_trajectories
 
-    folder = real("who-and-when").parent
+    folder = real_logs_folder
     report, _ = convert_paths([folder], tmp_path / "all.jsonl")
     assert not report.failed
     # 4 single-episode files + 20 tau-bench records + 10 who-and-when files

@@ -8,8 +8,8 @@ from knowlyrcore.jsonl import read_trajectories, write_trajectories
 from knowlyrcore.trajectory import Trajectory
 
 
-def test_convert_validate_read_back(real, tmp_path, capsys):
-    folder = real("openhands_basic.json").parent
+def test_convert_validate_read_back(real_logs_folder, tmp_path, capsys):
+    folder = real_logs_folder
     out = tmp_path / "all.jsonl"
     assert main(["convert", str(folder), "-o", str(out), "-q"]) == 0
     assert main(["validate", str(out)]) == 0
