@@ -162,7 +162,7 @@ def test_bad_tasks_and_splits_give_clear_errors():
         RETAIL.generate("validation", 3)
     with pytest.raises(SuiteError, match="unknown task suite"):
         get_suite("nope")
-    with pytest.raises(SuiteError, match="metadata.solution"):
+    with pytest.raises(ValueError, match="metadata.solution"):
         RETAIL.expert().reset({"id": "x"})
 
 

@@ -34,6 +34,7 @@ from knowlyrcore.policy import (
     ChatTranscript,
     Policy,
     SequentialBatchPolicy,
+    SolutionReplay,
     as_batch_policy,
     reset_policy,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "ChatTranscript",
     "Policy",
     "SequentialBatchPolicy",
+    "SolutionReplay",
     "as_batch_policy",
     "reset_policy",
     # tool-call parsing

@@ -100,29 +100,45 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Any], *, append: bool
     through a temporary file, so readers never see a partial line.
     """
     path = Path(path)
+    count = 0
+
+    def fill(out) -> None:
+        nonlocal count
+        if append and path.exists():
+            with open(path, encoding="utf-8") as existing:
+                for line in existing:
+                    out.write(line if line.endswith("\n") else line + "\n")
+        for record in records:
+            out.write(json.dumps(_to_jsonable(record), ensure_ascii=False) + "\n")
+            count += 1
+
+    _replace_atomically(path, fill, text=True)
+    return count
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename: all of it or nothing."""
+    path = Path(path)
+    _replace_atomically(path, lambda out: out.write(data), text=False)
+    return path
+
+
+def _replace_atomically(path: Path, fill: Any, *, text: bool) -> None:
+    """Create a temp file beside ``path``, let ``fill(handle)`` write it, fsync, rename over ``path``
+    (keeping an existing file's permissions). On any error the temp file is removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    count = 0
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            if append and path.exists():
-                with open(path, encoding="utf-8") as existing:
-                    for line in existing:
-                        out.write(line if line.endswith("\n") else line + "\n")
-            for record in records:
-                out.write(json.dumps(_to_jsonable(record), ensure_ascii=False) + "\n")
-                count += 1
+        mode = {"mode": "w", "encoding": "utf-8", "newline": "\n"} if text else {"mode": "wb"}
+        with os.fdopen(fd, **mode) as out:
+            fill(out)
             out.flush()
             os.fsync(out.fileno())
-        if path.exists():
-            os.chmod(tmp_name, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp_name, 0o644)
+        os.chmod(tmp_name, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    return count
 
 
 def read_trajectories(path: str | os.PathLike):

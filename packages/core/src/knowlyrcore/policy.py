@@ -177,3 +177,36 @@ class ChatTranscript:
             }
         )
         self.pending_call_id = call_id
+
+
+class SolutionReplay:
+    """The scripted expert of a task suite: plays back ``task.metadata.solution`` one action per turn.
+
+    Suites store each task's ground-truth tool calls there (as tau-bench stores task actions);
+    environments never show metadata to the policy, so only this oracle sees them.
+
+    Examples:
+        >>> expert = SolutionReplay()
+        >>> expert.reset({"id": "t1", "metadata": {"solution": [{"tool": "respond", "params": {"message": "hi"}}]}})
+        >>> expert("hello?")
+        {'tool': 'respond', 'params': {'message': 'hi'}}
+    """
+
+    def __init__(self) -> None:
+        self.actions: list[dict[str, Any]] = []
+        self.turn = 0
+
+    def reset(self, task: TaskInfo | dict | None = None) -> None:
+        info = TaskInfo.coerce(task)
+        solution = info.metadata.get("solution")
+        if not isinstance(solution, list) or not solution or not all(isinstance(a, dict) for a in solution):
+            raise ValueError(f"task {info.id!r} has no metadata.solution (a list of actions) to replay")
+        self.actions = [dict(action) for action in solution]
+        self.turn = 0
+
+    def __call__(self, observation: Any) -> Action:
+        if self.turn >= len(self.actions):
+            raise ValueError("the solution is exhausted but the episode has not ended")
+        action = self.actions[self.turn]
+        self.turn += 1
+        return action  # type: ignore[return-value]

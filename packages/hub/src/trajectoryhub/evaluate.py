@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from knowlyrcore import TaskInfo, Trajectory
+from knowlyrcore import SolutionReplay, TaskInfo, Trajectory
 from trajectoryhub.export import trajectory_reward
 from trajectoryhub.stats import (
     bonferroni,
@@ -332,31 +332,5 @@ def compare_stages(
     return rows
 
 
-class ExpertReplay:
-    """The scripted expert: plays back ``task.metadata["solution"]`` one action per turn.
-
-    Examples:
-        >>> expert = ExpertReplay()
-        >>> expert.reset({"id": "t1", "metadata": {"solution": [{"tool": "respond", "params": {"message": "hi"}}]}})
-        >>> expert("hello?")
-        {'tool': 'respond', 'params': {'message': 'hi'}}
-    """
-
-    def __init__(self) -> None:
-        self.actions: list[dict[str, Any]] = []
-        self.turn = 0
-
-    def reset(self, task: TaskInfo | dict | None = None) -> None:
-        info = TaskInfo.coerce(task)
-        solution = info.metadata.get("solution")
-        if not isinstance(solution, list) or not solution:
-            raise ValueError(f"task {info.id!r} has no metadata.solution for the expert to replay")
-        self.actions = [dict(action) for action in solution]
-        self.turn = 0
-
-    def __call__(self, observation: Any) -> dict[str, Any]:
-        if self.turn >= len(self.actions):
-            raise ValueError("the expert's solution is exhausted but the episode has not ended")
-        action = self.actions[self.turn]
-        self.turn += 1
-        return action
+#: The scripted expert (replays ``task.metadata.solution``), for tasks that name no suite.
+ExpertReplay = SolutionReplay

@@ -31,12 +31,12 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from knowlyrcore import Trajectory
+from knowlyrcore.jsonl import write_bytes_atomic
 
 METRIC_LABELS = {
     "tool_selection_accuracy": "tool selection",
@@ -81,29 +81,14 @@ def write_report(
 
     written: dict[str, Path] = {}
     for plot_id, (filename, data, _) in pngs.items():
-        written[plot_id] = _write_atomic(out / filename, data)
+        written[plot_id] = write_bytes_atomic(out / filename, data)
     full = {**report, "comparisons": list(report.get("comparisons", [])),
             "plots": {plot_id: filename for plot_id, (filename, _, _) in pngs.items()},
             "curves": {key: [list(p) for p in points] for key, points in series.items()}}  # fmt: skip
-    written["json"] = _write_atomic(out / "report.json", (json.dumps(full, indent=2) + "\n").encode())
-    written["markdown"] = _write_atomic(out / "report.md", _markdown(full, pngs).encode())
-    written["html"] = _write_atomic(out / "report.html", _html(full, pngs, trajectories_by_stage or {}).encode())
+    written["json"] = write_bytes_atomic(out / "report.json", (json.dumps(full, indent=2) + "\n").encode())
+    written["markdown"] = write_bytes_atomic(out / "report.md", _markdown(full, pngs).encode())
+    written["html"] = write_bytes_atomic(out / "report.html", _html(full, pngs, trajectories_by_stage or {}).encode())
     return written
-
-
-def _write_atomic(path: Path, data: bytes) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 # --- plots ---------------------------------------------------------------------------------------

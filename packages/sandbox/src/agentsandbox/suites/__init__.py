@@ -23,7 +23,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from knowlyrcore.errors import KnowlyrError
-from knowlyrcore.models import TaskInfo
+from knowlyrcore.policy import SolutionReplay
 
 SPLITS = ("train", "test", "test-unseen")
 ENTRY_POINT_GROUP = "knowlyr.task_suites"
@@ -61,29 +61,6 @@ class TaskSuite:
     def expert(self) -> SolutionReplay:
         """A fresh expert policy (replays each task's ground-truth solution)."""
         return SolutionReplay()
-
-
-class SolutionReplay:
-    """The scripted expert: plays back ``task.metadata["solution"]`` one action per turn."""
-
-    def __init__(self) -> None:
-        self.actions: list[dict[str, Any]] = []
-        self.turn = 0
-
-    def reset(self, task: TaskInfo | dict | None = None) -> None:
-        info = TaskInfo.coerce(task)
-        solution = info.metadata.get("solution")
-        if not isinstance(solution, list) or not solution:
-            raise SuiteError(f"task {info.id!r} has no metadata.solution to replay")
-        self.actions = [dict(a) for a in solution]
-        self.turn = 0
-
-    def __call__(self, observation: Any) -> dict[str, Any]:
-        if self.turn >= len(self.actions):
-            raise SuiteError("the solution is exhausted but the episode has not ended")
-        action = self.actions[self.turn]
-        self.turn += 1
-        return action
 
 
 def list_suites() -> list[str]:
