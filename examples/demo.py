@@ -34,13 +34,18 @@ import torch
 from agentreward import RewardEngine
 from agentsandbox.suites import TaskSuite, get_suite
 from agenttrainer import AgentInference, LocalBatchPolicy, SFTConfig, SFTTrainer
-from knowlyrcore import Trajectory, read_jsonl, write_jsonl, write_trajectories
+from knowlyrcore import (
+    TaskInfo,
+    ToolCategory,
+    Trajectory,
+    get_domain_profile,
+    read_jsonl,
+    write_jsonl,
+    write_trajectories,
+)
 from trajectoryhub import DatasetExporter, collect_batched, make_reward_fn
 from trajectoryhub.evaluate import compare_stages, evaluate_policy
 from trajectoryhub.report import stage_table, write_report
-
-#: Tools that change the shop or the workspace: the corrupted expert leaves them out.
-WRITE_TOOLS = {"cancel_order", "change_address", "return_items", "edit_file", "write_file"}
 
 
 class CorruptedExpert:
@@ -58,7 +63,10 @@ class CorruptedExpert:
     def reset(self, task=None) -> None:
         self.expert.reset(task)
         solution = self.expert.actions
-        kept = [a for a in solution if a["tool"] not in WRITE_TOOLS]
+        # the domain profile says which tools change state (the shop, the workspace)
+        profile = get_domain_profile(TaskInfo.coerce(task).domain)
+        writes = {t.name for t in profile.tools if t.category == ToolCategory.WRITE}
+        kept = [a for a in solution if a["tool"] not in writes]
         self.actions = kept if len(kept) < len(solution) else [self.GIVE_UP]
 
     def __call__(self, observation: Any) -> dict[str, Any]:
