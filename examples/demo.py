@@ -10,7 +10,10 @@
    all episodes (``collect_batched`` + ``LocalBatchPolicy``).
 4. It is fine-tuned on the expert data with knowlyr-trainer (bf16 autocast on CPU) and
    evaluated again on the same tasks.
-5. ``report.json``, ``report.md`` and ``report.html`` (success with Wilson 95% intervals, exact
+5. Online RL from the SFT checkpoint: each iteration the policy acts in the live environment
+   on train tasks (``group_size`` episodes per task, sampled), is scored (outcome + process
+   reward - format penalties) and updated by GRPO; the result is evaluated on the same tests.
+6. ``report.json``, ``report.md`` and ``report.html`` (success with Wilson 95% intervals, exact
    McNemar test on paired tasks, loss curve, an example trajectory per stage) go to the
    workdir, and a summary table is printed.
 
@@ -34,6 +37,8 @@ import torch
 from agentreward import RewardEngine
 from agentsandbox.suites import TaskSuite, get_suite
 from agenttrainer import AgentInference, LocalBatchPolicy, SFTConfig, SFTTrainer
+from agenttrainer.config import OnlineRLConfig
+from agenttrainer.online import OnlineRLTrainer
 from knowlyrcore import (
     TaskInfo,
     ToolCategory,
@@ -150,6 +155,25 @@ def train_sft(model: str, root: Path, args) -> tuple[str, list[tuple[int, float]
     return result["output_dir"], curve
 
 
+def train_online_rl(checkpoint: str, suite: TaskSuite, root: Path, args) -> tuple[str, dict[str, Any]]:
+    """GRPO in the live environment from the SFT checkpoint, on the train tasks."""
+    out = root / "rl"
+    shutil.rmtree(out, ignore_errors=True)
+    config = OnlineRLConfig(
+        model_name_or_path=checkpoint, env_id=suite.env_id, env_kwargs=suite.env_kwargs or None,
+        tasks_file=str(root / "tasks" / "train.jsonl"), output_dir=str(out), system_prompt=suite.system_prompt,
+        include_tools=False, algorithm=args.rl_algorithm, group_size=args.rl_group_size,
+        tasks_per_iteration=args.rl_tasks, num_iterations=args.rl_iterations, max_turns=suite.max_steps,
+        max_new_tokens=args.max_new_tokens, max_episode_tokens=2048, learning_rate=args.rl_lr,
+        warmup_ratio=0.0, lr_scheduler="constant", kl_coef=0.04, batch_size=8, bf16=args.bf16,
+        seed=args.seed, use_lora=args.lora,
+    )  # fmt: skip
+    result = OnlineRLTrainer(config).train()
+    print(f"online RL: {result['iterations']} iterations, {result['seconds_per_iteration']:.0f} s each; "
+          f"mean training reward {' -> '.join(f'{r:.2f}' for r in result['reward_curve'])}")  # fmt: skip
+    return result["output_dir"], result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
@@ -168,6 +192,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-bf16", dest="bf16", action="store_false", help="train and generate in fp32")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model turn")
     parser.add_argument("--eval-batch", type=int, default=None, help="generation batch size (default: all episodes)")
+    parser.add_argument("--rl-iterations", type=int, default=8, help="online RL iterations after SFT (0 skips)")
+    parser.add_argument("--rl-tasks", type=int, default=6, help="train tasks per online RL iteration")
+    parser.add_argument("--rl-group-size", type=int, default=4, help="episodes per task per iteration")
+    parser.add_argument("--rl-lr", type=float, default=1e-5, help="online RL learning rate")
+    parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo, rloo or ppo")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -194,18 +223,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sft_stages, sft_runs = evaluate(checkpoint, "sft", suite, eval_tasks, root, args)
     stages += sft_stages
 
-    section("6. report")
+    runs_by_stage = {"base": by_stage, "sft": sft_runs}
+    curves = {"sft/loss": curve} if curve else {}
+    rl_result = None
+    if args.rl_iterations > 0:
+        section("6. online RL from the SFT checkpoint (GRPO in the live environment)")
+        rl_checkpoint, rl_result = train_online_rl(checkpoint, suite, root, args)
+        curves["rl/train_reward"] = list(enumerate(rl_result["reward_curve"], start=1))
+        curves["rl/train_success"] = list(enumerate(rl_result["success_curve"], start=1))
+        section("7. evaluate the online-RL checkpoint")
+        rl_stages, runs_by_stage["rl"] = evaluate(rl_checkpoint, "rl", suite, eval_tasks, root, args)
+        stages += rl_stages
+
+    section("8. report")
     comparisons = []
     for split in eval_tasks:
         comparisons += compare_stages({"base": by_stage[split], "sft": sft_runs[split]}, split=split)
+        if "rl" in runs_by_stage:
+            comparisons += compare_stages({"sft": sft_runs[split], "rl": runs_by_stage["rl"][split]}, split=split)
     report = {
         "suite": suite.name, "model": args.model, "checkpoint": checkpoint,
         "stages": stages, "comparisons": comparisons, "seconds": round(time.perf_counter() - started, 1),
         "config": vars(args),
     }  # fmt: skip
-    examples = {f"{s['name']} ({s['split']})": runs[:1] for s, runs in
-                zip(stages, [*by_stage.values(), *sft_runs.values()])}  # fmt: skip
-    written = write_report(report, root, trajectories_by_stage=examples, curves={"sft/loss": curve} if curve else None)
+    if rl_result is not None:  # scalars, so the report lists them with the run's facts
+        report.update({
+            "online_rl_algorithm": args.rl_algorithm,
+            "online_rl_iterations": rl_result["iterations"],
+            "online_rl_episodes_per_iteration": args.rl_tasks * args.rl_group_size,
+            "online_rl_seconds_per_iteration": rl_result["seconds_per_iteration"],
+            "online_rl_train_reward": " -> ".join(f"{r:.3f}" for r in rl_result["reward_curve"]),
+            "online_rl_train_success": " -> ".join(f"{r:.0%}" for r in rl_result["success_curve"]),
+            "online_rl_masked_episodes": rl_result["masked_episodes"],
+        })  # fmt: skip
+    examples = {f"{s['name']} ({s['split']})": runs_by_stage[s["name"]][s["split"]][:1] for s in stages}
+    written = write_report(report, root, trajectories_by_stage=examples, curves=curves or None)
     header, rows = stage_table(stages)
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
     for row in [header, *rows]:

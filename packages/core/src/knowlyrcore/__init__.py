@@ -17,12 +17,14 @@ from knowlyrcore.domain import (
     list_domain_profiles,
     load_domain_profile,
     register_domain_profile,
+    tool_schemas,
 )
 from knowlyrcore.env import AgentEnv, EnvWrapper
 from knowlyrcore.errors import (
     DataFormatError,
     DomainError,
     EnvCheckError,
+    InfrastructureError,
     InvalidActionError,
     KnowlyrError,
     RegistryError,
@@ -116,6 +118,7 @@ __all__ = [
     "ToolCategory",
     "ToolSpec",
     "get_domain_profile",
+    "tool_schemas",
     "list_domain_profiles",
     "load_domain_profile",
     "register_domain_profile",
@@ -139,6 +142,7 @@ __all__ = [
     "DataFormatError",
     "DomainError",
     "EnvCheckError",
+    "InfrastructureError",
     "InvalidActionError",
     "KnowlyrError",
     "RegistryError",

@@ -186,6 +186,33 @@ def get_domain_profile(name: str) -> DomainProfile:
     raise DomainError(f"unknown domain {name!r}; known: {', '.join(list_domain_profiles())}")
 
 
+def tool_schemas(tools: list[Any], domain: str = "generic") -> list[dict[str, Any]]:
+    """OpenAI function schemas of an environment's tools (``available_tools``): names are looked
+    up in the domain's profile (description, parameters), ``ToolSpec``s and schemas pass through,
+    unknown names get an empty parameter schema.
+
+    Examples:
+        >>> tool_schemas(["bash"], "coding")[0]["function"]["parameters"]["required"]
+        ['command']
+    """
+    try:
+        profile: DomainProfile | None = get_domain_profile(domain)
+    except DomainError:
+        profile = None
+    out = []
+    for tool in tools:
+        if isinstance(tool, ToolSpec):
+            out.append(tool.to_openai_tool())
+        elif isinstance(tool, dict):
+            out.append(tool if tool.get("type") == "function" else {"type": "function", "function": tool})
+        elif profile is not None and tool in profile.tool_names:
+            out.append(profile.get_tool(tool).to_openai_tool())
+        else:
+            empty = {"type": "object", "properties": {}}
+            out.append({"type": "function", "function": {"name": str(tool), "description": "", "parameters": empty}})
+    return out
+
+
 def list_domain_profiles() -> list[str]:
     """Names of every known domain, built-in and registered, sorted."""
     from knowlyrcore.builtin_domains import BUILTIN_DOMAINS

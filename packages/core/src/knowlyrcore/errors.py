@@ -15,6 +15,11 @@ class InvalidActionError(KnowlyrError, ValueError):
     """An action is not a well-formed tool call, or its parameters break the tool's schema."""
 
 
+class InfrastructureError(KnowlyrError, RuntimeError):
+    """The machinery around an episode failed, not the agent: a sandbox that crashed or timed out,
+    a model endpoint that is down. Trainers mask such episodes out instead of scoring them zero."""
+
+
 class RegistryError(KnowlyrError, LookupError):
     """An environment id is unknown, malformed, or its entry point failed to load."""
 

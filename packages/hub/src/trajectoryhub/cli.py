@@ -110,18 +110,10 @@ def _env_for_domain(tasks: list[TaskInfo]) -> str:
 
 def _tool_specs(env_id: str, env_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     """OpenAI tool schemas of the environment's tools (from its domain profile when it has them)."""
-    from knowlyrcore import DomainError, get_domain_profile, make
+    from knowlyrcore import make, tool_schemas
 
     with make(env_id, **env_kwargs) as env:
-        names, domain = env.available_tools, env.domain
-    try:
-        profile = get_domain_profile(domain)
-    except DomainError:
-        profile = None
-    return [profile.get_tool(name).to_openai_tool() if profile is not None and name in profile.tool_names else
-            {"type": "function", "function": {"name": name, "description": "",
-                                              "parameters": {"type": "object", "properties": {}}}}
-            for name in names]  # fmt: skip
+        return tool_schemas(list(env.available_tools), env.domain)
 
 
 def _policy(args: argparse.Namespace, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> tuple[Any, str]:
@@ -223,13 +215,16 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         print("error: tasks needs a SUITE and -o FILE (or --list)", file=sys.stderr)
         return 2
     try:
-        tasks = get_suite(args.suite).generate(args.split, args.n, args.seed)
+        suite = get_suite(args.suite)
+        tasks = suite.generate(args.split, args.n, args.seed)
     except SuiteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for task in tasks:  # evaluate finds the suite (env, step budget, expert) from here
         task.setdefault("metadata", {}).setdefault("suite", args.suite)
         task["metadata"].setdefault("split", args.split)
+        if suite.system_prompt:  # what a model policy is told (knowlyr-trainer grpo --online reads it)
+            task["metadata"].setdefault("system_prompt", suite.system_prompt)
     write_jsonl(args.output, tasks)
     print(f"{len(tasks)} {args.suite} tasks ({args.split}, seed {args.seed}) -> {args.output}", file=sys.stderr)
     return 0

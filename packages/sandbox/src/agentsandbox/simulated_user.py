@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, post_chat_completion
-from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.errors import InfrastructureError
 
 STOP = "###STOP###"
 
@@ -22,7 +22,7 @@ SYSTEM_PROMPT = (
 )
 
 
-class SimulatedUserError(KnowlyrError, RuntimeError):
+class SimulatedUserError(InfrastructureError):
     """The endpoint failed or answered something that is not a chat completion."""
 
 

@@ -41,8 +41,7 @@ from typing import Any
 
 import torch
 
-from agenttrainer.inference import Agent, AgentInference, Completion, tool_schemas
-from knowlyrcore.recording import observation_text
+from agenttrainer.inference import Agent, AgentInference, Completion, answer_style, observation_message, tool_schemas
 from knowlyrcore.tool_parsing import parse_reply
 
 Message = dict[str, Any]
@@ -189,18 +188,11 @@ class LocalBatchPolicy:
     # -- conversation bookkeeping (as inference.Agent) -----------------------------------------
 
     def _add_observation(self, i: int, observation: Any) -> None:
-        content = observation_text(observation)
-        if self._last_styles[i] == "tool_call":
-            self.messages[i].append({"role": "tool", "content": content})
-        elif self._last_styles[i] == "text":
-            self.messages[i].append({"role": "user", "content": f"Observation: {content}"})
-        else:  # the task itself, or the user's answer to a reply
-            self.messages[i].append({"role": "user", "content": content})
+        self.messages[i].append(observation_message(observation, self._last_styles[i]))
 
     def _answer(self, i: int, completion: Completion) -> dict[str, Any]:
         reply = parse_reply(completion.text, self.tools, closing_tool=self.fallback_tool)
-        # A call whose arguments were unusable stays verbatim, so the model sees what it wrote.
-        style = "text" if reply.style == "tool_call" and "format_error" in reply.action else reply.style
+        style = answer_style(reply)
         self.messages[i].append(Agent._assistant_message(completion.text, reply.action, style))
         self._last_styles[i] = style
         usage = {"prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens}

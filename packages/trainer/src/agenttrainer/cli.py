@@ -14,11 +14,12 @@ import dataclasses
 import importlib.util
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
-from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig, TrainConfig
+from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig, TrainConfig
 
 
 def _parse_list(value: str | None) -> list[str] | None:
@@ -37,6 +38,10 @@ def _parse_dict(value: str | None) -> dict[str, float] | None:
     return parsed
 
 
+# Short flags users type: --model, and for online RL --env and --tasks.
+FLAG_ALIASES = {"model_name_or_path": ("--model",), "env_id": ("--env",), "tasks_file": ("--tasks",)}
+
+
 def _config_options(config_cls: type[TrainConfig]):
     """Decorator adding one option per config field (default None = not given)."""
 
@@ -45,7 +50,7 @@ def _config_options(config_cls: type[TrainConfig]):
             help_text = f.metadata.get("help", "")
             flag = "--" + f.name.replace("_", "-")
             typ = str(f.type)
-            names = [flag, "--model"] if f.name == "model_name_or_path" else [flag]
+            names = [flag, *FLAG_ALIASES.get(f.name, ())]
             if typ.startswith("bool"):
                 opt = click.option(f"{flag}/--no-{flag[2:]}", f.name, default=None, help=help_text)
             elif typ.startswith("int"):
@@ -92,6 +97,8 @@ def _run(trainer_cls: Any, config: TrainConfig) -> None:
         result = trainer.train()
     except DataError as exc:
         raise click.ClickException(str(exc)) from None
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     if trainer.accelerator.is_main_process:
         click.echo(json.dumps(result, default=str))
 
@@ -121,12 +128,55 @@ def dpo(config_file: str | None, **flags: Any) -> None:
 
 
 @main.command()
-@_config_options(GRPOConfig)
-def grpo(config_file: str | None, **flags: Any) -> None:
-    """Offline group relative policy optimisation over scored trajectory groups."""
+@click.option(
+    "--online",
+    is_flag=True,
+    default=None,
+    help="Online RL: act in a live environment (--env, --tasks) every iteration instead of reading --train-file.",
+)
+@_config_options(OnlineRLConfig)
+def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
+    """GRPO: offline over scored trajectory groups (--train-file), or online in a live environment.
+
+    Online: knowlyr-trainer grpo --online --env knowlyr/retail --tasks train.jsonl --model ./sft/final
+    (--algorithm grpo|dr_grpo|rloo|ppo; YAML configs may set online: true).
+    """
+    values = _yaml_values(config_file)
+    online = bool(online or values.pop("online", False))
+    if online:
+        from agenttrainer.online import OnlineRLTrainer
+
+        try:
+            config = OnlineRLConfig.from_dict({**values, **{k: v for k, v in flags.items() if v is not None}},
+                                              source=config_file or "command line")  # fmt: skip
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        if not config.env_id or not config.tasks_file:
+            raise click.UsageError("--online needs --env (a registered environment id) and --tasks (tasks JSONL)")
+        _run(OnlineRLTrainer, config)
+        return
+    offline = {f.name for f in dataclasses.fields(GRPOConfig)}
+    online_only = sorted(k for k, v in {**values, **flags}.items() if v is not None and k not in offline)
+    if online_only:
+        given = ", ".join("--" + k.replace("_", "-") for k in online_only)
+        raise click.UsageError(f"{given}: online RL options; add --online (or online: true in the config)")
     from agenttrainer.trainers.grpo import GRPOTrainer
 
     _run(GRPOTrainer, _build(GRPOConfig, config_file, flags))
+
+
+def _yaml_values(config_file: str | None) -> dict[str, Any]:
+    if config_file is None:
+        return {}
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise click.UsageError(f"{config_file}: cannot read config ({exc})") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise click.UsageError(f"{config_file}: expected a mapping of config fields")
+    return dict(loaded or {})
 
 
 @main.command("eval")

@@ -313,3 +313,117 @@ class GRPOConfig(TrainConfig):
             raise ConfigError(f"grpo_iterations must be positive, got {self.grpo_iterations}")
         if self.eval_file or self.eval_steps:
             raise ConfigError("GRPO does not evaluate during training; run `knowlyr-trainer eval` on the saved model")
+
+
+@dataclass
+class OnlineRLConfig(GRPOConfig):
+    """Online RL: the policy acts in a live environment each iteration and learns from it.
+
+    Each iteration samples ``tasks_per_iteration`` tasks from ``tasks_file``, plays
+    ``group_size`` episodes of each with the current weights, scores them (environment outcome +
+    process rewards - format penalties) and takes ``grpo_iterations`` optimizer steps on them.
+    """
+
+    env_id: str | None = field(
+        default=None, metadata={"help": "Registered environment id (knowlyr-core make()), e.g. knowlyr/retail."}
+    )
+    tasks_file: str | None = field(
+        default=None, metadata={"help": "Tasks JSONL (knowlyr-hub tasks ...) the iterations sample from."}
+    )
+    env_kwargs: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Keyword arguments for the environment's constructor."}
+    )
+    algorithm: str = field(default="grpo", metadata={"help": "grpo, dr_grpo, rloo or ppo (value head)."})
+    group_size: int | None = field(default=4, metadata={"help": "Episodes per task per iteration."})
+    tasks_per_iteration: int = field(default=4, metadata={"help": "Tasks sampled per iteration."})
+    num_iterations: int = field(default=10, metadata={"help": "Rollout + update iterations."})
+    max_turns: int = field(default=8, metadata={"help": "Model answers per episode before it is cut."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Tokens per model answer."})
+    max_episode_tokens: int = field(
+        default=2048, metadata={"help": "Token budget of an episode (prompt, answers, observations)."}
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of rollouts."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of rollouts."})
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "System prompt of every episode (default: the task's metadata.system_prompt)."}
+    )
+    include_tools: bool = field(
+        default=True, metadata={"help": "Render the environment's tool schemas with the chat template."}
+    )
+    closing_tool: str | None = field(
+        default=None, metadata={"help": "Tool an answer without a tool call becomes (default: respond/finish/submit)."}
+    )
+    process_reward: str = field(
+        default="rules",
+        metadata={"help": "Per-step rewards: rules (knowlyr-reward's rule layer), none, or module:function."},
+    )
+    process_reward_coef: float = field(
+        default=0.2, metadata={"help": "Weight of the mean step reward in a trajectory's reward."}
+    )
+    format_penalty: float = field(
+        default=0.1, metadata={"help": "Subtracted from a trajectory's reward per malformed tool call."}
+    )
+    generation_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "OpenAI-compatible server to sample from (vLLM, SGLang, knowlyr-trainer serve); default in-process."
+        },
+    )
+    served_model_name: str | None = field(
+        default=None, metadata={"help": "Model name at generation_url (default: model_name_or_path)."}
+    )
+    push_weights: str = field(
+        default="knowlyr",
+        metadata={"help": "How updated weights reach generation_url: knowlyr (/load_weights), vllm-lora, none."},
+    )
+    generation_batch_size: int | None = field(
+        default=None, metadata={"help": "Episodes per in-process generate call (default: all live episodes)."}
+    )
+    clip_range: float | None = field(
+        default=None, metadata={"help": "PPO's name for clip_eps; when set it overrides clip_eps."}
+    )
+    vf_coef: float = field(default=0.5, metadata={"help": "PPO: weight of the value loss."})
+    gae_lambda: float = field(default=0.95, metadata={"help": "PPO: GAE lambda."})
+    gamma: float = field(default=1.0, metadata={"help": "PPO: discount per model token."})
+    num_epochs: int = field(
+        default=1, metadata={"help": "Offline: passes over the training data (online RL runs num_iterations)."}
+    )
+    batch_size: int = field(
+        default=8,
+        metadata={"help": "Offline: groups per micro-batch per process; online: episodes per training micro-batch."},
+    )
+
+    def __post_init__(self) -> None:
+        from agenttrainer.losses.advantages import ALGORITHMS
+
+        super().__post_init__()
+        if self.clip_range is not None:
+            if not 0 < self.clip_range < 1:
+                raise ConfigError(f"clip_range must be in (0, 1), got {self.clip_range}")
+            self.clip_eps = self.clip_range
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.group_size is None or self.group_size < 1:
+            raise ConfigError(f"group_size must be >= 1, got {self.group_size}")
+        if self.algorithm != "ppo" and self.group_size < 2:
+            raise ConfigError(f"{self.algorithm} compares episodes of a task: group_size must be >= 2")
+        for name in ("tasks_per_iteration", "num_iterations", "max_turns", "max_new_tokens", "max_episode_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_episode_tokens <= self.max_new_tokens:
+            raise ConfigError("max_episode_tokens must exceed max_new_tokens (room for the prompt)")
+        if not 0 <= self.temperature <= 2 or not 0 < self.top_p <= 1:
+            raise ConfigError("temperature must be in [0, 2] and top_p in (0, 1]")
+        if self.gradient_accumulation_steps != 1:
+            raise ConfigError(
+                "online RL accumulates gradients over an iteration's micro-batches of batch_size episodes; "
+                "leave gradient_accumulation_steps at 1"
+            )
+        if self.push_weights not in ("knowlyr", "vllm-lora", "none"):
+            raise ConfigError(f"push_weights must be knowlyr, vllm-lora or none, got {self.push_weights!r}")
+        if self.push_weights == "vllm-lora" and self.generation_url and not self.use_lora:
+            raise ConfigError("push_weights=vllm-lora sends LoRA adapters: set use_lora")
+        if self.vf_coef < 0 or not 0 <= self.gae_lambda <= 1 or not 0 < self.gamma <= 1:
+            raise ConfigError("vf_coef must be >= 0, gae_lambda in [0, 1], gamma in (0, 1]")
+        if self.process_reward not in ("rules", "none") and ":" not in self.process_reward:
+            raise ConfigError(f"process_reward must be rules, none or module:function, got {self.process_reward!r}")

@@ -276,6 +276,27 @@ class TextStream:
 # -- agent --------------------------------------------------------------------------------
 
 
+def observation_message(observation: Any, last_style: str | None) -> Message:
+    """The chat message that carries ``observation`` after an answer of style ``last_style``.
+
+    After a native tool call it is a ``tool`` message; after an ``Action:`` text answer (or a
+    malformed call, kept verbatim) a user ``Observation: ...`` turn; after a plain reply, or
+    for the task itself (``last_style=None``), a plain user turn.
+    """
+    content = observation_text(observation)
+    if last_style == "tool_call":
+        return {"role": "tool", "content": content}
+    if last_style == "text":
+        return {"role": "user", "content": f"Observation: {content}"}
+    return {"role": "user", "content": content}
+
+
+def answer_style(reply: Any) -> str:
+    """How an answer is kept in the chat: a call whose arguments were unusable stays verbatim
+    (``"text"``), so the model sees what it wrote."""
+    return "text" if reply.style == "tool_call" and "format_error" in reply.action else reply.style
+
+
 def parse_action(text: str, tools: list[Any] | None = None) -> tuple[dict[str, Any], str] | None:
     """The knowlyr action in a model answer and its style (``"tool_call"`` or ``"text"``), or None
     when the answer calls no tool (``knowlyrcore.parse_reply`` gives the closing action then).
@@ -315,17 +336,10 @@ class Agent:
         self._last_style = None
 
     def __call__(self, observation: Any) -> dict[str, Any]:
-        content = observation_text(observation)
-        if self._last_style == "tool_call":
-            self.messages.append({"role": "tool", "content": content})
-        elif self._last_style == "text":
-            self.messages.append({"role": "user", "content": f"Observation: {content}"})
-        else:  # the task itself, or the user's answer to a reply
-            self.messages.append({"role": "user", "content": content})
+        self.messages.append(observation_message(observation, self._last_style))
         answer = self.engine.generate(self.messages, self.tools)
         reply = parse_reply(answer, self.tools, closing_tool=self.fallback_tool)
-        # A call whose arguments were unusable stays verbatim, so the model sees what it wrote.
-        style = "text" if reply.style == "tool_call" and "format_error" in reply.action else reply.style
+        style = answer_style(reply)
         self.messages.append(self._assistant_message(answer, reply.action, style))
         self._last_style = style
         return reply.action

@@ -88,6 +88,15 @@ class RecorderWrapper(EnvWrapper):
                 self.on_episode_end(trajectory)
         return ts
 
+    def record_refused(self, action: Any, error: str) -> None:
+        """Record an action the environment refused by raising (e.g. ``InvalidActionError``) as a
+        step whose observation is the error, so the trajectory shows every attempt in order."""
+        if self._builder is None:
+            raise RuntimeError("call reset() before record_refused()")
+        self._builder.add_step(
+            action, f"Error: {error}", error=error, reward=0.0, timestamp=time.time(), duration_s=0.0
+        )
+
     def get_trajectory(self) -> Trajectory:
         """The current (or just finished) episode as a validated ``Trajectory``."""
         if self._builder is None:

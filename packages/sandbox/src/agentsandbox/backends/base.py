@@ -34,7 +34,7 @@ from typing import ClassVar
 from agentsandbox.config import SandboxConfig
 from agentsandbox.shell import BOOT, DRIVER, PersistentShell, ShellOutput, Transport, reset_script
 from agentsandbox.workspace import Workspace, chown_tree
-from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.errors import InfrastructureError
 from knowlyrcore.models import ToolResult
 
 #: Where the read-only snapshot of the initial workspace is mounted inside every sandbox.
@@ -90,7 +90,7 @@ def scratch_root(memory: bool) -> str:
     return tempfile.gettempdir()
 
 
-class SandboxError(KnowlyrError, RuntimeError):
+class SandboxError(InfrastructureError):
     """The sandbox could not be created, reset or reached."""
 
 

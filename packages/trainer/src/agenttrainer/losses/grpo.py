@@ -51,8 +51,16 @@ def grpo_loss(
     clip_eps: float = 0.2,
     kl_coef: float = 0.04,
     num_items: float | None = None,
+    normalization: str = "sequence",
+    max_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate + k3 KL, per-sequence token mean, summed and divided by ``num_items``.
+
+    ``normalization`` says how token losses become the loss: ``"sequence"`` (above; GRPO),
+    ``"constant"`` (Dr. GRPO: every sequence's token losses summed and divided by the same
+    ``max_tokens``, so long answers are not down-weighted per token; then divided by
+    ``num_items``) or ``"token"`` (PPO: mean over every counted token of the step, ``num_items``
+    being that token count).
 
     Args:
         logps, old_logps, ref_logps: per-token log-probs ``(B, T)`` of the completion tokens.
@@ -80,10 +88,19 @@ def grpo_loss(
         kl = torch.exp(diff) - diff - 1  # (B, T)
         per_token = pg + kl_coef * kl
     lengths = mask.sum(dim=1).clamp(min=1)  # (B,)
-    per_seq = (per_token * mask).sum(dim=1) / lengths  # (B,)
-    if num_items is None:
-        num_items = per_seq.numel()
-    loss = per_seq.sum() / num_items
+    if normalization == "sequence":
+        per_seq = (per_token * mask).sum(dim=1) / lengths  # (B,)
+        loss = per_seq.sum() / (per_seq.numel() if num_items is None else num_items)
+    elif normalization == "constant":
+        if not max_tokens:
+            raise ValueError("normalization='constant' needs max_tokens")
+        per_seq = (per_token * mask).sum(dim=1) / max_tokens  # (B,)
+        loss = per_seq.sum() / (per_seq.numel() if num_items is None else num_items)
+    elif normalization == "token":
+        per_seq = (per_token * mask).sum(dim=1) / lengths  # (B,), for the metric only
+        loss = (per_token * mask).sum() / (mask.sum().clamp(min=1) if num_items is None else num_items)
+    else:
+        raise ValueError(f"normalization must be 'sequence', 'constant' or 'token', got {normalization!r}")
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
         is_clipped = ((ratio < 1 - clip_eps) & (advantages < 0)) | ((ratio > 1 + clip_eps) & (advantages > 0))

@@ -1,10 +1,18 @@
-"""The OpenAI-compatible HTTP app (Starlette): ``/v1/chat/completions``, ``/v1/models``, ``/health``.
+"""The OpenAI-compatible HTTP app (Starlette): ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/models``, ``/health`` and, when enabled, ``/v1/load_weights``.
 
 One model, one generation at a time: requests queue on an ``asyncio.Lock`` while generation
 runs in a worker thread, so the event loop keeps answering ``/health`` and ``/v1/models``.
 When the request carries ``tools``, ``<tool_call>`` blocks in the model's answer come back as
 OpenAI ``tool_calls`` (``finish_reason: "tool_calls"``); when streaming, text that could be the
 start of a block is held back until it is known not to be one.
+
+``/v1/completions`` makes the server a token-in / token-out backend for online RL, speaking vLLM's
+fields so ``agenttrainer.generation.ServerGenerator`` drives it unchanged: prompts as token ids,
+every prompt of a request sampled in one batched ``LocalGenerator`` call, and the sampled
+``token_ids`` with their log-probs in the answer. ``/v1/load_weights`` (off unless
+``allow_weight_updates``: it reads any directory a client names) swaps in the weights the trainer
+just saved, a full checkpoint or a LoRA adapter, between two generations.
 
 Build it directly for tests or embedding:
     app = create_app(AgentInference.from_pretrained("smollm2-135m"), "smollm2-135m")
@@ -13,42 +21,79 @@ Build it directly for tests or embedding:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import json
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import torch
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agenttrainer.inference import AgentInference
+from agenttrainer.generation import LocalGenerator, TokenSample
+from agenttrainer.inference import AgentInference, _seeded
 from agenttrainer.models.tool_calls import parse_tool_calls, possible_tool_call_start
 from agenttrainer.serving.protocol import (
     ChatRequest,
+    CompletionRequest,
     RequestError,
     chunk_json,
     completion_json,
     new_completion_id,
     parse_chat_request,
+    parse_completion_request,
+    parse_load_weights_request,
     sse,
+    text_choice_json,
+    text_completion_json,
     tool_call_json,
     usage_json,
 )
 
+ADAPTER_NAME = "default"  # one adapter at a time: a new one replaces it
+
 
 class ChatServer:
-    """Request handlers bound to one ``AgentInference``."""
+    """Request handlers bound to one ``AgentInference``.
 
-    def __init__(self, engine: AgentInference, model_name: str, *, default_max_tokens: int = 512) -> None:
+    Loaded weights change ``engine.model`` in place (tensors copied into it, LoRA layers injected
+    into it), so the chat endpoint, the token endpoint and the generator's cached prefix all see
+    one model, and nothing holds a stale reference.
+    """
+
+    def __init__(
+        self,
+        engine: AgentInference,
+        model_name: str,
+        *,
+        default_max_tokens: int = 512,
+        allow_weight_updates: bool = False,
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
+        self.allow_weight_updates = allow_weight_updates
         self.created = int(time.time())
         self.context_length = getattr(engine.model.config, "max_position_embeddings", None)
+        self.vocab_size = engine.model.get_input_embeddings().weight.shape[0]
         self.lock = asyncio.Lock()
+        self.generator = LocalGenerator(engine.model, engine.tokenizer)
+        self.weights_version = 0  # successful /v1/load_weights calls
+        self._adapter: Any = None  # the peft wrapper of the loaded LoRA adapter
+        # The served weights' names and shapes, taken before any adapter renames modules; a
+        # checkpoint must match them. Tied weights (one tensor, several names) need one name only.
+        state = engine.model.state_dict(keep_vars=True)
+        self._weight_shapes = {name: tuple(tensor.shape) for name, tensor in state.items()}
+        names_of: dict[int, list[str]] = {}
+        for name, tensor in state.items():
+            names_of.setdefault(id(tensor), []).append(name)
+        self._weight_groups = list(names_of.values())
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": self.model_name})
@@ -145,14 +190,286 @@ class ChatServer:
             finally:
                 stream.close()  # a client that disconnects mid-stream stops generation
 
+    # -- token in / token out (/v1/completions) ----------------------------------------------
 
-def create_app(engine: AgentInference, model_name: str, *, default_max_tokens: int = 512) -> Starlette:
-    """The ASGI app serving ``engine`` under ``model_name``."""
-    server = ChatServer(engine, model_name, default_max_tokens=default_max_tokens)
+    async def completions(self, request: Request) -> Response:
+        try:
+            body = await _json_body(request)
+            completion = await run_in_threadpool(
+                parse_completion_request,
+                body,
+                self.model_name,
+                vocab_size=self.vocab_size,
+                tokenize=self._tokenize,
+            )
+            max_new_tokens = self._completion_budget(completion)
+        except RequestError as error:
+            return JSONResponse(error.body(), status_code=error.status)
+        async with self.lock:
+            choices, completion_tokens = await run_in_threadpool(self._complete_tokens, completion, max_new_tokens)
+        prompt_tokens = sum(len(p) for p in completion.prompts)
+        completion_id = new_completion_id("cmpl-")
+        return JSONResponse(
+            text_completion_json(completion_id, self.model_name, choices, prompt_tokens, completion_tokens)
+        )
+
+    def _tokenize(self, text: str) -> list[int]:
+        """A string prompt's ids: plain tokenization with the tokenizer's special tokens (as vLLM), no chat template."""
+        return self.engine.tokenizer(text)["input_ids"]
+
+    def _completion_budget(self, completion: CompletionRequest) -> int:
+        """max_new_tokens for the request; refuses prompts that do not fit the context.
+
+        The batch is one ``generate`` call with one ``max_new_tokens``, so it is clipped to the
+        room the longest prompt leaves.
+        """
+        wanted = completion.max_tokens or self.default_max_tokens
+        if self.context_length is None:
+            return wanted
+        longest = max(range(len(completion.prompts)), key=lambda i: len(completion.prompts[i]))
+        prompt_tokens = len(completion.prompts[longest])
+        room = self.context_length - prompt_tokens
+        if room < 1:
+            raise RequestError(
+                f"{completion.param(longest)} has {prompt_tokens} tokens; the model's context is {self.context_length}",
+                param=completion.param(longest),
+                code="context_length_exceeded",
+            )
+        return min(wanted, room)
+
+    def _complete_tokens(self, completion: CompletionRequest, max_new_tokens: int) -> tuple[list[dict[str, Any]], int]:
+        """Sample every prompt in one batched call; the choices and how many tokens they hold."""
+        with _seeded(completion.seed):
+            samples = self.generator.generate(
+                completion.prompts,
+                max_new_tokens=max_new_tokens,
+                temperature=completion.temperature,
+                top_p=completion.top_p,
+            )
+        choices = [
+            self._text_choice(index, completion, prompt, sample)
+            for index, (prompt, sample) in enumerate(zip(completion.prompts, samples))
+        ]
+        return choices, sum(len(sample.token_ids) for sample in samples)
+
+    def _text_choice(
+        self, index: int, completion: CompletionRequest, prompt: list[int], sample: TokenSample
+    ) -> dict[str, Any]:
+        tokenizer = self.engine.tokenizer
+        # The end-of-turn token that stopped generation is in token_ids but not in the text (as in
+        # vLLM and OpenAI, where the stop never is part of the answer).
+        answer = sample.token_ids[:-1] if sample.finish_reason == "stop" else sample.token_ids
+        text = tokenizer.decode(answer, skip_special_tokens=completion.skip_special_tokens)
+        # Each token decoded alone, special tokens kept (vLLM's logprobs tokens): a character
+        # split across tokens shows as U+FFFD in each part.
+        tokens = None
+        if completion.logprobs:
+            tokens = tokenizer.batch_decode([[t] for t in sample.token_ids], clean_up_tokenization_spaces=False)
+        return text_choice_json(
+            index, text, sample, prompt, tokens=tokens, return_token_ids=completion.return_token_ids
+        )
+
+    # -- weight updates (/v1/load_weights) --------------------------------------------------
+
+    async def load_weights(self, request: Request) -> Response:
+        if not self.allow_weight_updates:
+            error = RequestError(
+                "weight updates are disabled: this endpoint loads weights from a directory on the server's disk; "
+                "start the server with --allow-weight-updates to enable it",
+                status=403,
+                code="weight_updates_disabled",
+            )
+            return JSONResponse(error.body(), status_code=error.status)
+        try:
+            path = parse_load_weights_request(await _json_body(request))
+            async with self.lock:  # no generation runs while tensors change
+                await run_in_threadpool(self._load_weights, Path(path))
+                self.weights_version += 1
+                version = self.weights_version
+        except RequestError as error:
+            return JSONResponse(error.body(), status_code=error.status)
+        return JSONResponse({"status": "ok", "path": path, "version": version})
+
+    def _load_weights(self, directory: Path) -> None:
+        """Load a LoRA adapter dir (``adapter_config.json``) or a full checkpoint into the served model."""
+        if not directory.is_dir():
+            raise RequestError(f"path {str(directory)!r} is not a directory on the server", param="path")
+        try:
+            if (directory / "adapter_config.json").is_file():
+                self._load_adapter(directory)
+            else:
+                self._load_checkpoint(directory)
+        finally:
+            self.generator.weights_updated()  # its cached prefix may belong to other weights now
+            self.engine.model.eval()  # peft may leave modules in training mode (dropout)
+
+    def _load_checkpoint(self, directory: Path) -> None:
+        """Copy a ``save_model`` checkpoint's tensors into the served model, after checking them all.
+
+        Each file is opened once and read from that handle for both the check and the copy, so a
+        trainer overwriting the directory meanwhile cannot slip in tensors that were not checked.
+        """
+        from safetensors import SafetensorError, safe_open
+
+        files = _checkpoint_files(directory)
+        with contextlib.ExitStack() as stack:
+            handles = {}
+            for file in files:
+                try:
+                    handles[file] = stack.enter_context(safe_open(str(file), framework="pt"))
+                except (OSError, SafetensorError) as exc:
+                    raise RequestError(f"cannot read {file}: {_first_line(exc)}", param="path") from None
+            found = {key: (file, handle) for file, handle in handles.items() for key in handle.keys()}  # noqa: SIM118
+            self._check_checkpoint(directory, {key: (f, h.get_slice(key).get_shape()) for key, (f, h) in found.items()})
+            if self._adapter is not None:  # the checkpoint is the whole model; an adapter on top would apply twice
+                self._adapter.unload()
+                self._adapter = None
+            target = self.engine.model.state_dict()
+            try:
+                with torch.no_grad():
+                    for key, (_, handle) in found.items():
+                        target[key].copy_(handle.get_tensor(key))
+            except Exception as exc:
+                raise RequestError(
+                    f"loading {directory} failed part way ({_first_line(exc)}); the served weights are now mixed: "
+                    "load a complete checkpoint again",
+                    status=500,
+                    code="weights_partially_loaded",
+                ) from None
+
+    def _check_checkpoint(self, directory: Path, found: dict[str, tuple[Path, list[int]]]) -> None:
+        """Every tensor must be a served weight of the same shape, and every served weight present."""
+        for key in sorted(found):
+            file, shape = found[key]
+            if key not in self._weight_shapes:
+                raise RequestError(
+                    f"{file}: {key!r} is not a weight of the served model (a different architecture?)",
+                    param="path",
+                    code="weights_mismatch",
+                )
+            if tuple(shape) != self._weight_shapes[key]:
+                raise RequestError(
+                    f"{file}: {key!r} has shape {list(shape)}, the served model's is {list(self._weight_shapes[key])}",
+                    param="path",
+                    code="weights_mismatch",
+                )
+        for names in self._weight_groups:
+            if not any(name in found for name in names):
+                raise RequestError(f"{directory}: {names[0]!r} is missing", param="path", code="weights_mismatch")
+
+    def _load_adapter(self, directory: Path) -> None:
+        """Put the LoRA adapter in ``directory`` on the served model in place of the previous one.
+
+        If the new adapter does not fit, the previous one (kept in memory) goes back on, so a bad
+        request never leaves the server sampling from the bare base model.
+        """
+        try:
+            import peft
+        except ImportError:
+            raise RequestError(
+                f"{directory} holds a LoRA adapter; loading it needs peft on the server: "
+                "pip install 'knowlyr-trainer[peft]'",
+                status=501,
+                code="peft_not_installed",
+            ) from None
+        try:
+            config = peft.PeftConfig.from_pretrained(str(directory))
+        except Exception as exc:
+            raise RequestError(f"{directory}/adapter_config.json: {_first_line(exc)}", param="path") from None
+        if config.peft_type != peft.PeftType.LORA:
+            # Other adapter kinds (prompt tuning, ...) act in PeftModel.forward, which generation here never calls.
+            raise RequestError(f"{directory} holds a {config.peft_type} adapter; only LoRA is supported", param="path")
+        if not (directory / "adapter_model.safetensors").is_file():
+            raise RequestError(f"{directory} has adapter_config.json but no adapter_model.safetensors", param="path")
+        previous = None
+        if self._adapter is not None:
+            previous = (self._adapter.peft_config[ADAPTER_NAME], peft.get_peft_model_state_dict(self._adapter))
+            self._adapter.unload()
+            self._adapter = None
+        try:
+            self._adapter = self._attach_adapter(peft, config, directory=directory)
+        except Exception as exc:
+            if previous is not None:
+                self._adapter = self._attach_adapter(peft, previous[0], state=previous[1])
+            raise RequestError(
+                f"cannot load the LoRA adapter in {directory} onto the served model: {_first_line(exc)}",
+                param="path",
+                code="weights_mismatch",
+            ) from None
+
+    def _attach_adapter(
+        self, peft: Any, config: Any, *, directory: Path | None = None, state: dict[str, Any] | None = None
+    ) -> Any:
+        """Inject LoRA layers into ``engine.model`` and fill them from ``directory`` or ``state``.
+
+        The wrapper is kept only to ``unload`` the layers later: generation calls ``engine.model``
+        itself, whose modules now apply the adapter.
+        """
+        config = copy.copy(config)
+        config.inference_mode = True
+        wrapper = peft.get_peft_model(self.engine.model, config, adapter_name=ADAPTER_NAME)
+        try:
+            if directory is not None:
+                wrapper.load_adapter(str(directory), adapter_name=ADAPTER_NAME)
+            else:
+                peft.set_peft_model_state_dict(wrapper, state, adapter_name=ADAPTER_NAME)
+        except BaseException:
+            wrapper.unload()
+            raise
+        return wrapper
+
+
+async def _json_body(request: Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RequestError("the request body is not valid JSON") from None
+
+
+def _checkpoint_files(directory: Path) -> list[Path]:
+    """The safetensors files of a ``save_model`` checkpoint (one file, or the shards its index names)."""
+    index = directory / "model.safetensors.index.json"
+    if (directory / "config.json").is_file() and index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise RequestError(f"cannot read {index}: {_first_line(exc)}", param="path") from None
+        return [directory / shard for shard in shards]
+    if (directory / "config.json").is_file() and (directory / "model.safetensors").is_file():
+        return [directory / "model.safetensors"]
+    raise RequestError(
+        f"{directory} holds neither a checkpoint (config.json + model.safetensors, as save_model writes) "
+        "nor a LoRA adapter (adapter_config.json + adapter_model.safetensors)",
+        param="path",
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message on one line; a heading line ending in ':' keeps its first detail
+    (torch's ``Error(s) in loading state_dict ...:`` says what failed only on the next line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
+def create_app(
+    engine: AgentInference, model_name: str, *, default_max_tokens: int = 512, allow_weight_updates: bool = False
+) -> Starlette:
+    """The ASGI app serving ``engine`` under ``model_name``.
+
+    ``allow_weight_updates`` enables ``POST /v1/load_weights``, which loads any directory on this
+    machine that a client names: only for a trusted client, such as the trainer of an online loop.
+    """
+    server = ChatServer(
+        engine, model_name, default_max_tokens=default_max_tokens, allow_weight_updates=allow_weight_updates
+    )
     routes = [
         Route("/health", server.health),
         Route("/v1/models", server.list_models),
         Route("/v1/models/{model:path}", server.get_model),
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/load_weights", server.load_weights, methods=["POST"]),
     ]
     return Starlette(routes=routes)

@@ -1,10 +1,15 @@
-"""``knowlyr-trainer serve CHECKPOINT``: serve a checkpoint over the OpenAI chat-completions API.
+"""``knowlyr-trainer serve CHECKPOINT``: serve a checkpoint over the OpenAI chat-completions API,
+and as a token-in / token-out generation backend for online RL (``/v1/completions``).
 
     knowlyr-trainer serve ./output/sft/final --port 8000
     knowlyr-trainer serve smollm2-135m --port 0          # any free port; the URL is printed
     python -m agenttrainer.serving smollm2-135m          # the same without the trainer CLI
+    knowlyr-trainer serve ./output/sft/final --allow-weight-updates   # the trainer pushes new weights
 
-Then any OpenAI client works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``.
+Then any OpenAI client works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``,
+and so does ``agenttrainer.generation.ServerGenerator("http://127.0.0.1:8000/v1", name)``.
+``--allow-weight-updates`` enables ``POST /v1/load_weights {"path"}``, which loads a checkpoint or
+LoRA adapter from any directory on the server's disk that a client names: off by default.
 The server binds its socket first (a busy port fails before the model loads), prints ``serving <name> at <url>`` once
 the model is loaded, and answers ``GET /health`` when ready (poll it rather than sleeping).
 Needs the ``serve`` extra: ``pip install 'knowlyr-trainer[serve]'``.
@@ -44,15 +49,29 @@ def _default_name(checkpoint: str) -> str:
     help="Completion length when a request sets no max_tokens.",
 )
 @click.option(
+    "--allow-weight-updates",
+    is_flag=True,
+    help="Enable POST /v1/load_weights, which loads weights from any directory on this machine's disk "
+    "that a client names (off by default; enable it only for a trusted client such as the trainer).",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
 def serve(
-    checkpoint: str, host: str, port: int, model_name: str | None, dtype: str, default_max_tokens: int, log_level: str
+    checkpoint: str,
+    host: str,
+    port: int,
+    model_name: str | None,
+    dtype: str,
+    default_max_tokens: int,
+    allow_weight_updates: bool,
+    log_level: str,
 ) -> None:
-    """Serve CHECKPOINT (a directory or alias) as an OpenAI-compatible chat-completions API."""
+    """Serve CHECKPOINT (a directory or alias) as an OpenAI-compatible API: chat completions, and
+    completions over token ids for online RL (vLLM's fields)."""
     try:
         import uvicorn
     except ImportError:
@@ -77,7 +96,7 @@ def serve(
             raise click.ClickException(str(exc)) from None
         raise
     name = model_name or _default_name(checkpoint)
-    app = create_app(engine, name, default_max_tokens=default_max_tokens)
+    app = create_app(engine, name, default_max_tokens=default_max_tokens, allow_weight_updates=allow_weight_updates)
     bound_port = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     click.echo(f"serving {name} at http://{url_host}:{bound_port}/v1", nl=True)

@@ -1,4 +1,8 @@
-"""OpenAI chat-completions wire format: validate requests, shape responses and stream chunks.
+"""OpenAI wire format: validate requests, shape responses and stream chunks.
+
+Chat completions (``/v1/chat/completions``) for agents and clients; legacy completions
+(``/v1/completions``) with vLLM's token extensions (``prompt`` as token ids, ``return_token_ids``,
+``skip_special_tokens``) for online RL, which must train on exactly the tokens it sampled.
 
 Only what a local single-model server can honour is accepted; anything else is rejected with an
 OpenAI-style error body (``{"error": {"message", "type", "param", "code"}}``) naming the field,
@@ -8,12 +12,15 @@ enforced (decoding is not constrained): the model decides whether to call a tool
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agenttrainer.generation import TokenSample
 from agenttrainer.inference import Completion
 from agenttrainer.models.tool_calls import ToolCall
 
@@ -105,8 +112,8 @@ def _valid_tools(tools: Any) -> bool:
     )
 
 
-def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
-    """Validate a request body; raises ``RequestError``."""
+def _served_model(body: Any, served_model: str) -> str:
+    """The request's ``model``, which must be the served one (404 otherwise, as OpenAI answers)."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     model = body.get("model")
@@ -117,6 +124,24 @@ def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
             status=404,
             code="model_not_found",
         )
+    return model
+
+
+def _max_tokens(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise RequestError(f"max_tokens must be a positive integer, got {value!r}", param="max_tokens")
+    return value
+
+
+def _seed(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise RequestError("seed must be an integer", param="seed")
+    return value
+
+
+def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
+    """Validate a request body; raises ``RequestError``."""
+    model = _served_model(body, served_model)
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
         raise RequestError("messages must be a non-empty list", param="messages")
@@ -131,17 +156,13 @@ def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
     n = body.get("n", 1)
     if n != 1:
         raise RequestError("only n=1 is supported", param="n")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}", param="max_tokens")
+    max_tokens = _max_tokens(body.get("max_completion_tokens", body.get("max_tokens")))
     stop = body.get("stop") or []
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in stop):
         raise RequestError(f"stop must be a string or a list of up to {MAX_STOP_STRINGS} strings", param="stop")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise RequestError("seed must be an integer", param="seed")
+    seed = _seed(body.get("seed"))
     stream_options = body.get("stream_options") or {}
     return ChatRequest(
         model=model,
@@ -157,8 +178,8 @@ def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
     )
 
 
-def new_completion_id() -> str:
-    return "chatcmpl-" + secrets.token_hex(12)
+def new_completion_id(prefix: str = "chatcmpl-") -> str:
+    return prefix + secrets.token_hex(12)
 
 
 def tool_call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
@@ -229,3 +250,201 @@ def sse(payload: dict[str, Any] | str) -> str:
     """A server-sent event line; OpenAI ends the stream with the literal ``[DONE]``."""
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
     return f"data: {data}\n\n"
+
+
+# -- legacy completions over token ids (/v1/completions) ---------------------------------
+
+# Fields of OpenAI's or vLLM's completions API that would change the answer and that sampling here
+# cannot honour. Each is accepted only at a value meaning "off", so no client silently gets a
+# different answer (e.g. past a stop string it asked for) than the one it requested.
+UNSUPPORTED_COMPLETION_FIELDS: dict[str, tuple[Any, ...]] = {
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "stop": (None, "", []),
+    "stop_token_ids": (None, []),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "top_k": (None, -1, 0),
+    "min_p": (None, 0),
+    "min_tokens": (None, 0),
+    "prompt_logprobs": (None,),
+    "ignore_eos": (None, False),
+    "truncate_prompt_tokens": (None,),
+    "response_format": (None,),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+}
+MIN_LOGPROB = -9999.0
+DEFAULT_COMPLETION_TEMPERATURE = 1.0  # OpenAI's and vLLM's: a completions client that sets none expects sampling
+
+
+@dataclass
+class CompletionRequest:
+    """A validated ``/v1/completions`` request; string prompts are already token ids."""
+
+    model: str
+    prompts: list[list[int]]
+    batched: bool  # ``prompt`` was a list of prompts, so errors name ``prompt[i]``
+    max_tokens: int | None
+    temperature: float = DEFAULT_COMPLETION_TEMPERATURE
+    top_p: float = 1.0
+    seed: int | None = None
+    logprobs: bool = False
+    return_token_ids: bool = False
+    skip_special_tokens: bool = True
+
+    def param(self, i: int) -> str:
+        """The request field holding prompt ``i``, for error bodies."""
+        return f"prompt[{i}]" if self.batched else "prompt"
+
+
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RequestError(f"{key} must be true or false, got {value!r}", param=key)
+    return value
+
+
+def _prompt(raw: Any, where: str, vocab_size: int, tokenize: Callable[[str], list[int]]) -> list[int]:
+    """One prompt as token ids: a string (tokenized) or a list of ids the model can embed."""
+    if isinstance(raw, str):
+        ids = tokenize(raw) if raw else []
+        if not ids:
+            raise RequestError(f"{where} is empty: a prompt needs at least one token", param=where)
+        return ids
+    if not isinstance(raw, list):
+        raise RequestError(f"{where} must be a string or a list of token ids, got {type(raw).__name__}", param=where)
+    if not raw:
+        raise RequestError(f"{where} is an empty list: a prompt needs at least one token", param=where)
+    for j, token in enumerate(raw):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
+            raise RequestError(f"{where}[{j}] must be a token id in [0, {vocab_size}), got {token!r}", param=where)
+    return list(raw)
+
+
+def _prompts(raw: Any, vocab_size: int, tokenize: Callable[[str], list[int]]) -> tuple[list[list[int]], bool]:
+    """``prompt`` as a list of token id lists, and whether it was a batch.
+
+    ``"text"`` and ``[ids]`` are one prompt; ``["text", [ids], ...]`` is a batch, told apart by
+    its first element (a batch may mix strings and id lists).
+    """
+    if isinstance(raw, list) and raw and isinstance(raw[0], (str, list)):
+        return [_prompt(p, f"prompt[{i}]", vocab_size, tokenize) for i, p in enumerate(raw)], True
+    if isinstance(raw, str) or (isinstance(raw, list) and raw):
+        return [_prompt(raw, "prompt", vocab_size, tokenize)], False
+    raise RequestError(
+        "prompt must be a string, a list of token ids, or a non-empty list of such (a batch)", param="prompt"
+    )
+
+
+def parse_completion_request(
+    body: Any, served_model: str, *, vocab_size: int, tokenize: Callable[[str], list[int]]
+) -> CompletionRequest:
+    """Validate a ``/v1/completions`` body; raises ``RequestError``.
+
+    ``vocab_size`` bounds the token ids a prompt may hold (the rows of the model's embedding);
+    ``tokenize`` turns a string prompt into ids (plain tokenization, no chat template).
+    """
+    model = _served_model(body, served_model)
+    for key, neutral in UNSUPPORTED_COMPLETION_FIELDS.items():
+        if body.get(key) not in neutral:
+            raise RequestError(f"{key} is not supported by this server; omit it", param=key)
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
+        raise RequestError("only n=1 is supported; repeat a prompt in the batch for more answers", param="n")
+    if body.get("echo") not in (None, False):
+        raise RequestError("echo is not supported; return_token_ids gives the prompt's token ids", param="echo")
+    if body.get("stream") not in (None, False):
+        raise RequestError(
+            "stream is not supported on /v1/completions (answers come back whole); /v1/chat/completions streams",
+            param="stream",
+        )
+    logprobs = body.get("logprobs")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
+        raise RequestError(f"logprobs must be a non-negative integer or null, got {logprobs!r}", param="logprobs")
+    if logprobs:
+        raise RequestError(
+            f"logprobs={logprobs} asks for each token's top alternatives, which this server does not compute; "
+            "logprobs=0 gives the sampled tokens' log-probs",
+            param="logprobs",
+        )
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    top_p = _number(body, "top_p", 0.0, 1.0)
+    request = CompletionRequest(
+        model=model,
+        prompts=[],
+        batched=False,
+        max_tokens=_max_tokens(body.get("max_tokens")),
+        temperature=DEFAULT_COMPLETION_TEMPERATURE if temperature is None else temperature,
+        top_p=1.0 if top_p is None else top_p,
+        seed=_seed(body.get("seed")),
+        logprobs=logprobs is not None,
+        return_token_ids=_flag(body, "return_token_ids", False),
+        skip_special_tokens=_flag(body, "skip_special_tokens", True),
+    )
+    # Last: tokenizing is the only costly check, so a request that is invalid anyway skips it.
+    request.prompts, request.batched = _prompts(body.get("prompt"), vocab_size, tokenize)
+    return request
+
+
+def text_choice_json(
+    index: int,
+    text: str,
+    sample: TokenSample,
+    prompt_ids: list[int],
+    *,
+    tokens: list[str] | None,
+    return_token_ids: bool,
+) -> dict[str, Any]:
+    """One ``text_completion`` choice.
+
+    ``tokens`` (the text of each answer token) is given when the request asked for log-probs;
+    ``text_offset`` is then the running sum of their lengths, as vLLM computes it. ``token_ids``
+    include the end-of-turn token when generation stopped on one, although ``text`` does not.
+    """
+    choice: dict[str, Any] = {"index": index, "text": text, "logprobs": None, "finish_reason": sample.finish_reason}
+    if tokens is not None:
+        choice["logprobs"] = {
+            "tokens": tokens,
+            # -inf (a token the raw distribution rules out) is not JSON; vLLM sends -9999.0 for it.
+            "token_logprobs": [max(lp, MIN_LOGPROB) for lp in sample.logprobs],
+            "top_logprobs": None,
+            "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)) if tokens else [],
+        }
+    if return_token_ids:
+        choice["token_ids"] = sample.token_ids
+        choice["prompt_token_ids"] = prompt_ids
+    return choice
+
+
+def text_completion_json(
+    completion_id: str, model: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
+    return {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def parse_load_weights_request(body: Any) -> str:
+    """The directory a ``/v1/load_weights`` body names (``{"path": "<dir>"}``)."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    path = body.get("path")
+    if not isinstance(path, str) or not path:
+        raise RequestError(f"path must be a non-empty string (a directory on the server), got {path!r}", param="path")
+    return path

@@ -1,0 +1,321 @@
+"""Token-in / token-out generation: prompts are token ids, answers are token ids with log-probs.
+
+Online RL trains on exactly the tokens the policy sampled. Text is never the interface: a
+chat re-rendered from text can tokenize differently from what was sampled (merged tokens,
+canonicalised JSON, stripped whitespace), and the log-probs of the update would then belong to
+a sequence the policy never produced. So a ``Generator`` takes prompt token ids and returns, per
+prompt, the sampled ids, the policy's log-probability of each at sampling time and why it
+stopped.
+
+Two implementations share the interface:
+
+- ``LocalGenerator``: an in-process transformers model. The prompts of one call are LEFT-padded
+  into one batch (the attention mask hides the pads, transformers derives positions from the
+  mask) and ``model.generate`` runs once per chunk of ``batch_size`` rows. Their longest common
+  prefix (the system turn, the tool schemas) is prefilled once into a static KV cache that
+  every row starts from. Log-probs are the model's own (``log_softmax`` of the raw logits, i.e.
+  temperature 1): what the trainer's update computes again, so their difference measures
+  numerical drift between sampling and training, not a different distribution.
+- ``ServerGenerator``: any OpenAI-compatible server with the completions endpoint taking token
+  ids as the prompt and returning them (vLLM's ``return_token_ids``; ``knowlyr-trainer serve``
+  speaks the same fields). One request per call carries every prompt (``prompt`` as a list of
+  id lists). ``push_weights`` sends updated weights between iterations.
+
+An endpoint that is down or times out raises ``GenerationError``, an ``InfrastructureError``:
+the episodes waiting on it did not fail on their merits and are masked out of the update.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from knowlyrcore.errors import InfrastructureError
+
+# Shorter common prefixes are not worth a separate forward pass and a cache copy.
+MIN_SHARED_PREFIX_TOKENS = 16
+
+
+class GenerationError(InfrastructureError):
+    """The generation backend failed (endpoint down, timeout, malformed response)."""
+
+
+@dataclass
+class TokenSample:
+    """One sampled answer: its token ids, their log-probs at sampling time, and why it stopped.
+
+    ``finish_reason`` is ``"stop"`` (an end-of-turn token, included in ``token_ids``) or
+    ``"length"`` (``max_new_tokens`` reached).
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    entropy: float | None = None  # mean entropy (nats) of the policy over the answer's tokens, when known
+
+
+class Generator(Protocol):
+    """Samples one answer per prompt (token ids in, token ids and log-probs out)."""
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0
+    ) -> list[TokenSample]: ...
+
+    def weights_updated(self, model: Any = None, path: str | None = None) -> None:
+        """The policy's weights changed: drop caches (local) or load the weights saved at ``path`` (server)."""
+
+
+def end_token_ids(tokenizer: Any) -> list[int]:
+    """Tokens that end an assistant turn: the tokenizer's EOS and ChatML's ``<|im_end|>``."""
+    ids = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    return sorted(i for i in ids if isinstance(i, int) and i != tokenizer.unk_token_id)
+
+
+def through_first_end(ids: list[int], end_ids: Sequence[int]) -> list[int]:
+    """``ids`` up to and including the first end-of-turn token (later ones are a batch's padding)."""
+    for position, token in enumerate(ids):
+        if token in end_ids:
+            return ids[: position + 1]
+    return ids
+
+
+class LocalGenerator:
+    """Batched sampling with an in-process causal LM (a ``PreTrainedModel`` or a peft model)."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int | None = None, logprobs: bool = True) -> None:
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 or None (one batch), got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.logprobs = logprobs
+        self.end_token_ids = end_token_ids(tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else self.end_token_ids[0]
+        self._prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+
+    def weights_updated(self, model: Any = None, path: str | None = None) -> None:
+        self._prefix = None  # cached keys/values belong to the old weights
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+    ) -> list[TokenSample]:
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        # Longest first: chunks then hold prompts of similar length, so little of them is padding.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
+        size = self.batch_size or len(order)
+        samples: list[TokenSample | None] = [None] * len(prompts)
+        training = self.model.training
+        self.model.eval()  # no dropout while acting
+        try:
+            for start in range(0, len(order), size):
+                chunk = order[start : start + size]
+                batch = [list(prompts[i]) for i in chunk]
+                for i, sample in zip(chunk, self._generate(batch, max_new_tokens, temperature, top_p)):
+                    samples[i] = sample
+        finally:
+            self.model.train(training)
+        return samples  # type: ignore[return-value]  # every slot was filled above
+
+    def _generate(
+        self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float
+    ) -> list[TokenSample]:
+        """One ``generate`` call; each row is ``[shared prefix | left pads | rest of its prompt]``."""
+        device = next(self.model.parameters()).device
+        shared = _common_prefix_length(prompts)
+        shared = shared if shared >= MIN_SHARED_PREFIX_TOKENS else 0
+        rests = [p[shared:] for p in prompts]
+        width = shared + max(len(r) for r in rests)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long, device=device)  # (B, T)
+        attention_mask = torch.zeros_like(input_ids)  # (B, T)
+        input_ids[:, :shared] = torch.tensor(prompts[0][:shared], device=device)
+        attention_mask[:, :shared] = 1
+        for row, rest in enumerate(rests):
+            input_ids[row, width - len(rest) :] = torch.tensor(rest, device=device)
+            attention_mask[row, width - len(rest) :] = 1
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "max_new_tokens": max_new_tokens,
+            "eos_token_id": self.end_token_ids,
+            "pad_token_id": self.pad_token_id,
+            "do_sample": temperature > 0,
+            "return_dict_in_generate": True,
+            "output_logits": self.logprobs,
+        }
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=None)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if shared:
+            kwargs["past_key_values"] = self._prefilled_cache(prompts[0][:shared], len(prompts), width + max_new_tokens)
+        with torch.no_grad():
+            out = self.model.generate(**kwargs)
+            new = out.sequences[:, width:]  # (B, new)
+            logps = torch.zeros(new.shape, dtype=torch.float32)  # (B, new)
+            entropy = torch.zeros(new.shape, dtype=torch.float32)  # (B, new)
+            if self.logprobs:
+                for t, logits in enumerate(out.logits):  # each (B, V), raw (before temperature / top-p)
+                    dist = logits.float().log_softmax(-1)  # (B, V)
+                    logps[:, t] = dist.gather(1, new[:, t : t + 1]).squeeze(1).cpu()
+                    entropy[:, t] = -(dist.exp() * dist).sum(-1).cpu()
+        samples = []
+        for row_ids, row_logps, row_entropy in zip(new.tolist(), logps.tolist(), entropy.tolist()):
+            ids = through_first_end(row_ids, self.end_token_ids)
+            ended = bool(ids) and ids[-1] in self.end_token_ids
+            mean_entropy = sum(row_entropy[: len(ids)]) / len(ids) if self.logprobs and ids else None
+            samples.append(TokenSample(ids, row_logps[: len(ids)], "stop" if ended else "length", mean_entropy))
+        return samples
+
+    def _prefilled_cache(self, prefix: list[int], batch: int, max_len: int) -> Any:
+        """A static KV cache for ``batch`` rows that already holds ``prefix`` (computed once per
+        weights version and prefix).
+
+        Static (preallocated, written in place): a dynamic cache concatenates its whole content at
+        every decoding step, which costs more than the step itself once every row carries a long prefix.
+        """
+        from transformers import DynamicCache, StaticCache
+
+        key = tuple(prefix)
+        if self._prefix is None or self._prefix[0] != key:
+            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            cache = DynamicCache(config=base.config)
+            ids = torch.tensor([prefix], device=next(self.model.parameters()).device)
+            with torch.no_grad():
+                self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+            self._prefix = (key, [(layer.keys, layer.values) for layer in cache.layers])
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        static = StaticCache(config=base.config, max_cache_len=max_len)
+        for layer, (keys, values) in enumerate(self._prefix[1]):
+            static.update(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1), layer)
+        return static
+
+
+def _common_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with, leaving at least one token of each prompt to prefill."""
+    shortest = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for position in range(shortest):
+        token = first[position]
+        if any(p[position] != token for p in prompts):
+            return position
+    return max(shortest, 0)
+
+
+class ServerGenerator:
+    """Sampling through an OpenAI-compatible server's ``/completions`` endpoint with token ids.
+
+    Sends ``{"prompt": [[ids], ...], "logprobs": 0, "return_token_ids": true}`` and reads
+    ``choices[i].token_ids`` and ``choices[i].logprobs.token_logprobs`` (vLLM >= 0.10.2,
+    ``knowlyr-trainer serve``). ``push_weights`` selects how ``weights_updated`` reaches the
+    server: ``"knowlyr"`` (``POST /load_weights {"path"}``, ``knowlyr-trainer serve
+    --allow-weight-updates``), ``"vllm-lora"`` (``POST /load_lora_adapter``, then requests name
+    the adapter) or ``"none"``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        push_weights: str = "knowlyr",
+    ) -> None:
+        if push_weights not in ("knowlyr", "vllm-lora", "none"):
+            raise ValueError(f"push_weights must be 'knowlyr', 'vllm-lora' or 'none', got {push_weights!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.served_name = model
+        self.api_key = api_key
+        self.timeout = timeout
+        self.push_weights = push_weights
+        self._version = 0
+
+    def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(
+            f"{self.base_url}{route}", data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise GenerationError(f"{self.base_url}{route}: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as exc:
+            raise GenerationError(f"{self.base_url}{route}: endpoint unreachable ({exc!r})") from None
+        except json.JSONDecodeError as exc:
+            raise GenerationError(f"{self.base_url}{route}: response is not JSON ({exc})") from None
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+    ) -> list[TokenSample]:
+        if not prompts:
+            return []
+        body = {
+            "model": self.served_name,
+            "prompt": [list(p) for p in prompts],
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        reply = self._post("/completions", body)
+        where = f"{self.base_url}/completions"
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            raise GenerationError(f"{where}: expected {len(prompts)} choices, got {str(choices)[:200]}")
+        samples: list[TokenSample | None] = [None] * len(prompts)
+        for position, choice in enumerate(choices):
+            if not isinstance(choice, dict):
+                raise GenerationError(f"{where}: choice {position} is not an object")
+            index = choice.get("index", position)
+            if not isinstance(index, int) or not 0 <= index < len(prompts) or samples[index] is not None:
+                raise GenerationError(f"{where}: choice {position} has a bad or repeated index {index!r}")
+            ids = choice.get("token_ids")
+            logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+            if not isinstance(ids, list) or not isinstance(logprobs, list) or len(ids) != len(logprobs):
+                raise GenerationError(
+                    f"{where}: choice {index} lacks token_ids/logprobs.token_logprobs "
+                    "(vLLM needs return_token_ids support, >= 0.10.2)"
+                )
+            finish = "length" if choice.get("finish_reason") == "length" else "stop"
+            samples[index] = TokenSample([int(i) for i in ids], [float(x) for x in logprobs], finish)
+        return samples  # type: ignore[return-value]
+
+    def weights_updated(self, model: Any = None, path: str | None = None) -> None:
+        """Make the server sample from the new weights saved at ``path`` (a model or adapter dir)."""
+        if self.push_weights == "none" or path is None:
+            return
+        if self.push_weights == "knowlyr":
+            self._post("/load_weights", {"path": str(path)})
+        else:  # vLLM: a new adapter name per version, so no request is served by a stale one
+            name = f"{self.model}-online-{self._version + 1}"
+            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+            self.served_name = name
+        self._version += 1

@@ -1,0 +1,528 @@
+"""Online agent RL: act in live environments, score, update, repeat (``OnlineRLTrainer``).
+
+One iteration:
+
+1. **Rollouts.** ``tasks_per_iteration`` tasks (every task once per pass over ``tasks_file``,
+   in a seeded order) x ``group_size`` episodes with the current weights, batched across
+   episodes (``collect_rollouts``), token ids and sampling-time log-probs kept.
+2. **Rewards.** A rollout's reward is the environment's (its step rewards summed, the outcome)
+   plus ``process_reward_coef`` x the mean process reward of its steps (knowlyr-reward's rule
+   layer by default) minus ``format_penalty`` per malformed tool call. Rollouts that failed for
+   infrastructure reasons are masked: out of the group statistics, out of the loss, counted.
+3. **Advantages.** ``grpo`` / ``dr_grpo`` / ``rloo`` group baselines, spread over the steps by
+   their process rewards without changing sign (``step_level_advantage``); ``ppo``: GAE over
+   the model's tokens with a value head on the policy's last hidden state (rewards on each
+   step's last token, the outcome on the final one), whitened over the batch.
+4. **Update.** ``grpo_iterations`` optimizer steps over the rollouts, each accumulating over
+   micro-batches of ``batch_size`` episodes: the clipped surrogate against the log-probs before
+   the first step, plus ``kl_coef`` x the k3 KL to the reference (the adapter-disabled base with
+   LoRA, a frozen copy of the initial weights otherwise), plus ``vf_coef`` x the clipped value
+   loss for PPO. The ids trained on are the ids sampled; the mean absolute difference between
+   their sampling-time and training-time log-probs is logged (``train/logprob_mismatch``).
+5. **Sync.** The in-process generator drops its caches; a server gets the new weights
+   (``push_weights``).
+
+Every iteration is seeded from ``seed`` and its number (task order, sampling, episode seeds),
+so a run resumed from a checkpoint (``save_steps`` counts iterations) repeats the iterations it
+had not finished exactly as an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from agenttrainer.config import ConfigError, OnlineRLConfig
+from agenttrainer.data import DataError, Example, collate
+from agenttrainer.generation import Generator, LocalGenerator, ServerGenerator
+from agenttrainer.logging_backends import MetricsLogger
+from agenttrainer.losses import (
+    chunked_token_logps,
+    gae,
+    group_baseline_advantages,
+    grpo_loss,
+    spread_over_steps,
+    value_loss,
+)
+from agenttrainer.online.rollout import Rollout, collect_rollouts
+from agenttrainer.trainers import common
+from knowlyrcore import TaskInfo, Trajectory, read_jsonl, write_trajectories
+from knowlyrcore.errors import DataFormatError
+
+IGNORE_INDEX = -100
+
+
+def load_tasks(path: str | Path) -> list[TaskInfo]:
+    """Tasks of a JSONL file (``knowlyr-hub tasks`` output); a bad record names its line."""
+    tasks = []
+    try:
+        for line, record in enumerate(read_jsonl(path), start=1):
+            try:
+                tasks.append(TaskInfo.coerce(record))
+            except (TypeError, ValueError) as exc:
+                raise DataError(f"{path}:{line}: not a task ({str(exc).splitlines()[0]})") from None
+    except DataFormatError as exc:
+        raise DataError(str(exc)) from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read tasks ({exc.strerror or exc})") from None
+    if not tasks:
+        raise DataError(f"{path}: no tasks")
+    return tasks
+
+
+def rules_process_reward() -> Any:
+    """knowlyr-reward's rule layer as ``fn(trajectory) -> [step reward, ...]`` (one engine per domain)."""
+    try:
+        from agentreward import RewardEngine
+    except ImportError:
+        raise ConfigError(
+            "process_reward='rules' needs knowlyr-reward: pip install 'knowlyr-trainer[online]' "
+            "(or set process_reward to none)"
+        ) from None
+    engines: dict[str, Any] = {}
+
+    def score(trajectory: Trajectory) -> list[float]:
+        domain = trajectory.task.domain or "generic"
+        engine = engines.setdefault(domain, RewardEngine(domain=domain))
+        scored = engine.score(trajectory.model_dump(mode="json"))
+        return [float(step.get("reward") or 0.0) for step in scored["steps"]]
+
+    return score
+
+
+def resolve_process_reward(name: str) -> Any:
+    if name == "none":
+        return None
+    if name == "rules":
+        return rules_process_reward()
+    module, _, attr = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"process_reward={name!r}: cannot load it ({exc})") from None
+
+
+class OnlineRLTrainer:
+    """``OnlineRLTrainer(config).train()``; pass ``model``/``tokenizer`` to train a loaded model,
+    ``generator`` to sample with something other than the config's backend, ``process_reward``
+    for a custom ``fn(trajectory) -> [step rewards]``."""
+
+    def __init__(
+        self,
+        config: OnlineRLConfig,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        generator: Generator | None = None,
+        process_reward: Any = "config",
+    ) -> None:
+        c = config
+        if not c.env_id or not c.tasks_file:
+            raise ConfigError("online RL needs env_id and tasks_file")
+        self.config = c
+        self.accelerator = common.make_accelerator(c)
+        if self.accelerator.num_processes > 1:
+            raise ConfigError(
+                "online RL runs in one training process; scale generation out with generation_url instead"
+            )
+        self.tasks = load_tasks(c.tasks_file)
+        self.process_reward = resolve_process_reward(c.process_reward) if process_reward == "config" else process_reward
+        self.model, self.tokenizer = common.load_policy(c, model, tokenizer)
+        self.wrapped = common.HiddenStates(self.model)
+        hidden = common._base(self.model).config.hidden_size
+        self.value_head = nn.Linear(hidden, 1) if c.algorithm == "ppo" else None
+        if self.value_head is not None:
+            nn.init.zeros_(self.value_head.weight)
+            nn.init.zeros_(self.value_head.bias)
+        self.trainable = nn.ModuleDict({"policy": self.wrapped})
+        if self.value_head is not None:
+            self.trainable["value_head"] = self.value_head
+        # The reference of the KL: with LoRA the base under disabled adapters, else a frozen copy
+        # of the initial weights (taken before any checkpoint is loaded into the policy).
+        self.reference: common.HiddenStates | None = None
+        if c.kl_coef and not c.use_lora:
+            frozen = copy.deepcopy(self.model).eval()
+            frozen.requires_grad_(False)
+            self.reference = common.HiddenStates(frozen)
+        if generator is not None:
+            self.generator = generator
+        elif c.generation_url:
+            self.generator = ServerGenerator(
+                c.generation_url, c.served_model_name or c.model_name_or_path, push_weights=c.push_weights
+            )
+        else:
+            self.generator = LocalGenerator(self.model, self.tokenizer, batch_size=c.generation_batch_size)
+
+    # -- one iteration's pieces -----------------------------------------------------------
+
+    def iteration_tasks(self, iteration: int) -> list[TaskInfo]:
+        """The tasks of ``iteration``: consecutive slices of seeded permutations of the task list,
+        so every task is used once per pass."""
+        k, n = self.config.tasks_per_iteration, len(self.tasks)
+        picked = []
+        for position in range(iteration * k, (iteration + 1) * k):
+            epoch, offset = divmod(position, n)
+            order = list(range(n))
+            random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
+            picked.append(self.tasks[order[offset]])
+        return picked
+
+    def rollout(self, iteration: int) -> list[Rollout]:
+        c = self.config
+        torch.manual_seed(c.seed * 1_000_003 + iteration)  # sampling repeats on resume
+        return collect_rollouts(
+            c.env_id,
+            self.iteration_tasks(iteration),
+            self.generator,
+            self.tokenizer,
+            group_size=c.group_size,
+            env_kwargs=c.env_kwargs,
+            system_prompt=c.system_prompt,
+            include_tools=c.include_tools,
+            closing_tool=c.closing_tool,
+            max_turns=c.max_turns,
+            max_new_tokens=c.max_new_tokens,
+            max_episode_tokens=c.max_episode_tokens,
+            temperature=c.temperature,
+            top_p=c.top_p,
+            seed=c.seed * 1_000_003 + iteration * 10_000,
+            model_name=c.model_name_or_path,
+        )
+
+    def score(self, rollouts: list[Rollout]) -> None:
+        """Fill each valid rollout's process step rewards and total reward (and its trajectory's)."""
+        c = self.config
+        for r in rollouts:
+            if not r.valid or r.trajectory is None:
+                continue
+            n = len(r.step_spans)
+            steps = [0.0] * n
+            if self.process_reward is not None:
+                steps = [float(x) for x in self.process_reward(r.trajectory)][:n]
+                steps += [0.0] * (n - len(steps))
+            r.step_rewards = steps
+            r.reward = r.env_reward + c.process_reward_coef * (sum(steps) / n) - c.format_penalty * sum(r.format_errors)
+            recorded = [
+                s.model_copy(update={"reward": steps[j], "metadata": {**s.metadata, "env_reward": s.reward}})
+                for j, s in enumerate(r.trajectory.steps)
+            ]
+            r.trajectory = r.trajectory.model_copy(update={"steps": recorded, "reward": r.reward})
+
+    def token_advantages(self, rollouts: list[Rollout]) -> list[list[float]]:
+        """Per valid rollout, one advantage per sampled token (group baselines; PPO fills later)."""
+        c = self.config
+        by_group: dict[int, list[Rollout]] = {}
+        for r in rollouts:
+            by_group.setdefault(r.group, []).append(r)
+        advantage: dict[int, float] = {}
+        for members in by_group.values():
+            values = group_baseline_advantages(
+                [m.reward for m in members], [m.valid for m in members], algorithm=c.algorithm
+            )
+            for m, a in zip(members, values):
+                advantage[id(m)] = a
+        out = []
+        for r in rollouts:
+            if not r.valid:
+                continue
+            a = advantage[id(r)]
+            per_step = spread_over_steps(a, r.step_rewards) if c.step_level_advantage else [a] * len(r.step_spans)
+            out.append([per_step[j] for j, (s, e) in enumerate(r.step_spans) for _ in range(e - s)])
+        return out
+
+    def token_rewards(self, r: Rollout) -> list[float]:
+        """PPO's per-token rewards of a rollout: step terms on each step's last token, outcome at the end."""
+        c = self.config
+        rewards: list[float] = []
+        for j, (s, e) in enumerate(r.step_spans):
+            rewards += [0.0] * (e - s)
+            rewards[-1] += c.process_reward_coef * r.step_rewards[j] / len(r.step_spans)
+            rewards[-1] -= c.format_penalty * r.format_errors[j]
+        rewards[-1] += r.env_reward
+        return rewards
+
+    # -- model passes -----------------------------------------------------------------------
+
+    @staticmethod
+    def example(r: Rollout) -> Example:
+        labels = [t if s else IGNORE_INDEX for t, s in zip(r.token_ids, r.sampled)]
+        return Example(input_ids=list(r.token_ids), labels=labels, weights=[1.0] * len(r.token_ids))
+
+    def forward(
+        self, module: common.HiddenStates, examples: list[Example], *, values: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probs ``(S, L)`` of the sampled tokens, their mask, and values ``(S, L)``."""
+        batch = common.to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        with self.accelerator.autocast():
+            hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
+            weight, bias = module.lm_head()
+            logps, mask = chunked_token_logps(
+                hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
+            )
+        per_seq = common.unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
+        token_mask = common.unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
+        value = None
+        if values:
+            v = self.value_head(hidden[:, :-1].float()).squeeze(-1)  # (1, N-1): the state before each token
+            value = common.unpack_tokens(v, mask, batch["seq_ids"], len(examples))  # (S, L)
+        return per_seq, token_mask, value
+
+    @torch.no_grad()
+    def reference_logps(self, examples: list[Example]) -> list[torch.Tensor]:
+        out = []
+        for mb in self._micro_batches(examples):
+            if self.reference is not None:
+                logps, mask, _ = self.forward(self.reference, mb)
+            else:  # LoRA: the base model is the policy with its adapters switched off
+                with self.model.disable_adapter():
+                    logps, mask, _ = self.forward(self.wrapped, mb)
+            out += [logps[i, : int(mask[i].sum())].float() for i in range(len(mb))]
+        return out
+
+    @torch.no_grad()
+    def old_logps_and_values(self, examples: list[Example]) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        logps_out, values_out = [], []
+        for mb in self._micro_batches(examples):
+            logps, mask, values = self.forward(self.wrapped, mb, values=self.value_head is not None)
+            for i in range(len(mb)):
+                n = int(mask[i].sum())
+                logps_out.append(logps[i, :n].float())
+                values_out.append(None if values is None else values[i, :n].float())
+        return logps_out, values_out
+
+    def _micro_batches(self, items: list[Any]) -> list[list[Any]]:
+        size = self.config.batch_size
+        return [items[i : i + size] for i in range(0, len(items), size)]
+
+    # -- the update ------------------------------------------------------------------------
+
+    def update(
+        self, rollouts: list[Rollout], optimizer: Any, scheduler: Any, state: dict[str, Any]
+    ) -> dict[str, float]:
+        """``grpo_iterations`` optimizer steps on the valid rollouts; returns the update's metrics."""
+        c = self.config
+        valid = [r for r in rollouts if r.valid]
+        examples = [self.example(r) for r in valid]
+        sampling = [torch.tensor([lp for lp, s in zip(r.logprobs, r.sampled) if s]) for r in valid]
+        ref = self.reference_logps(examples) if c.kl_coef else None
+        old: list[torch.Tensor] | None = None
+        values_old: list[torch.Tensor | None] = [None] * len(valid)
+        if c.algorithm == "ppo" or c.grpo_iterations > 1:
+            old, values_old = self.old_logps_and_values(examples)
+        if c.algorithm == "ppo":
+            advantages, returns = self._ppo_targets(valid, values_old)
+        else:
+            advantages, returns = [torch.tensor(a) for a in self.token_advantages(rollouts)], None
+        total_tokens = sum(int(a.numel()) for a in advantages)
+        normalization = {"grpo": "sequence", "rloo": "sequence", "dr_grpo": "constant", "ppo": "token"}[c.algorithm]
+        num_items = total_tokens if normalization == "token" else len(valid)
+        params = [p for p in self.trainable.parameters() if p.requires_grad]
+        index = list(range(len(valid)))
+        sums: dict[str, float] = {}
+        mismatch_sum, mismatch_n = 0.0, 0
+        for epoch in range(c.grpo_iterations):
+            self.trainable.train()
+            step_loss = 0.0
+            for mb in self._micro_batches(index):
+                logps, mask, values = self.forward(self.wrapped, [examples[i] for i in mb], values=c.algorithm == "ppo")
+                adv = _pad([advantages[i] for i in mb], logps)
+                ref_t = None if ref is None else _pad([ref[i] for i in mb], logps)
+                old_t = logps.detach() if old is None else _pad([old[i] for i in mb], logps)
+                loss, metrics = grpo_loss(
+                    logps,
+                    old_t,
+                    ref_t,
+                    adv,
+                    mask,
+                    clip_eps=c.clip_eps,
+                    kl_coef=c.kl_coef,
+                    num_items=num_items,
+                    normalization=normalization,
+                    max_tokens=c.max_turns * c.max_new_tokens,
+                )
+                if values is not None and returns is not None:
+                    mb_tokens = float(mask.sum())
+                    vloss = value_loss(
+                        values,
+                        _pad([values_old[i] for i in mb], values),
+                        _pad([returns[i] for i in mb], values),
+                        mask,
+                        clip_range=c.clip_eps,
+                    )
+                    loss = loss + c.vf_coef * vloss * mb_tokens / total_tokens
+                    metrics["train/value_loss"] = float(vloss.detach())
+                self.accelerator.backward(loss)
+                step_loss += float(loss.detach())
+                weight = len(mb) / len(valid)
+                for key, v in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + v * weight / c.grpo_iterations
+                if epoch == 0:  # sampling-time vs training-time log-probs of the same tokens
+                    current = logps.detach().float()
+                    for row, i in enumerate(mb):
+                        n = sampling[i].numel()
+                        mismatch_sum += float((current[row, :n].cpu() - sampling[i]).abs().sum())
+                        mismatch_n += n
+            grad_norm = self.accelerator.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            state["optimizer_steps"] += 1
+            sums["loss/train"] = step_loss
+            if grad_norm is not None:
+                sums["train/grad_norm"] = float(grad_norm)
+        sums["train/logprob_mismatch"] = mismatch_sum / max(mismatch_n, 1)
+        sums["train/learning_rate"] = scheduler.get_last_lr()[0]
+        sums["train/tokens"] = float(sum(len(ex) for ex in examples) * c.grpo_iterations)
+        sums.pop("loss/grpo", None)
+        return sums
+
+    def _ppo_targets(
+        self, valid: list[Rollout], values_old: list[torch.Tensor | None]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """GAE advantages (whitened over all tokens of the batch) and returns per rollout."""
+        c = self.config
+        advantages, returns = [], []
+        for r, v in zip(valid, values_old):
+            rewards = torch.tensor(self.token_rewards(r))
+            a = gae(rewards, v, gamma=c.gamma, lam=c.gae_lambda)
+            advantages.append(a)
+            returns.append(a + v)
+        flat = torch.cat(advantages)
+        mean, std = flat.mean(), flat.std() if flat.numel() > 1 else torch.tensor(1.0)
+        return [(a - mean) / (std + 1e-8) for a in advantages], returns
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def train(self, *, stop_after: int | None = None) -> dict[str, Any]:
+        """Run the iterations (``stop_after`` stops early, as an interruption would; resume continues)."""
+        c, acc = self.config, self.accelerator
+        total_updates = c.num_iterations * c.grpo_iterations
+        optimizer, scheduler = common.make_optimizer_and_scheduler(self.trainable, c, total_updates)
+        self.trainable, optimizer = acc.prepare(self.trainable, optimizer)
+        state: dict[str, Any] = {"global_step": 0, "optimizer_steps": 0, "history": []}
+        resume = common.resolve_checkpoint(c)
+        if resume is not None:
+            state.update(common.load_checkpoint(resume, acc, self.trainable, optimizer, scheduler))
+            self.generator.weights_updated(self.model, path=self._push_weights(state["global_step"]))
+        logger = MetricsLogger(
+            c.output_dir, c.report_to, run_name=c.run_name or Path(c.output_dir).name, config=c.to_dict(), enabled=True
+        )
+        bar = tqdm(total=c.num_iterations, initial=state["global_step"], desc=f"online {c.algorithm}",
+                   disable=not c.progress_bar)  # fmt: skip
+        started = time.perf_counter()
+        try:
+            for iteration in range(state["global_step"], c.num_iterations):
+                if stop_after is not None and iteration >= stop_after:
+                    break
+                if 0 < c.max_steps <= state["optimizer_steps"]:
+                    break
+                metrics = self.run_iteration(iteration, optimizer, scheduler, state)
+                state["global_step"] = iteration + 1  # checkpoints are numbered by iteration
+                state["history"].append({"iteration": iteration + 1, **metrics})
+                logger.log(metrics, iteration + 1)
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{metrics['rollout/reward_mean']:.3f}",
+                    success=f"{metrics['rollout/success_rate']:.0%}",
+                    kl=f"{metrics.get('train/kl', 0.0):.4f}",
+                    masked=int(metrics["rollout/masked_episodes"]),
+                )
+                if c.save_steps and state["global_step"] % c.save_steps == 0:
+                    common.save_checkpoint(acc, self.trainable, optimizer, scheduler, c, state)
+        finally:
+            bar.close()
+            logger.close()
+        final_dir = self.save_model(Path(c.output_dir) / "final")
+        history = state["history"]
+        seconds = [h["rollout/seconds"] + h.get("train/seconds", 0.0) for h in history]
+        return {
+            "output_dir": str(final_dir),
+            "iterations": state["global_step"],
+            "optimizer_steps": state["optimizer_steps"],
+            "reward_curve": [round(h["rollout/reward_mean"], 4) for h in history],
+            "success_curve": [round(h["rollout/success_rate"], 4) for h in history],
+            "seconds_per_iteration": round(sum(seconds) / len(seconds), 2) if seconds else None,
+            "masked_episodes": int(sum(h["rollout/masked_episodes"] for h in history)),
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+
+    def run_iteration(self, iteration: int, optimizer: Any, scheduler: Any, state: dict[str, Any]) -> dict[str, float]:
+        c = self.config
+        t0 = time.perf_counter()
+        rollouts = self.rollout(iteration)
+        rollout_seconds = time.perf_counter() - t0
+        self.score(rollouts)
+        valid = [r for r in rollouts if r.valid]
+        metrics = rollout_metrics(rollouts, rollout_seconds)
+        recorded = [r.trajectory for r in valid if r.trajectory is not None]
+        if recorded:
+            path = Path(c.output_dir) / "rollouts" / f"iteration-{iteration + 1:05d}.jsonl"
+            path.unlink(missing_ok=True)  # a resumed run rewrites the iteration it repeats
+            write_trajectories(path, recorded)
+        if not valid:
+            return metrics  # every episode failed for infrastructure reasons: nothing to learn from
+        t1 = time.perf_counter()
+        metrics.update(self.update(rollouts, optimizer, scheduler, state))
+        self.generator.weights_updated(self.model, path=self._push_weights(iteration + 1))
+        metrics["train/seconds"] = time.perf_counter() - t1
+        metrics["train/tokens_per_second"] = metrics["train/tokens"] / max(metrics["train/seconds"], 1e-9)
+        return metrics
+
+    def _push_weights(self, iteration: int) -> str | None:
+        """Save the current weights where a generation server can load them (None when local)."""
+        if not isinstance(self.generator, ServerGenerator) or self.config.push_weights == "none":
+            return None
+        from agenttrainer.models import save_model
+
+        path = Path(self.config.output_dir) / "push" / f"iteration-{iteration:05d}"
+        save_model(self.model, self.tokenizer, path, merge_lora=self.config.push_weights != "vllm-lora")
+        return str(path.resolve())
+
+    def save_model(self, path: str | Path) -> Path:
+        from agenttrainer.models import save_model
+
+        save_model(self.model, self.tokenizer, path)
+        if self.value_head is not None:
+            torch.save(self.value_head.state_dict(), Path(path) / "value_head.pt")
+        return Path(path)
+
+
+def rollout_metrics(rollouts: list[Rollout], seconds: float) -> dict[str, float]:
+    """What an iteration's episodes did: reward, success, format errors, masked episodes, speed."""
+    valid = [r for r in rollouts if r.valid]
+    n = max(len(valid), 1)
+    sampled = sum(r.sampled_tokens for r in valid)
+    entropies = [e for r in valid for e in r.entropies]
+    with_outcome = [r for r in valid if r.success is not None]
+    metrics = {
+        "rollout/reward_mean": sum(r.reward for r in valid) / n,
+        "rollout/env_reward_mean": sum(r.env_reward for r in valid) / n,
+        "rollout/step_reward_mean": sum(sum(r.step_rewards) / max(len(r.step_rewards), 1) for r in valid) / n,
+        "rollout/success_rate": sum(bool(r.success) for r in with_outcome) / max(len(with_outcome), 1),
+        "rollout/format_errors": float(sum(sum(r.format_errors) for r in valid)),
+        "rollout/masked_episodes": float(len(rollouts) - len(valid)),
+        "rollout/episodes": float(len(rollouts)),
+        "rollout/turns_mean": sum(len(r.step_spans) for r in valid) / n,
+        "rollout/sampled_tokens": float(sampled),
+        "rollout/seconds": seconds,
+        "rollout/tokens_per_second": sampled / max(seconds, 1e-9),
+    }
+    if entropies:
+        metrics["rollout/entropy"] = sum(entropies) / len(entropies)
+    return metrics
+
+
+def _pad(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Right-pad per-sequence rows to ``like``'s ``(S, L)`` shape, on its device."""
+    out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
+    for i, row in enumerate(rows):
+        out[i, : row.numel()] = row.to(like.device)
+    return out
