@@ -16,7 +16,15 @@ generated tokens of every answer (padding excluded). Throughput is reported per 
 per CPU second of this process (the latter is steadier when other jobs share the machine; on a
 shared machine run with ``OMP_NUM_THREADS=1``, as more threads than free cores stall on each other).
 
-    python bench/rollout.py [--episodes 32] [--batch-size 32] [--max-new-tokens 64] [--max-steps 6]
+Then ``--online-iterations`` iterations of online RL (``OnlineRLTrainer``, GRPO, group size 4,
+the same tasks and budgets, sampled at temperature 1) split each iteration's time into rollout
+(batched generation + environment steps) and training (reference pass, forward/backward,
+optimizer step), with tokens/s for each: where an online iteration's time goes on this machine.
+Every group is trained on (``skip_uniform_groups`` off) so the training side is measured even
+when the base model solves nothing.
+
+    python bench/rollout.py [--episodes 32] [--batch-size 32] [--max-new-tokens 64] [--max-steps 6] \
+        [--online-iterations 2] [--online-model smollm2-135m]
 
 Prints one JSON line.
 """
@@ -26,15 +34,19 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from agentsandbox.suites import get_suite
 from agenttrainer.batch_policy import LocalBatchPolicy
+from agenttrainer.config import OnlineRLConfig
 from agenttrainer.inference import AgentInference
 from agenttrainer.models import load_model_and_tokenizer
-from knowlyrcore import get_domain_profile, make
+from agenttrainer.online import OnlineRLTrainer
+from knowlyrcore import get_domain_profile, make, write_jsonl
 from trajectoryhub import collect, collect_batched
 
 MODEL = "smollm2-135m"
@@ -88,6 +100,35 @@ def actions_of(trajectory) -> list:
     return [(s.thought, s.tool_call.name, s.tool_call.parameters, s.observation.output) for s in trajectory.steps]
 
 
+def online_iterations(suite, tasks, args) -> dict:
+    """Time ``args.online_iterations`` online RL iterations: rollout vs training, tokens/s of each."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_jsonl(Path(tmp) / "tasks.jsonl", tasks)
+        config = OnlineRLConfig(
+            model_name_or_path=args.online_model, env_id=suite.env_id, env_kwargs=suite.env_kwargs or None,
+            tasks_file=str(Path(tmp) / "tasks.jsonl"), output_dir=str(Path(tmp) / "rl"),
+            system_prompt=suite.system_prompt, group_size=4, tasks_per_iteration=max(len(tasks) // 4, 1),
+            num_iterations=args.online_iterations, max_turns=args.max_steps, max_new_tokens=args.max_new_tokens,
+            learning_rate=1e-6, warmup_ratio=0.0, lr_scheduler="constant", batch_size=4,
+            skip_uniform_groups=False, progress_bar=False,
+        )  # fmt: skip
+        trainer = OnlineRLTrainer(config)
+        trainer.train()
+        history = [json.loads(line) for line in (Path(tmp) / "rl" / "metrics.jsonl").read_text().splitlines()]
+    rollout_s = sum(h["rollout/seconds"] for h in history)
+    train_s = sum(h.get("train/seconds", 0.0) for h in history)
+    return {
+        "model": args.online_model, "iterations": len(history), "episodes_per_iteration": int(history[0]["rollout/episodes"]),
+        "seconds_per_iteration": round((rollout_s + train_s) / len(history), 1),
+        "rollout_seconds_per_iteration": round(rollout_s / len(history), 1),
+        "train_seconds_per_iteration": round(train_s / len(history), 1),
+        "rollout_share": round(rollout_s / (rollout_s + train_s), 3),
+        "rollout_tokens_per_s": round(sum(h["rollout/sampled_tokens"] for h in history) / rollout_s, 1),
+        "train_tokens_per_s": round(sum(h.get("train/tokens", 0.0) for h in history) / max(train_s, 1e-9), 1),
+        "logprob_mismatch": round(sum(h.get("train/logprob_mismatch", 0.0) for h in history) / len(history), 5),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=32)
@@ -95,6 +136,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--online-iterations", type=int, default=2, help="online RL iterations to time (0 skips)")
+    parser.add_argument(
+        "--online-model", default=MODEL, help="policy of the online iterations (e.g. an SFT checkpoint)"
+    )
     args = parser.parse_args()
 
     suite = get_suite("retail")
@@ -138,6 +183,7 @@ def main() -> None:
         "identical_trajectories": {"batched_vs_agents": same(by_batch, by_agents),
                                    "batched_vs_batch_size_1": same(by_batch, by_one)},
         "target_speedup": 3.0, "meets_target": speedup >= 3.0,
+        "online_iteration": online_iterations(suite, tasks, args) if args.online_iterations > 0 else None,
     }))  # fmt: skip
 
 

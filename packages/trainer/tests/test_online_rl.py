@@ -393,3 +393,82 @@ def test_config_errors_are_clear(tmp_path):
 
     with pytest.raises(DataError, match=r"bad.jsonl:2"):
         load_tasks(bad)
+
+
+class Constant(Countdown):
+    """Every episode scores the same: groups carry no policy-gradient signal."""
+
+    def step(self, action):
+        self.left -= 1
+        return TimeStep(observation="ok", reward=1.0, terminated=self.left <= 0, info={"success": True})
+
+
+def test_groups_that_all_scored_the_same_are_left_out_of_the_update(tiny, tmp_path):
+    model, tokenizer = tiny
+    register("test/constant", Constant)
+    try:
+        tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
+        trainer = OnlineRLTrainer(config(tmp_path, tasks_file, env_id="test/constant", num_iterations=1),
+                                  model=model, tokenizer=tokenizer)  # fmt: skip
+        result = trainer.train()
+        log = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
+        assert result["optimizer_steps"] == 0 and log["train/uniform_group_episodes"] == 6
+        assert log["rollout/reward_mean"] == 2.0 and log["rollout/success_rate"] == 1.0
+    finally:
+        unregister("test/constant")
+
+
+def test_cli_runs_online_rl(tiny_path, tmp_path):
+    from click.testing import CliRunner
+
+    from agenttrainer.cli import main
+
+    tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "system_prompt": SYSTEM}}])
+    args = ["grpo", "--online", "--env", "test/countdown", "--tasks", tasks_file, "--model", tiny_path,
+            "--output-dir", str(tmp_path / "out"), "--num-iterations", "2", "--group-size", "2",
+            "--tasks-per-iteration", "1", "--max-new-tokens", "4", "--max-turns", "3", "--no-bf16",
+            "--process-reward", "none", "--learning-rate", "1e-3", "--no-progress-bar"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["iterations"] == 2 and len(summary["reward_curve"]) == 2
+    assert (tmp_path / "out" / "final" / "model.safetensors").is_file()
+    first = json.loads((tmp_path / "out" / "rollouts" / "iteration-00001.jsonl").read_text().splitlines()[0])
+    assert first["steps"][0]["token_ids"] and len(first["steps"][0]["logprobs"]) == len(first["steps"][0]["token_ids"])
+    # online-only options without --online, and --online without an environment, are refused clearly
+    refused = CliRunner().invoke(main, ["grpo", "--train-file", tasks_file, "--env", "test/countdown"])
+    assert refused.exit_code == 2 and "add --online" in refused.output
+    refused = CliRunner().invoke(main, ["grpo", "--online", "--tasks", tasks_file])
+    assert refused.exit_code == 2 and "--online needs --env" in refused.output
+    missing = CliRunner().invoke(
+        main, ["grpo", "--online", "--env", "test/countdown", "--tasks", str(tmp_path / "no.jsonl")]
+    )
+    assert missing.exit_code == 1 and "no.jsonl" in missing.output
+
+
+@pytest.mark.integration
+def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_path):
+    """Rollouts sampled by `knowlyr-trainer serve` (token ids + log-probs over HTTP); after the
+    update the server answers with the trained weights."""
+    from agenttrainer.serving.background import ServerProcess
+
+    tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}, {"metadata": {"n": 3}}])
+    with ServerProcess(tiny_path, "--allow-weight-updates") as server:
+        c = config(tmp_path, tasks_file, model_name_or_path=tiny_path, generation_url=server.base_url,
+                   served_model_name=server.model_name, num_iterations=1, kl_coef=0.1)  # fmt: skip
+        trainer = OnlineRLTrainer(c)
+        assert isinstance(trainer.generator, ServerGenerator)
+        rollouts = trainer.rollout(0)
+        assert all(r.valid for r in rollouts) and sum(len(r.step_spans) for r in rollouts) >= 5
+        # the server's log-probs are the training model's on the same ids
+        logps, mask, _ = trainer.forward(trainer.wrapped, [trainer.example(r) for r in rollouts])
+        for i, r in enumerate(rollouts):
+            sampled = torch.tensor([lp for lp, s in zip(r.logprobs, r.sampled) if s])
+            assert torch.allclose(logps[i, : int(mask[i].sum())].float(), sampled, atol=1e-4)
+        result = trainer.train()
+        assert result["optimizer_steps"] == 1
+        prompt = [trainer.tokenizer("Count down from 3.", add_special_tokens=False)["input_ids"]]
+        served = trainer.generator.generate(prompt, max_new_tokens=6, temperature=0.0)[0]
+        local = LocalGenerator(trainer.model, trainer.tokenizer).generate(prompt, max_new_tokens=6, temperature=0.0)[0]
+        assert served.token_ids == local.token_ids
+        assert served.logprobs == pytest.approx(local.logprobs, abs=1e-4)

@@ -363,6 +363,10 @@ class OnlineRLConfig(GRPOConfig):
     format_penalty: float = field(
         default=0.1, metadata={"help": "Subtracted from a trajectory's reward per malformed tool call."}
     )
+    skip_uniform_groups: bool = field(
+        default=True,
+        metadata={"help": "Leave groups whose episodes all scored the same out of the update (no signal; saves compute)."},
+    )
     generation_url: str | None = field(
         default=None,
         metadata={

@@ -310,6 +310,16 @@ class OnlineRLTrainer:
         """``grpo_iterations`` optimizer steps on the valid rollouts; returns the update's metrics."""
         c = self.config
         valid = [r for r in rollouts if r.valid]
+        group_advantages: list[list[float]] = []
+        uniform = 0
+        if c.algorithm != "ppo":
+            group_advantages = self.token_advantages(rollouts)
+            if c.skip_uniform_groups:  # no policy-gradient signal: spare their forward and backward
+                keep = [k for k, a in enumerate(group_advantages) if any(x != 0.0 for x in a)]
+                uniform = len(valid) - len(keep)
+                valid, group_advantages = [valid[k] for k in keep], [group_advantages[k] for k in keep]
+            if not valid:
+                return {"train/uniform_group_episodes": float(uniform)}
         examples = [self.example(r) for r in valid]
         sampling = [torch.tensor([lp for lp, s in zip(r.logprobs, r.sampled) if s]) for r in valid]
         ref = self.reference_logps(examples) if c.kl_coef else None
@@ -320,7 +330,7 @@ class OnlineRLTrainer:
         if c.algorithm == "ppo":
             advantages, returns = self._ppo_targets(valid, values_old)
         else:
-            advantages, returns = [torch.tensor(a) for a in self.token_advantages(rollouts)], None
+            advantages, returns = [torch.tensor(a) for a in group_advantages], None
         total_tokens = sum(int(a.numel()) for a in advantages)
         normalization = {"grpo": "sequence", "rloo": "sequence", "dr_grpo": "constant", "ppo": "token"}[c.algorithm]
         num_items = total_tokens if normalization == "token" else len(valid)
@@ -378,6 +388,8 @@ class OnlineRLTrainer:
             sums["loss/train"] = step_loss
             if grad_norm is not None:
                 sums["train/grad_norm"] = float(grad_norm)
+        sums["train/uniform_group_episodes"] = float(uniform)
+        sums["train/episodes"] = float(len(valid))
         sums["train/logprob_mismatch"] = mismatch_sum / max(mismatch_n, 1)
         sums["train/learning_rate"] = scheduler.get_last_lr()[0]
         sums["train/tokens"] = float(sum(len(ex) for ex in examples) * c.grpo_iterations)
@@ -470,10 +482,13 @@ class OnlineRLTrainer:
         if not valid:
             return metrics  # every episode failed for infrastructure reasons: nothing to learn from
         t1 = time.perf_counter()
+        steps_before = state["optimizer_steps"]
         metrics.update(self.update(rollouts, optimizer, scheduler, state))
-        self.generator.weights_updated(self.model, path=self._push_weights(iteration + 1))
+        if state["optimizer_steps"] > steps_before:
+            self.generator.weights_updated(self.model, path=self._push_weights(iteration + 1))
         metrics["train/seconds"] = time.perf_counter() - t1
-        metrics["train/tokens_per_second"] = metrics["train/tokens"] / max(metrics["train/seconds"], 1e-9)
+        if "train/tokens" in metrics:
+            metrics["train/tokens_per_second"] = metrics["train/tokens"] / max(metrics["train/seconds"], 1e-9)
         return metrics
 
     def _push_weights(self, iteration: int) -> str | None:
