@@ -156,12 +156,13 @@ def train_sft(model: str, root: Path, args) -> tuple[str, list[tuple[int, float]
 
 
 def train_online_rl(checkpoint: str, suite: TaskSuite, root: Path, args) -> tuple[str, dict[str, Any]]:
-    """GRPO in the live environment from the SFT checkpoint, on the train tasks."""
+    """GRPO in the live environment from the SFT checkpoint: every iteration plays each task of
+    the RL pool ``group_size`` times, so the training reward curve compares the same tasks."""
     out = root / "rl"
     shutil.rmtree(out, ignore_errors=True)
     config = OnlineRLConfig(
         model_name_or_path=checkpoint, env_id=suite.env_id, env_kwargs=suite.env_kwargs or None,
-        tasks_file=str(root / "tasks" / "train.jsonl"), output_dir=str(out), system_prompt=suite.system_prompt,
+        tasks_file=str(root / "tasks" / "rl.jsonl"), output_dir=str(out), system_prompt=suite.system_prompt,
         include_tools=False, algorithm=args.rl_algorithm, group_size=args.rl_group_size,
         tasks_per_iteration=args.rl_tasks, num_iterations=args.rl_iterations, max_turns=suite.max_steps,
         max_new_tokens=args.max_new_tokens, max_episode_tokens=2048, learning_rate=args.rl_lr,
@@ -189,13 +190,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT peak learning rate")
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters instead of all weights")
+    parser.add_argument("--sft-checkpoint", default=None,
+                        help="skip SFT and use this checkpoint (e.g. runs/demo/sft/final of an earlier run)")  # fmt: skip
     parser.add_argument("--no-bf16", dest="bf16", action="store_false", help="train and generate in fp32")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model turn")
     parser.add_argument("--eval-batch", type=int, default=None, help="generation batch size (default: all episodes)")
     parser.add_argument("--rl-iterations", type=int, default=8, help="online RL iterations after SFT (0 skips)")
-    parser.add_argument("--rl-tasks", type=int, default=6, help="train tasks per online RL iteration")
+    parser.add_argument("--rl-tasks", type=int, default=8,
+                        help="online RL task pool: fresh train-split tasks, all of them in every iteration")  # fmt: skip
     parser.add_argument("--rl-group-size", type=int, default=4, help="episodes per task per iteration")
-    parser.add_argument("--rl-lr", type=float, default=1e-5, help="online RL learning rate")
+    parser.add_argument("--rl-lr", type=float, default=3e-5, help="online RL learning rate")
     parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo, rloo or ppo")
     args = parser.parse_args(argv)
 
@@ -207,6 +211,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     section(f"1. tasks from the {suite.name!r} suite ({suite.env_id})")
     counts = {"train": args.train_tasks, "test": args.test_tasks, "test-unseen": args.unseen_tasks}
     tasks = write_tasks(suite, root, counts, args.seed)
+    if args.rl_iterations > 0:  # train-split tasks SFT never saw (another seed), for online RL
+        write_jsonl(root / "tasks" / "rl.jsonl", suite.generate("train", args.rl_tasks, args.seed + 1000))
     print(", ".join(f"{split}: {len(ts)}" for split, ts in tasks.items()), f"-> {root / 'tasks'}")
 
     section("2. expert rollouts, process reward, SFT/DPO export")
@@ -216,8 +222,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     section(f"3. evaluate {args.model} as shipped")
     stages, by_stage = evaluate(args.model, "base", suite, eval_tasks, root, args)
 
-    section("4. SFT on the expert data")
-    checkpoint, curve = train_sft(args.model, root, args)
+    if args.sft_checkpoint:
+        section(f"4. SFT skipped: using {args.sft_checkpoint}")
+        checkpoint, curve = args.sft_checkpoint, []
+    else:
+        section("4. SFT on the expert data")
+        checkpoint, curve = train_sft(args.model, root, args)
 
     section("5. evaluate the SFT checkpoint")
     sft_stages, sft_runs = evaluate(checkpoint, "sft", suite, eval_tasks, root, args)

@@ -118,9 +118,11 @@ def test_batched_greedy_equals_one_at_a_time(random_engine):
 
 def test_the_shared_prefix_is_the_system_turn_with_the_tools(random_engine):
     policy = LocalBatchPolicy(random_engine, system_prompt="You are terse.", tools=[WEATHER])
-    prefix_ids, prefix_kv = policy._shared_prefix()
-    text = random_engine.tokenizer.decode(prefix_ids)
-    assert text.startswith("<|im_start|>system\nYou are terse.") and text.endswith("<|im_start|>user\n")
+    chats = [[{"role": "system", "content": "You are terse."}, *chat] for chat in CHATS]
+    policy.generate_batch(chats)
+    prefix_ids, prefix_kv = policy.generator._prefix
+    text = random_engine.tokenizer.decode(list(prefix_ids))
+    assert text.startswith("<|im_start|>system\nYou are terse.") and "<|im_start|>user\n" in text
     assert '"name": "get_weather"' in text
     assert len(prefix_kv) == random_engine.model.config.num_hidden_layers
     assert prefix_kv[0][0].shape[-2] == len(prefix_ids)  # (1, H_kv, P, D)

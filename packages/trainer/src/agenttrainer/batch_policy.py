@@ -9,13 +9,15 @@ canonically. Answers become actions by the parser every knowlyr policy shares
 (``knowlyrcore.tool_parsing.parse_reply``), a reply without a tool call becoming the closing
 tool (``fallback_tool``, else ``respond`` or the first of ``finish``/``submit``/``respond``
 among the tools). What changes is the generation: every live episode's prompt is rendered
-with the chat template, the prompts are LEFT-padded into one batch with an attention mask, and
-``model.generate`` runs once for the batch (in chunks of ``batch_size`` when set).
+with the chat template and ``agenttrainer.generation.LocalGenerator`` answers them all at once:
+the prompts are LEFT-padded into one batch with an attention mask and ``model.generate`` runs
+once for the batch (in chunks of ``batch_size`` when set).
 
 Every episode's prompt opens with the same tokens: the system turn with the tool schemas, ~1,000
-tokens for a real tool set, often more than the task and history after it. Their keys and values
-are computed once per ``reset_batch`` and copied into each batch's (static, preallocated) KV
-cache, so only the rest of each prompt is prefilled. A batch row is thus ``[shared prefix | pads | rest]``.
+tokens for a real tool set, often more than the task and history after it. The generator finds
+the prompts' common prefix, computes its keys and values once (until ``reset_batch``, as the
+weights may have been trained since) and copies them into each batch's static KV cache, so only
+the rest of each prompt is prefilled. A batch row is thus ``[shared prefix | pads | rest]``.
 
 Padding keeps batched decoding exact: the attention mask hides the pads as keys, and transformers
 derives position ids from the mask (``cumsum(mask) - 1``), so every row sees the positions, keys
@@ -39,8 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
+from agenttrainer.generation import LocalGenerator
 from agenttrainer.inference import Agent, AgentInference, Completion, answer_style, observation_message, tool_schemas
 from knowlyrcore.tool_parsing import parse_reply
 
@@ -73,7 +74,7 @@ class LocalBatchPolicy:
         self.fallback_tool = fallback_tool
         self.messages: list[list[Message]] = []
         self._last_styles: list[str | None] = []  # per episode: style of the last answer, None before any
-        self._prefix: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._generator: LocalGenerator | None = None
 
     @classmethod
     def from_pretrained(
@@ -98,7 +99,8 @@ class LocalBatchPolicy:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         self.messages = [list(system) for _ in tasks]
         self._last_styles = [None] * len(tasks)
-        self._prefix = None  # recomputed on first use: the weights may have been trained since
+        if self._generator is not None:
+            self._generator.weights_updated()  # cached prefix keys/values: the weights may have been trained since
 
     def act_batch(self, observations: Sequence[Any | None]) -> list[dict[str, Any] | None]:
         """One action per episode (``None`` where the observation is ``None``: that episode ended)."""
@@ -115,75 +117,31 @@ class LocalBatchPolicy:
 
     # -- generation -------------------------------------------------------------------------
 
+    @property
+    def generator(self) -> LocalGenerator:
+        """Batched generation with the engine's model (built on first use)."""
+        if self._generator is None:
+            self._generator = LocalGenerator(
+                self.engine.model, self.engine.tokenizer, batch_size=self.batch_size, logprobs=False
+            )
+        return self._generator
+
     def generate_batch(self, chats: Sequence[list[Message]]) -> list[Completion]:
         """One assistant answer per chat (as ``AgentInference.complete`` would give, batched)."""
-        prompts = [self.engine.encode(chat, self.tools)[0] for chat in chats]  # each (T_i,)
-        # Longest first: chunks then hold prompts of similar length, so little of them is padding.
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
-        size = self.batch_size or max(len(order), 1)
-        completions: list[Completion | None] = [None] * len(prompts)
-        for start in range(0, len(order), size):
-            chunk = order[start : start + size]
-            for i, completion in zip(chunk, self._generate([prompts[i] for i in chunk])):
-                completions[i] = completion
-        return completions  # type: ignore[return-value]  # every slot was filled above
-
-    def _generate(self, prompts: list[torch.Tensor]) -> list[Completion]:
-        """One ``generate`` call for ``prompts``; each row is ``[shared prefix | left pads | rest]``."""
-        engine, tokenizer = self.engine, self.engine.tokenizer
-        prefix_ids, prefix_kv = self._shared_prefix()
-        shared = len(prefix_ids)
-        if not all(len(p) > shared and torch.equal(p[:shared], prefix_ids) for p in prompts):
-            shared = 0  # a chat that does not open with this policy's system turn (direct generate_batch use)
-        rests = [p[shared:] for p in prompts]
-        width = shared + max(len(r) for r in rests)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else engine.end_token_ids[0]
-        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=prompts[0].device)  # (B, T)
-        attention_mask = torch.zeros_like(input_ids)  # (B, T)
-        input_ids[:, :shared] = prefix_ids[:shared]
-        attention_mask[:, :shared] = 1
-        for row, rest in enumerate(rests):
-            input_ids[row, width - len(rest) :] = rest
-            attention_mask[row, width - len(rest) :] = 1
-        kwargs = engine._generate_kwargs(input_ids, None, None, None, None)
-        kwargs["attention_mask"] = attention_mask
-        if shared:
-            kwargs["past_key_values"] = _prefilled_cache(
-                engine.model, prefix_kv, batch=len(prompts), max_len=width + kwargs["max_new_tokens"]
+        engine = self.engine
+        prompts = [engine.encode(chat, self.tools)[0].tolist() for chat in chats]
+        samples = self.generator.generate(
+            prompts, max_new_tokens=engine.max_new_tokens, temperature=engine.temperature, top_p=engine.top_p
+        )
+        return [
+            Completion(
+                engine.tokenizer.decode(sample.token_ids, skip_special_tokens=True),
+                len(prompt),
+                len(sample.token_ids),
+                "stop" if sample.finish_reason == "stop" or len(sample.token_ids) < engine.max_new_tokens else "length",
             )
-        with torch.no_grad():
-            output = engine.model.generate(**kwargs)  # (B, T + new)
-        completions = []
-        for prompt, row in zip(prompts, output[:, width:].tolist()):
-            new_ids = _through_first_end(row, engine.end_token_ids)  # rows that ended early are padded after
-            text = tokenizer.decode(new_ids, skip_special_tokens=True)
-            ended = bool(new_ids) and new_ids[-1] in engine.end_token_ids
-            finish = "stop" if ended or len(new_ids) < kwargs["max_new_tokens"] else "length"
-            completions.append(Completion(text, len(prompt), len(new_ids), finish))
-        return completions
-
-    def _shared_prefix(self) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """The prompt tokens every episode starts with (system turn and tool schemas, up to the first
-        user message) and their per-layer keys/values ``(1, H_kv, P, D)``; computed once per
-        ``reset_batch`` (weights are assumed fixed while episodes run).
-
-        Found by rendering two chats that differ only in the user's text and keeping their common
-        token prefix, so it holds for any chat template.
-        """
-        if self._prefix is None:
-            system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-            a, b = (self.engine.encode([*system, {"role": "user", "content": probe}], self.tools)[0] for probe in "AB")
-            shared = next((i for i, (x, y) in enumerate(zip(a.tolist(), b.tolist())) if x != y), 0)
-            prefix_ids, prefix_kv = a[:shared], []
-            if shared:
-                from transformers import DynamicCache
-
-                cache = DynamicCache(config=self.engine.model.config)
-                with torch.no_grad():
-                    self.engine.model(prefix_ids[None], past_key_values=cache, use_cache=True)
-                prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
-            self._prefix = (prefix_ids, prefix_kv)
-        return self._prefix
+            for prompt, sample in zip(prompts, samples)
+        ]
 
     # -- conversation bookkeeping (as inference.Agent) -----------------------------------------
 
@@ -197,27 +155,3 @@ class LocalBatchPolicy:
         self._last_styles[i] = style
         usage = {"prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens}
         return {**reply.action, "usage": usage}
-
-
-def _prefilled_cache(
-    model: Any, prefix_kv: list[tuple[torch.Tensor, torch.Tensor]], *, batch: int, max_len: int
-) -> Any:
-    """A KV cache for ``batch`` rows of ``max_len`` tokens that already holds the shared prefix.
-
-    Static (preallocated, written in place): a dynamic cache concatenates its whole content at every
-    decoding step, which costs more than the step itself once every row carries a long prefix.
-    """
-    from transformers import StaticCache
-
-    cache = StaticCache(config=model.config, max_cache_len=max_len)
-    for layer, (keys, values) in enumerate(prefix_kv):
-        cache.update(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1), layer)
-    return cache
-
-
-def _through_first_end(ids: list[int], end_ids: list[int]) -> list[int]:
-    """``ids`` up to and including the first end-of-turn token (what one-at-a-time decoding returns)."""
-    for position, token in enumerate(ids):
-        if token in end_ids:
-            return ids[: position + 1]
-    return ids

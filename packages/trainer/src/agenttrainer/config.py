@@ -365,7 +365,9 @@ class OnlineRLConfig(GRPOConfig):
     )
     skip_uniform_groups: bool = field(
         default=True,
-        metadata={"help": "Leave groups whose episodes all scored the same out of the update (no signal; saves compute)."},
+        metadata={
+            "help": "Leave groups whose episodes all scored the same out of the update (no signal; saves compute)."
+        },
     )
     generation_url: str | None = field(
         default=None,

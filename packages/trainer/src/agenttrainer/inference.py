@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from agenttrainer.generation import end_token_ids
 from agenttrainer.models import load_model_and_tokenizer
 from knowlyrcore.recording import observation_text
 from knowlyrcore.tool_parsing import parse_reply
@@ -95,8 +96,7 @@ class AgentInference:
         self.temperature = temperature
         self.top_p = top_p
         # End generation at the end of the assistant turn as well as at the tokenizer's EOS.
-        end_ids = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
-        self.end_token_ids = sorted(i for i in end_ids if isinstance(i, int) and i != tokenizer.unk_token_id)
+        self.end_token_ids = end_token_ids(tokenizer)
 
     @classmethod
     def from_pretrained(cls, path_or_alias: str, *, torch_dtype: Any = None, **gen_kwargs: Any) -> AgentInference:
