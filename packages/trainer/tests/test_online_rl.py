@@ -447,15 +447,20 @@ def test_cli_runs_online_rl(tiny_path, tmp_path):
 
 
 @pytest.mark.integration
-def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_path):
+@pytest.mark.parametrize("use_lora", [False, True], ids=["full", "lora"])
+def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_path, use_lora):
     """Rollouts sampled by `knowlyr-trainer serve` (token ids + log-probs over HTTP); after the
-    update the server answers with the trained weights."""
+    update the server answers with the trained weights (the whole model, or just the adapter)."""
     from agenttrainer.serving.background import ServerProcess
+
+    if use_lora:
+        pytest.importorskip("peft")
 
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}, {"metadata": {"n": 3}}])
     with ServerProcess(tiny_path, "--allow-weight-updates") as server:
         c = config(tmp_path, tasks_file, model_name_or_path=tiny_path, generation_url=server.base_url,
-                   served_model_name=server.model_name, num_iterations=1, kl_coef=0.1)  # fmt: skip
+                   served_model_name=server.model_name, num_iterations=1, kl_coef=0.1, use_lora=use_lora,
+                   lora_preset="minimal", learning_rate=5e-2 if use_lora else 1e-2)  # fmt: skip
         trainer = OnlineRLTrainer(c)
         assert isinstance(trainer.generator, ServerGenerator)
         rollouts = trainer.rollout(0)
@@ -472,3 +477,10 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
         local = LocalGenerator(trainer.model, trainer.tokenizer).generate(prompt, max_new_tokens=6, temperature=0.0)[0]
         assert served.token_ids == local.token_ids
         assert served.logprobs == pytest.approx(local.logprobs, abs=1e-4)
+        from agenttrainer.models import load_model_and_tokenizer
+
+        base_model, _ = load_model_and_tokenizer(tiny_path)
+        base = LocalGenerator(base_model, trainer.tokenizer).generate(prompt, max_new_tokens=6, temperature=0.0)[0]
+        assert max(abs(a - b) for a, b in zip(base.logprobs, local.logprobs)) > 1e-3  # training changed the answer
+        pushed = tmp_path / "out" / "push" / "iteration-00001"
+        assert (pushed / ("adapter_config.json" if use_lora else "model.safetensors")).is_file()

@@ -498,7 +498,7 @@ class OnlineRLTrainer:
         from agenttrainer.models import save_model
 
         path = Path(self.config.output_dir) / "push" / f"iteration-{iteration:05d}"
-        save_model(self.model, self.tokenizer, path, merge_lora=self.config.push_weights != "vllm-lora")
+        save_model(self.model, self.tokenizer, path, merge_lora=False)  # LoRA: only the adapter travels
         return str(path.resolve())
 
     def save_model(self, path: str | Path) -> Path:
