@@ -199,7 +199,12 @@ def test_token_budget_and_turn_budget_end_episodes(tiny):
     generator = LocalGenerator(model, tokenizer)
     (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_turns=2,
                             max_new_tokens=4, max_episode_tokens=4000)  # fmt: skip
-    assert r.finish == "max_turns" and len(r.step_spans) == 2
+    assert r.finish == "truncated" and len(r.step_spans) == 2
+    assert r.trajectory.outcome.exit_status == "max_steps"
+    # a task's own smaller step budget wins, as in evaluation
+    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}, "max_steps": 3}], generator, tokenizer,
+                            max_turns=8, max_new_tokens=4, max_episode_tokens=4000)  # fmt: skip
+    assert r.finish == "truncated" and len(r.step_spans) == 3
     (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_turns=50,
                             max_new_tokens=4, max_episode_tokens=300)  # fmt: skip
     # it stops before an observation plus another answer would overflow, and never exceeds the budget

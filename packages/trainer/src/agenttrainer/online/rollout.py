@@ -7,8 +7,9 @@ rules every knowlyr policy shares (``knowlyrcore.tool_parsing``), and each envir
 Each ``Rollout`` keeps the token ids of the whole episode (prompt, answers, observations), a
 mask of the tokens the model sampled, their log-probs at sampling time, and each step's span,
 so the trainer scores exactly what was sampled. An episode ends when the environment
-terminates or truncates it, after ``max_turns`` answers, or before a turn that would not fit
-in ``max_episode_tokens`` (``finish`` says which).
+terminates or truncates it (after ``max_turns`` answers, or the task's own ``max_steps`` when
+smaller, as in evaluation), or before a turn that would not fit in ``max_episode_tokens``
+(``finish`` says which).
 
 A malformed tool call is the agent's mistake: the environment's verdict (or, if the
 environment rejects the action outright with ``InvalidActionError``, the error) comes back as
@@ -29,7 +30,7 @@ from agenttrainer.online.chat_tokens import ChatTokens
 from knowlyrcore import AgentEnv, TaskInfo, Trajectory, make, tool_schemas
 from knowlyrcore.errors import InvalidActionError
 from knowlyrcore.tool_parsing import parse_reply
-from knowlyrcore.wrappers import RecorderWrapper
+from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
 
 
 @dataclass
@@ -105,6 +106,8 @@ def collect_rollouts(
         for i, rollout in enumerate(rollouts):
             try:
                 instance = make(env, **(env_kwargs or {})) if isinstance(env, str) else env(**(env_kwargs or {}))
+                # As evaluation does: the episode ends at max_turns or the task's own max_steps, if smaller.
+                instance = MaxStepsWrapper(instance, max_steps=max_turns)
                 envs[i] = RecorderWrapper(instance, agent_name="online-rl", model_name=model_name)
                 first = envs[i].reset(task=rollout.task, seed=None if seed is None else seed + i)
             except Exception as exc:  # the environment could not start: not the agent's doing

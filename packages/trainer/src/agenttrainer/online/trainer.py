@@ -516,12 +516,12 @@ def rollout_metrics(rollouts: list[Rollout], seconds: float) -> dict[str, float]
     n = max(len(valid), 1)
     sampled = sum(r.sampled_tokens for r in valid)
     entropies = [e for r in valid for e in r.entropies]
-    with_outcome = [r for r in valid if r.success is not None]
     metrics = {
         "rollout/reward_mean": sum(r.reward for r in valid) / n,
         "rollout/env_reward_mean": sum(r.env_reward for r in valid) / n,
         "rollout/step_reward_mean": sum(sum(r.step_rewards) / max(len(r.step_rewards), 1) for r in valid) / n,
-        "rollout/success_rate": sum(bool(r.success) for r in with_outcome) / max(len(with_outcome), 1),
+        # an episode cut by the turn or token budget has no verdict: it did not succeed
+        "rollout/success_rate": sum(bool(r.success) for r in valid) / n,
         "rollout/format_errors": float(sum(sum(r.format_errors) for r in valid)),
         "rollout/masked_episodes": float(len(rollouts) - len(valid)),
         "rollout/episodes": float(len(rollouts)),
