@@ -36,3 +36,11 @@ def test_observation_text():
     assert observation_text("plain") == "plain"
     assert observation_text([1, "é"]) == '[1, "é"]'
     assert observation_text(object()).startswith('"<object')
+
+
+def test_a_malformed_call_keeps_the_parsers_verdict_in_step_metadata():
+    builder = TrajectoryBuilder({"id": "t"})
+    action = {"tool": "respond", "params": {}, "format_error": "<tool_call> block is not valid JSON"}
+    step = builder.add_step(action, "Conversation ended.")
+    assert step.metadata["format_error"] == "<tool_call> block is not valid JSON"
+    assert "format_error" not in builder.add_step({"tool": "ls", "params": {}}, "ok").metadata

@@ -68,6 +68,9 @@ class TrajectoryBuilder:
     ) -> Step:
         """Append one step; ``action`` is a ``{"tool", "params"[, "thought"]}`` dict."""
         tool, params = parse_action(action)
+        metadata = dict(metadata or {})
+        if isinstance(action, dict) and action.get("format_error"):  # the parser's verdict on a malformed call
+            metadata.setdefault("format_error", action["format_error"])
         step = Step(
             index=len(self.steps),
             thought=thought if thought is not None else str(action.get("thought") or ""),
@@ -76,7 +79,7 @@ class TrajectoryBuilder:
             reward=reward,
             timestamp=timestamp,
             duration_s=duration_s,
-            metadata=dict(metadata or {}),
+            metadata=metadata,
         )
         self.steps.append(step)
         return step
