@@ -196,10 +196,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model turn")
     parser.add_argument("--eval-batch", type=int, default=None, help="generation batch size (default: all episodes)")
     parser.add_argument("--rl-iterations", type=int, default=8, help="online RL iterations after SFT (0 skips)")
-    parser.add_argument("--rl-tasks", type=int, default=8,
+    parser.add_argument("--rl-tasks", type=int, default=12,
                         help="online RL task pool: fresh train-split tasks, all of them in every iteration")  # fmt: skip
     parser.add_argument("--rl-group-size", type=int, default=4, help="episodes per task per iteration")
-    parser.add_argument("--rl-lr", type=float, default=3e-5, help="online RL learning rate")
+    parser.add_argument("--rl-lr", type=float, default=5e-6, help="online RL learning rate")
     parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo, rloo or ppo")
     args = parser.parse_args(argv)
 
