@@ -170,6 +170,15 @@ def train_online_rl(checkpoint: str, suite: TaskSuite, root: Path, args) -> tupl
         seed=args.seed, use_lora=args.lora,
     )  # fmt: skip
     result = OnlineRLTrainer(config).train()
+    # The same stage from the command line (the tasks file carries the suite's system prompt).
+    result["command"] = (
+        f"knowlyr-trainer grpo --online --env {suite.env_id} --tasks {config.tasks_file} --model {checkpoint} "
+        f"--output-dir {out} --no-include-tools --algorithm {config.algorithm} --group-size {config.group_size} "
+        f"--tasks-per-iteration {config.tasks_per_iteration} --num-iterations {config.num_iterations} "
+        f"--max-turns {config.max_turns} --max-new-tokens {config.max_new_tokens} --learning-rate {config.learning_rate} "
+        f"--warmup-ratio 0 --lr-scheduler constant --kl-coef {config.kl_coef} --batch-size {config.batch_size} "
+        f"--seed {config.seed}" + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else "")
+    )
     print(f"online RL: {result['iterations']} iterations, {result['seconds_per_iteration']:.0f} s each; "
           f"mean training reward {' -> '.join(f'{r:.2f}' for r in result['reward_curve'])}")  # fmt: skip
     return result["output_dir"], result
@@ -212,7 +221,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     counts = {"train": args.train_tasks, "test": args.test_tasks, "test-unseen": args.unseen_tasks}
     tasks = write_tasks(suite, root, counts, args.seed)
     if args.rl_iterations > 0:  # train-split tasks SFT never saw (another seed), for online RL
-        write_jsonl(root / "tasks" / "rl.jsonl", suite.generate("train", args.rl_tasks, args.seed + 1000))
+        rl_tasks = suite.generate("train", args.rl_tasks, args.seed + 1000)
+        for task in rl_tasks:  # self-contained: `knowlyr-trainer grpo --online --tasks` needs nothing else
+            task["metadata"]["system_prompt"] = suite.system_prompt
+        write_jsonl(root / "tasks" / "rl.jsonl", rl_tasks)
     print(", ".join(f"{split}: {len(ts)}" for split, ts in tasks.items()), f"-> {root / 'tasks'}")
 
     section("2. expert rollouts, process reward, SFT/DPO export")
@@ -265,6 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "online_rl_train_reward": " -> ".join(f"{r:.3f}" for r in rl_result["reward_curve"]),
             "online_rl_train_success": " -> ".join(f"{r:.0%}" for r in rl_result["success_curve"]),
             "online_rl_masked_episodes": rl_result["masked_episodes"],
+            "online_rl_command": rl_result["command"],
         })  # fmt: skip
     examples = {f"{s['name']} ({s['split']})": runs_by_stage[s["name"]][s["split"]][:1] for s in stages}
     written = write_report(report, root, trajectories_by_stage=examples, curves=curves or None)
