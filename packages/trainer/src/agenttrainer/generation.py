@@ -192,14 +192,13 @@ class LocalGenerator:
         from transformers import DynamicCache, StaticCache
 
         key = tuple(prefix)
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft
         if self._prefix is None or self._prefix[0] != key:
-            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
             cache = DynamicCache(config=base.config)
             ids = torch.tensor([prefix], device=next(self.model.parameters()).device)
             with torch.no_grad():
                 self.model(input_ids=ids, past_key_values=cache, use_cache=True)
             self._prefix = (key, [(layer.keys, layer.values) for layer in cache.layers])
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         static = StaticCache(config=base.config, max_cache_len=max_len)
         for layer, (keys, values) in enumerate(self._prefix[1]):
             static.update(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1), layer)

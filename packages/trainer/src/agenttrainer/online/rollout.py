@@ -120,7 +120,7 @@ def collect_rollouts(
             rollout.extend(chats[i].prompt(observation_message(first.observation, None)), sampled=False)
             if len(rollout.token_ids) + max_new_tokens > max_episode_tokens:
                 raise ValueError(
-                    f"task {rollout.task.id or _label(rollout)}: the first prompt has {len(rollout.token_ids)} tokens; "
+                    f"task {rollout.task.id or f'#{rollout.group}'}: the first prompt has {len(rollout.token_ids)} tokens; "
                     f"max_episode_tokens={max_episode_tokens} leaves no room for an answer of {max_new_tokens}"
                 )
             live[i] = not first.done
@@ -208,10 +208,6 @@ def _take_turn(
         return False
     rollout.extend(following, sampled=False)
     return True
-
-
-def _label(rollout: Rollout) -> str:
-    return f"#{rollout.group}"
 
 
 def _fail(rollout: Rollout, exc: BaseException) -> None:

@@ -167,12 +167,14 @@ class OnlineRLTrainer:
         """The tasks of ``iteration``: consecutive slices of seeded permutations of the task list,
         so every task is used once per pass."""
         k, n = self.config.tasks_per_iteration, len(self.tasks)
+        orders: dict[int, list[int]] = {}  # pass number -> its permutation (an iteration may span two)
         picked = []
         for position in range(iteration * k, (iteration + 1) * k):
             epoch, offset = divmod(position, n)
-            order = list(range(n))
-            random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
-            picked.append(self.tasks[order[offset]])
+            if epoch not in orders:
+                orders[epoch] = list(range(n))
+                random.Random(self.config.seed * 1_000_003 + epoch).shuffle(orders[epoch])
+            picked.append(self.tasks[orders[epoch][offset]])
         return picked
 
     def rollout(self, iteration: int) -> list[Rollout]:
