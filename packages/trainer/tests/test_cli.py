@@ -116,3 +116,19 @@ def test_errors_are_one_line(tmp_path, tiny_path, rows):
     assert result.exit_code == 2 and "loss_type must be one of" in result.output
     result = _run(["sft", "--train-file", "x.jsonl", "--task-weights", "[1]"])
     assert result.exit_code == 2 and "expected a JSON object" in result.output
+
+
+def test_plain_install_without_the_serve_extra_runs_the_cli():
+    """`pip install knowlyr-trainer` (no Starlette, no uvicorn): the CLI loads and `serve` names the extra."""
+    import subprocess
+    import sys
+
+    blocked = "import sys; sys.modules['starlette'] = None; sys.modules['uvicorn'] = None; "
+    run = "from agenttrainer.cli import main; main({args})"
+    listed = subprocess.run([sys.executable, "-c", blocked + run.format(args="['--help']")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert listed.returncode == 0 and "serve" in listed.stdout, listed.stderr[-2000:]
+    served = subprocess.run([sys.executable, "-c", blocked + run.format(args="['serve', 'smollm2-135m']")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert served.returncode == 1 and "Traceback" not in served.stderr
+    assert served.stderr.strip() == "Error: serving needs the serve extra: pip install 'knowlyr-trainer[serve]'"

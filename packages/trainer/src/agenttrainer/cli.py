@@ -11,7 +11,6 @@ Multi-process: ``accelerate launch --num_processes 2 -m agenttrainer.cli sft --c
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import click
 
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig, TrainConfig
+from agenttrainer.serving.cli import serve
 
 
 def _parse_list(value: str | None) -> list[str] | None:
@@ -205,13 +205,8 @@ def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> Non
     click.echo(json.dumps(metrics))
 
 
-# Engineer B's OpenAI-compatible server registers itself here when its module is present.
-if importlib.util.find_spec("agenttrainer.serving") is not None and importlib.util.find_spec(
-    "agenttrainer.serving.cli"
-):
-    from agenttrainer.serving.cli import serve
-
-    main.add_command(serve)
+# `serve` needs the serve extra only when it runs (it says so then); listing it needs nothing.
+main.add_command(serve)
 
 
 if __name__ == "__main__":
