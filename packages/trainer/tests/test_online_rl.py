@@ -396,7 +396,7 @@ def test_config_errors_are_clear(tmp_path):
     from agenttrainer.data import DataError
     from agenttrainer.online import load_tasks
 
-    with pytest.raises(DataError, match=r"bad.jsonl:2"):
+    with pytest.raises(DataError, match=r"bad.jsonl:2: (id|metadata): "):
         load_tasks(bad)
 
 

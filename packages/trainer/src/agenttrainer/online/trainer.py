@@ -68,6 +68,10 @@ def load_tasks(path: str | Path) -> list[TaskInfo]:
             try:
                 tasks.append(TaskInfo.coerce(record))
             except (TypeError, ValueError) as exc:
+                errors = exc.errors() if hasattr(exc, "errors") else []  # pydantic names the field
+                if errors:
+                    field = ".".join(str(part) for part in errors[0]["loc"]) or "record"
+                    raise DataError(f"{path}:{line}: {field}: {errors[0]['msg']}") from None
                 raise DataError(f"{path}:{line}: not a task ({str(exc).splitlines()[0]})") from None
     except DataFormatError as exc:
         raise DataError(str(exc)) from None
