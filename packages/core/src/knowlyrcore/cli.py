@@ -93,13 +93,14 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from knowlyrcore.errors import DataFormatError
     from knowlyrcore.jsonl import read_trajectories
 
-    total = 0
     for path in args.files:
         count = sum(1 for _ in read_trajectories(path))
+        if count == 0:
+            raise DataFormatError(path, None, "no trajectories (empty file)")
         print(f"{path}: {count} valid trajectories")
-        total += count
     return 0
 
 

@@ -4,6 +4,11 @@ Reads never load a whole file: records come one line at a time, so a 50 GB dump 
 memory of its longest line. Every problem (bad UTF-8, broken JSON, a field of the wrong type)
 raises ``DataFormatError`` naming the file, the 1-based line and the dotted field path.
 
+JSON is parsed strictly (``loads_record``): ``NaN``, ``Infinity`` and numbers too large for a
+float are refused (a reward or score must be a finite number), and so is nesting deeper than
+``MAX_JSON_DEPTH`` levels, which no trajectory needs and which would otherwise end in a
+``RecursionError`` somewhere downstream. Writers refuse non-finite numbers the same way.
+
 Writes go to a temporary file in the target directory and are renamed over the target only
 when complete, so a crash never leaves a half-written dataset behind.
 
@@ -19,6 +24,7 @@ Examples:
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -30,6 +36,92 @@ from pydantic import BaseModel, ValidationError
 from knowlyrcore.errors import DataFormatError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+#: deepest nesting of objects and arrays a record may have
+MAX_JSON_DEPTH = 100
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> float:
+    raise _NonFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses to inf
+        raise _NonFinite(text)
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects/arrays more than ``limit`` levels deep (iterative walk)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def loads_record(text: str, path: str | os.PathLike, line: int | None) -> Any:
+    """Parse one JSON document strictly, raising ``DataFormatError`` (``path:line: field: problem``).
+
+    Refused: invalid JSON, ``NaN`` / ``Infinity`` / overflowing numbers ("non-finite number"),
+    and nesting deeper than ``MAX_JSON_DEPTH`` levels.
+    """
+    try:
+        record = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NonFinite as exc:
+        raise DataFormatError(str(path), line, f"non-finite number ({exc})", field=_non_finite_in(text)) from None
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(str(path), line, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise DataFormatError(str(path), line, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    # the depth is at most the number of opening brackets, so most records skip the walk
+    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth_exceeds(record, MAX_JSON_DEPTH):
+        raise DataFormatError(str(path), line, f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return record
+
+
+def _non_finite_in(text: str) -> str | None:
+    """Where the non-finite number is (parsed again leniently; only on the error path)."""
+    try:
+        return non_finite_field(json.loads(text))
+    except (ValueError, RecursionError):
+        return None
+
+
+def non_finite_field(value: Any, where: str = "") -> str | None:
+    """The dotted path of the first NaN/Infinity float inside ``value``, or None."""
+    stack = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return at or "<record>"
+        if isinstance(item, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(item.items())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def dumps_record(record: Any, path: str | os.PathLike = "<output>", line: int | None = None) -> str:
+    """One JSON line for ``record``; a NaN/Infinity anywhere raises ``DataFormatError``
+    (``path:line: field: non-finite number ...``), so no writer emits JSON that readers refuse."""
+    try:
+        return json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        field = non_finite_field(record)
+        if field is None:
+            raise
+        raise DataFormatError(
+            str(path), line, "non-finite number (NaN/Infinity), refusing to write it", field=field
+        ) from None
 
 
 def format_field_path(loc: tuple[Any, ...]) -> str:
@@ -66,10 +158,7 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, An
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise DataFormatError(str(path), number, f"not UTF-8 text (byte {exc.start})") from None
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+            record = loads_record(text, path, number)
             if not isinstance(record, dict):
                 raise DataFormatError(str(path), number, f"expected a JSON object, got {type(record).__name__}")
             yield number, record
@@ -109,7 +198,7 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Any], *, append: bool
                 for line in existing:
                     out.write(line if line.endswith("\n") else line + "\n")
         for record in records:
-            out.write(json.dumps(_to_jsonable(record), ensure_ascii=False) + "\n")
+            out.write(dumps_record(_to_jsonable(record), path, count + 1) + "\n")
             count += 1
 
     _replace_atomically(path, fill, text=True)

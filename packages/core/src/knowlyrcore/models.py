@@ -19,7 +19,7 @@ class TaskInfo(BaseModel):
         'fix the failing test'
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str = ""
     description: str = ""

@@ -38,7 +38,7 @@ def _check_version(value: str) -> str:
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a reward or score is a finite number
 
 
 class ToolCall(_Record):

@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from agentreward.errors import RewardError
+from agentreward.errors import RewardError, TrajectoryFormatError
 
 
 def _engine(args: argparse.Namespace):
@@ -41,13 +41,25 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from agentreward.trajectories import read_trajectories, write_jsonl
 
     engine = _engine(args)
-    count = write_jsonl(args.output, _progress(engine.score_many(read_trajectories(args.input)), args.quiet))
+    trajectories = _nonempty(read_trajectories(args.input), args.input)
+    count = write_jsonl(args.output, _progress(engine.score_many(trajectories), args.quiet))
     print(f"scored {count} trajectories -> {args.output}", file=sys.stderr)
     if engine.judge is not None:
         print(
             f"judge: {engine.judge.calls} calls, {len(engine.judge.failures)} steps kept rule scores", file=sys.stderr
         )
     return 0
+
+
+def _nonempty(records, path: str):
+    """Pass ``records`` through; an input with none is an error (and, raised inside the atomic
+    write, it leaves an existing output untouched)."""
+    empty = True
+    for record in records:
+        empty = False
+        yield record
+    if empty:
+        raise TrajectoryFormatError(path, None, "no trajectories (empty file)")
 
 
 def _progress(items, quiet: bool):
@@ -61,7 +73,7 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
     from agentreward.preferences import build_preference_pairs
     from agentreward.trajectories import read_trajectories, write_jsonl
 
-    pairs = build_preference_pairs(read_trajectories(args.input), min_margin=args.min_margin,
+    pairs = build_preference_pairs(_nonempty(read_trajectories(args.input), args.input), min_margin=args.min_margin,
                                    max_pairs_per_task=args.max_pairs_per_task)  # fmt: skip
     write_jsonl(args.output, pairs)
     print(f"{len(pairs)} preference pairs -> {args.output}", file=sys.stderr)
@@ -74,7 +86,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     external = load_labels(args.labels) if args.labels else {}
     rubric_scores, human, baseline = [], [], []
-    for trajectory in read_trajectories(args.input):
+    for trajectory in _nonempty(read_trajectories(args.input), args.input):
         labels = labels_from_metadata(trajectory)
         for (tid, index), score in external.items():
             if tid == trajectory.get("id"):
@@ -146,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (RewardError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc.filename or '<io>'}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
 

@@ -25,10 +25,12 @@ Examples:
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from agentreward.errors import RewardError
 from agentreward.rubrics import DEFAULT_PENALTIES, MODEL_RUBRICS, domain_weights, normalise
 from agentreward.rules import analyse, penalty_counts, rule_scores
 from agentreward.trajectories import check_trajectory, read_trajectories, write_jsonl
@@ -59,6 +61,15 @@ class RewardEngine:
         self.calibrator = calibrator
         self.penalties = dict(DEFAULT_PENALTIES if penalties is None else penalties)
         self.outcome_weight = outcome_weight
+        # a non-finite weight, penalty or calibration number would make every score NaN
+        numbers = {**{f"weight {k}": v for k, v in (self.weights or {}).items()},
+                   **{f"penalty {k}": v for k, v in self.penalties.items()}}  # fmt: skip
+        if calibrator is not None:
+            numbers.update({f"calibration weight {k}": v for k, v in calibrator.weights.items()})
+            numbers.update({"calibration slope": calibrator.slope, "calibration intercept": calibrator.intercept})
+        bad = [name for name, value in numbers.items() if not _finite(value)]
+        if bad:
+            raise RewardError(f"{', '.join(bad)}: must be a finite number (a score must be finite)")
 
     def _weights_for(self, trajectory: dict[str, Any]) -> dict[str, float]:
         if self.weights is not None:
@@ -78,10 +89,12 @@ class RewardEngine:
                     per_step[i].update({k: judged[k] for k in MODEL_RUBRICS if k in judged})
         weights = self._weights_for(scored)
         rewards: list[float] = []
-        for step, rubric, sig in zip(scored["steps"], per_step, signals):
+        for i, (step, rubric, sig) in enumerate(zip(scored["steps"], per_step, signals)):
             reward = sum(weights.get(k, 0.0) * v for k, v in rubric.items())
             if self.calibrator is not None:
                 reward = self.calibrator.transform_one(reward, rubric)
+            if not math.isfinite(reward):  # never write NaN/Infinity as a score
+                raise RewardError(f"steps[{i}]: reward is {reward} (rubric scores {rubric}); scores must be finite")
             step["reward"] = round(reward, 6)
             step["rubric_scores"] = {k: round(v, 6) for k, v in rubric.items()}
             if sig.flags:
@@ -107,3 +120,7 @@ class RewardEngine:
     def score_file(self, path: str | os.PathLike, output: str | os.PathLike) -> int:
         """Score every trajectory of ``path`` into ``output`` (JSONL, written atomically)."""
         return write_jsonl(output, self.score_many(read_trajectories(path)))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

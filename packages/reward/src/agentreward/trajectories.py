@@ -3,11 +3,17 @@
 knowlyr-reward deliberately does not import knowlyr-core: it checks only the fields it reads
 (steps with a tool call, an observation) and passes every other field through untouched, so
 a scored file is the input file plus rewards.
+
+Parsing is strict, as in knowlyr-core's reader: ``NaN``, ``Infinity`` and overflowing numbers
+are refused (``path:line: field: non-finite number``), nesting deeper than ``MAX_JSON_DEPTH``
+is refused in one line instead of a ``RecursionError``, and ``write_jsonl`` refuses to write a
+non-finite number.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -15,6 +21,68 @@ from pathlib import Path
 from typing import Any
 
 from agentreward.errors import TrajectoryFormatError
+
+#: deepest nesting of objects and arrays a record may have (knowlyr-core uses the same limit)
+MAX_JSON_DEPTH = 100
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> float:
+    raise _NonFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses to inf
+        raise _NonFinite(text)
+    return value
+
+
+def non_finite_field(value: Any) -> str | None:
+    """The dotted path of the first NaN/Infinity float inside ``value``, or None."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return at or "<record>"
+        if isinstance(item, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(item.items())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def loads_strict(text: str, path: str, line: int | None) -> Any:
+    """Parse JSON refusing non-finite numbers and deep nesting, each as one ``TrajectoryFormatError``."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NonFinite as exc:
+        try:
+            field = non_finite_field(json.loads(text))
+        except (ValueError, RecursionError):
+            field = None
+        raise TrajectoryFormatError(path, line, f"non-finite number ({exc})", field=field) from None
+    except json.JSONDecodeError as exc:
+        raise TrajectoryFormatError(path, line, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise TrajectoryFormatError(path, line, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _too_deep(data):
+        raise TrajectoryFormatError(path, line, f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return data
 
 
 def check_trajectory(record: Any, path: str = "<trajectory>", line: int | None = None) -> dict[str, Any]:
@@ -55,9 +123,10 @@ def read_trajectories(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
         handle.seek(0)
         if path.suffix == ".json" and head in (b"[", b"{"):
             try:
-                data = json.loads(handle.read().decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise TrajectoryFormatError(str(path), getattr(exc, "lineno", None), f"invalid JSON: {exc}") from None
+                text = handle.read().decode("utf-8")
+            except UnicodeDecodeError:
+                raise TrajectoryFormatError(str(path), None, "not UTF-8 text") from None
+            data = loads_strict(text, str(path), None)
             for record in data if isinstance(data, list) else [data]:
                 yield check_trajectory(record, str(path))
             return
@@ -65,18 +134,29 @@ def read_trajectories(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8"))
+                text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise TrajectoryFormatError(str(path), number, "not UTF-8 text") from None
-            except json.JSONDecodeError as exc:
-                raise TrajectoryFormatError(
-                    str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})"
-                ) from None
-            yield check_trajectory(record, str(path), number)
+            yield check_trajectory(loads_strict(text, str(path), number), str(path), number)
+
+
+def dumps_strict(record: Any, path: str, line: int | None = None) -> str:
+    """One JSON line; a NaN/Infinity anywhere is a ``TrajectoryFormatError`` naming the field."""
+    try:
+        return json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        field = non_finite_field(record)
+        if field is None:
+            raise
+        raise TrajectoryFormatError(path, line, "non-finite number (NaN/Infinity), refusing to write it",
+                                    field=field) from None  # fmt: skip
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
-    """Write records atomically (temporary file, then rename); return how many."""
+    """Write records atomically (temporary file, then rename); return how many.
+
+    Nothing replaces ``path`` unless every record was written: an error (a bad input record, a
+    non-finite number) leaves an existing file as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -84,7 +164,7 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> i
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             for record in records:
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                out.write(dumps_strict(record, str(path), count + 1) + "\n")
                 count += 1
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
