@@ -27,7 +27,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -143,8 +143,14 @@ def validation_error(path: str | os.PathLike, line: int | None, err: ValidationE
     return DataFormatError(str(path), line, message, field=format_field_path(first["loc"]))
 
 
-def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, record)`` for every non-blank line; each record must be an object."""
+def iter_json_lines(
+    path: str | os.PathLike, *, on_error: Callable[[DataFormatError], None] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` for every non-blank line; each record must be an object.
+
+    A bad line raises ``DataFormatError``; with ``on_error`` it is passed there instead and
+    reading goes on with the next line (an unreadable file still raises).
+    """
     path = Path(path)
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors need their own message
@@ -155,25 +161,45 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, An
             if not raw.strip():
                 continue
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataFormatError(str(path), number, f"not UTF-8 text (byte {exc.start})") from None
-            record = loads_record(text, path, number)
-            if not isinstance(record, dict):
-                raise DataFormatError(str(path), number, f"expected a JSON object, got {type(record).__name__}")
-            yield number, record
+                yield number, _record_of_line(raw, path, number)
+            except DataFormatError as exc:
+                if on_error is None:
+                    raise
+                on_error(exc)
 
 
-def read_jsonl(path: str | os.PathLike, model: type[ModelT] | None = None) -> Iterator[Any]:
-    """Stream the records of a JSONL file, validated into ``model`` when given."""
-    for number, record in iter_json_lines(path):
+def _record_of_line(raw: bytes, path: Path, number: int) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataFormatError(str(path), number, f"not UTF-8 text (byte {exc.start})") from None
+    record = loads_record(text, path, number)
+    if not isinstance(record, dict):
+        raise DataFormatError(str(path), number, f"expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def read_jsonl(
+    path: str | os.PathLike,
+    model: type[ModelT] | None = None,
+    *,
+    on_error: Callable[[DataFormatError], None] | None = None,
+) -> Iterator[Any]:
+    """Stream the records of a JSONL file, validated into ``model`` when given.
+
+    With ``on_error``, a bad record (broken JSON, a field that breaks ``model``) is passed there
+    and skipped instead of ending the read.
+    """
+    for number, record in iter_json_lines(path, on_error=on_error):
         if model is None:
             yield record
             continue
         try:
             yield model.model_validate(record)
         except ValidationError as err:
-            raise validation_error(path, number, err) from None
+            if on_error is None:
+                raise validation_error(path, number, err) from None
+            on_error(validation_error(path, number, err))
 
 
 def _to_jsonable(record: Any) -> Any:
@@ -230,11 +256,11 @@ def _replace_atomically(path: Path, fill: Any, *, text: bool) -> None:
         raise
 
 
-def read_trajectories(path: str | os.PathLike):
-    """Stream ``Trajectory`` records from a JSONL file."""
+def read_trajectories(path: str | os.PathLike, *, on_error: Callable[[DataFormatError], None] | None = None):
+    """Stream ``Trajectory`` records from a JSONL file (``on_error``: report bad records, skip them)."""
     from knowlyrcore.trajectory import Trajectory
 
-    return read_jsonl(path, Trajectory)
+    return read_jsonl(path, Trajectory, on_error=on_error)
 
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Any], *, append: bool = False) -> int:

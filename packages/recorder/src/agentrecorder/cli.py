@@ -11,7 +11,8 @@
 ``stats``, ``show`` and ``view`` accept trajectory JSONL or any supported log (converted on
 the fly). Errors are one line, ``file[:line]: field: problem``, never a traceback; exit
 status 1 means bad input, 2 bad usage. ``convert --skip-invalid`` converts the good files,
-lists the bad ones and exits 0 as long as at least one file converted.
+lists the bad ones and exits 0 as long as at least one file converted; when none did it
+exits 1 and leaves an existing output file untouched.
 """
 
 from __future__ import annotations
@@ -67,14 +68,21 @@ def cmd_convert(args: argparse.Namespace) -> int:
         else:
             _err(f"skipped {result.error}")
     if output is None:
-        for trajectory in collected:
-            sys.stdout.write(trajectory.model_dump_json() + "\n")
+        from knowlyrcore.jsonl import dumps_record
+
+        lines = [dumps_record(t.model_dump(mode="json"), "<stdout>", n) for n, t in enumerate(collected, start=1)]
+        sys.stdout.writelines(line + "\n" for line in lines)  # all checked before any is printed
     failed = len(report.failed)
     where = output or "stdout"
+    if not report.converted:
+        _err(
+            f"no file converted ({failed} skipped); nothing written" + (f", {output} left as it was" if output else "")
+        )
+        return 1
     if not args.quiet or failed:
         _err(f"wrote {_plural(report.written, 'trajectory')} from {_plural(len(report.converted), 'file')} to {where}"
              + (f"; {failed} file{'s' if failed != 1 else ''} skipped" if failed else ""))  # fmt: skip
-    return 0 if report.converted or not report.files else 1
+    return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -10,7 +10,12 @@ A batch expands directories and globs, converts file by file and writes all traj
 with one atomic ``write_trajectories``; with ``skip_invalid`` a bad file is reported and
 skipped (each file is buffered, so none of a bad file's records are written), otherwise
 trajectories stream to the output (memory stays flat for big JSONL) and the first bad file
-aborts the batch with nothing written.
+aborts the batch with nothing written. An existing output is replaced only by a batch that
+converted something: when every file failed it is left as it was.
+
+``iter_convert(..., on_error=f)`` goes record by record instead: a bad record (a broken JSONL
+line, one the adapter rejects) is passed to ``f`` and skipped, and the file's good records
+are kept (the hub pipeline's ``--skip-invalid``).
 
 Example:
     >>> import json, tempfile, pathlib
@@ -25,7 +30,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +40,9 @@ from pydantic import ValidationError
 from agentrecorder.adapters.base import Adapter
 from agentrecorder.detect import detect
 from agentrecorder.errors import ConversionError, FieldError
-from agentrecorder.loading import load_records
+from agentrecorder.loading import _decode, _json_error, _looks_like_jsonl, _sniff, load_records
 from agentrecorder.registry import get_adapter
+from knowlyrcore.errors import DataFormatError
 from knowlyrcore.jsonl import format_field_path, write_trajectories
 from knowlyrcore.trajectory import Trajectory
 
@@ -91,31 +97,70 @@ def convert_record(
 
 
 def iter_convert(
-    path: str | os.PathLike, fmt: str = "auto", *, result: FileResult | None = None
+    path: str | os.PathLike,
+    fmt: str = "auto",
+    *,
+    result: FileResult | None = None,
+    on_error: Callable[[DataFormatError], None] | None = None,
 ) -> Iterator[Trajectory]:
-    """Yield the trajectories of one log file; ``result`` (if given) records format and counts."""
+    """Yield the trajectories of one log file; ``result`` (if given) records format and counts.
+
+    With ``on_error`` a bad record is passed there and skipped; the file still fails as a whole
+    when it cannot be read or none of its records converts.
+    """
     path = Path(path)
     result = result if result is not None else FileResult(path)
     adapter = None if fmt == "auto" else get_adapter(fmt)
-    for line, record in load_records(path):
-        if adapter is None:
-            detection = detect(record, str(path), line)
-            adapter = detection.adapter
-            result.detection = detection.describe()
-        else:  # named formats, and every JSONL record after the one that decided the format
-            why = adapter.check(record)
-            if why is not None:
-                raise ConversionError(str(path), line, f"not in the {adapter.name} format: {why}")
-        result.format = adapter.name
-        for trajectory in convert_record(adapter, record, path=path, line=line):
+    for line, record in _records(path, on_error):
+        try:
+            if adapter is None:
+                detection = detect(record, str(path), line)
+                adapter = detection.adapter
+                result.detection = detection.describe()
+            else:  # named formats, and every JSONL record after the one that decided the format
+                why = adapter.check(record)
+                if why is not None:
+                    raise ConversionError(str(path), line, f"not in the {adapter.name} format: {why}")
+            result.format = adapter.name
+            converted = list(convert_record(adapter, record, path=path, line=line))
+        except ConversionError as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+            continue
+        for trajectory in converted:
             if not trajectory.id:
                 first = result.trajectories == 0 and line is None
                 trajectory.id = path.stem if first else f"{path.stem}#{result.trajectories}"
             result.trajectories += 1
             result.steps += len(trajectory.steps)
             yield trajectory
-    if result.trajectories == 0 and adapter is not None:
-        raise ConversionError(str(path), None, f"no trajectories found ({adapter.name})")
+    if result.trajectories == 0:
+        what = f"({adapter.name})" if adapter is not None else "(no record in a known format)"
+        raise ConversionError(str(path), None, f"no trajectories found {what}")
+
+
+def _records(path: Path, on_error: Callable[[DataFormatError], None] | None) -> Iterator[tuple[int | None, Any]]:
+    """``load_records``, except that with ``on_error`` a JSONL file's bad lines are reported and skipped."""
+    if on_error is None or not _looks_like_jsonl(path, _sniff(path)):
+        yield from load_records(path)
+        return
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                text = _decode(raw, path, number).rstrip("\r\n")
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise _json_error(path, exc, line_offset=number - 1) from None
+                except RecursionError:
+                    raise ConversionError(str(path), number, "JSON nested too deeply to read") from None
+            except ConversionError as exc:
+                on_error(exc)
+                continue
+            yield number, record
 
 
 def convert_file(path: str | os.PathLike, fmt: str = "auto") -> list[Trajectory]:
@@ -165,6 +210,9 @@ def convert_paths(
     report = BatchReport()
     collected: list[Trajectory] = []
 
+    class NothingConverted(Exception):
+        """Every file failed: abort the atomic write so an existing output stays as it was."""
+
     def generate() -> Iterator[Trajectory]:
         for path in expand_inputs(inputs):
             result = FileResult(path)
@@ -182,12 +230,17 @@ def convert_paths(
                 result.error = str(exc)
                 continue
             yield from converted
+        if not report.converted:
+            raise NothingConverted
 
-    if output is None:
-        collected = list(generate())
-        report.written = len(collected)
-    else:
-        report.written = write_trajectories(output, generate())
+    try:
+        if output is None:
+            collected = list(generate())
+            report.written = len(collected)
+        else:
+            report.written = write_trajectories(output, generate())
+    except NothingConverted:
+        report.written = 0
     return report, collected
 
 
@@ -199,7 +252,7 @@ def is_trajectory_file(path: str | os.PathLike) -> bool:
                 if raw.strip():
                     record = json.loads(raw)
                     return isinstance(record, dict) and "schema_version" in record and "steps" in record
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return False
 
