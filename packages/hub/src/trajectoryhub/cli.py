@@ -24,12 +24,28 @@ from pathlib import Path
 from typing import Any
 
 from knowlyrcore import KnowlyrError, TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
+from knowlyrcore.errors import DataFormatError
+
+
+def _read_all(paths: list[str]) -> list:
+    """Trajectories of every file (folders: their *.jsonl); an input without any is an error."""
+    items: list = []
+    for given in paths:
+        files = sorted(Path(given).glob("*.jsonl")) if Path(given).is_dir() else [Path(given)]
+        if not files:
+            raise DataFormatError(given, None, "folder holds no .jsonl files")
+        for path in files:
+            found = list(read_trajectories(path))
+            if not found:
+                raise DataFormatError(str(path), None, "no trajectories (empty file)")
+            items.extend(found)
+    return items
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from trajectoryhub.export import DatasetExporter
 
-    exporter = DatasetExporter(args.trajectories)
+    exporter = DatasetExporter(trajectories=_read_all(args.trajectories))
     if args.format == "sft":
         report = exporter.export_sft(args.output, format=args.sft_format, min_reward=args.min_reward,
                                      success_only=args.success_only)  # fmt: skip
@@ -45,7 +61,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_dedup(args: argparse.Namespace) -> int:
     from trajectoryhub.dedup import ContentStore, dedup
 
-    items = [t for path in args.trajectories for t in read_trajectories(path)]
+    items = _read_all(args.trajectories)
     unique = list(dedup(items))
     write_trajectories(args.output, unique)
     if args.store:
@@ -59,7 +75,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
 def _load_runs(paths: list[str]) -> dict[str, list]:
     runs: dict[str, list] = {}
     for path in paths:
-        items = list(read_trajectories(path))
+        items = _read_all([path])
         name = (items[0].agent if items and items[0].agent else "") or Path(path).stem
         if name in runs:
             name = Path(path).stem
@@ -254,10 +270,14 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
 
     from trajectoryhub.pipeline import Pipeline
 
-    pipeline = Pipeline(domain=args.domain, log_format=args.log_format, skip_invalid=not args.strict,
+    pipeline = Pipeline(domain=args.domain, log_format=args.log_format, skip_invalid=args.skip_invalid,
                         formats=tuple(args.formats), min_margin=args.min_margin)  # fmt: skip
     report = pipeline.run(args.inputs, args.output_dir)
+    for error in report.errors:
+        print(f"skipped {error}", file=sys.stderr)
     print(json.dumps(asdict(report), indent=2))
+    print(f"{report.trajectories} trajectories -> {report.run_dir} (also {Path(args.output_dir) / 'latest'})"
+          + (f"; {len(report.errors)} bad record(s) skipped" if report.errors else ""), file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -265,9 +285,9 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from trajectoryhub.policy import OpenAIPolicy
     from trajectoryhub.rollout import collect
 
-    tasks = (
-        [json.loads(line) for line in Path(args.tasks).read_text().splitlines() if line.strip()] if args.tasks else None
-    )
+    tasks = list(read_jsonl(args.tasks)) if args.tasks else None
+    if tasks == []:
+        raise DataFormatError(args.tasks, None, "no tasks (empty file)")
     reward_fn = None
     if args.reward_domain:
         from trajectoryhub.rewards import make_reward_fn
@@ -343,12 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pipeline", help="agent logs -> trajectories -> scored -> deduplicated -> SFT/DPO/GRPO")
     p.add_argument("inputs", nargs="+", help="log or trajectory files, folders or globs")
-    p.add_argument("-o", "--output-dir", required=True)
+    p.add_argument("-o", "--output-dir", required=True, help="each run writes a new run-<time>-<id>/ here; "
+                                                                 "latest/ points to the newest")  # fmt: skip
     p.add_argument("--domain", help="rubric weights of this domain (default: each task's domain)")
     p.add_argument("--log-format", default="auto", help="a knowlyr-recorder format name, or auto")
     p.add_argument("--formats", nargs="+", default=["sft", "dpo", "grpo"], choices=["sft", "dpo", "grpo"])
     p.add_argument("--min-margin", type=float, default=0.1)
-    p.add_argument("--strict", action="store_true", help="stop at the first unreadable input instead of skipping it")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="report bad files and records (file:line) and keep the good ones; default: stop at the first")  # fmt: skip
     p.set_defaults(func=_cmd_pipeline)
 
     p = sub.add_parser("collect", help="roll out an OpenAI-compatible policy in an environment")

@@ -60,28 +60,59 @@ def _cmd_exec(args: argparse.Namespace) -> int:
     return result.exit_code if result.exit_code is not None else 1
 
 
-def _load_json_or_jsonl(path: str) -> list[Any]:
+def _load_json_or_jsonl(path: str, what: str) -> list[Any]:
+    """The records of a JSON file (an object, or an array of them) or a JSONL file, parsed
+    strictly (no NaN, bounded nesting); an empty file is an error naming ``what`` it lacks."""
+    from knowlyrcore.errors import DataFormatError
+    from knowlyrcore.jsonl import loads_record
+
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
+        raise DataFormatError(path, None, f"empty file, no {what}")
     try:
-        data = json.loads(text)
-        return data if isinstance(data, list) else [data]
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        data = loads_record(text, path, None)
+        records = data if isinstance(data, list) else [data]
+    except DataFormatError as exc:
+        if len(lines) == 1 or not exc.problem.startswith("invalid JSON"):
+            raise
+        records = [loads_record(line, path, n) for n, line in lines]  # JSONL: errors name the line
+    if not records:
+        raise DataFormatError(path, None, f"empty JSON array, no {what}")
+    return records
+
+
+def _load_task(path: str) -> Any:
+    """The one task of a task file: a JSON object (TaskInfo fields) or a single JSONL line."""
+    from pydantic import ValidationError
+
+    from knowlyrcore.errors import DataFormatError
+    from knowlyrcore.jsonl import validation_error
+    from knowlyrcore.models import TaskInfo
+
+    records = _load_json_or_jsonl(path, "task")
+    if len(records) != 1:
+        raise DataFormatError(path, None, f"holds {len(records)} tasks; run takes a file with one task object")
+    if not isinstance(records[0], (dict, str)):
+        raise DataFormatError(path, None, f"expected a task object, got {type(records[0]).__name__}")
+    try:
+        return TaskInfo.coerce(records[0])
+    except ValidationError as exc:
+        raise validation_error(path, None, exc) from None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from agentsandbox.agents import EndpointAgent, ScriptedAgent
     from agentsandbox.replay import DOMAIN_ENVS
-    from knowlyrcore.models import TaskInfo
     from knowlyrcore.registry import make
     from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
 
-    task = TaskInfo.coerce(_load_json_or_jsonl(args.task)[0])
+    task = _load_task(args.task)
     env_id = args.env or DOMAIN_ENVS.get(task.domain, "knowlyr/sandbox")
     env = make(env_id, backend=args.backend)
     if args.actions:
-        agent = ScriptedAgent(_load_json_or_jsonl(args.actions))
+        agent = ScriptedAgent(_load_json_or_jsonl(args.actions, "actions"))
     elif args.endpoint and args.model:
         agent = EndpointAgent(args.endpoint, args.model, domain=env.domain, api_key=args.api_key)
     else:

@@ -111,7 +111,11 @@ def replay(
 
 
 def replay_file(path: str | os.PathLike, **kwargs: Any) -> list[ReplayReport]:
-    """Replay every trajectory of a JSONL file."""
+    """Replay every trajectory of a JSONL file (a file with none is a ``DataFormatError``)."""
+    from knowlyrcore.errors import DataFormatError
     from knowlyrcore.jsonl import read_trajectories
 
-    return [replay(t, **kwargs) for t in read_trajectories(path)]
+    reports = [replay(t, **kwargs) for t in read_trajectories(path)]
+    if not reports:
+        raise DataFormatError(str(path), None, "no trajectories (empty file)")
+    return reports
