@@ -110,6 +110,16 @@ def non_finite_field(value: Any, where: str = "") -> str | None:
     return None
 
 
+def finite_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic validator for free-form dicts (tool parameters, metadata): refuse NaN/Infinity
+    inside them too; ``allow_inf_nan=False`` checks only typed float fields, and pydantic would
+    dump the others as null (``model_dump_json``) or as invalid JSON."""
+    where = non_finite_field(value)
+    if where is not None:
+        raise ValueError(f"non-finite number (NaN/Infinity) at {where}")
+    return value
+
+
 def dumps_record(record: Any, path: str | os.PathLike = "<output>", line: int | None = None) -> str:
     """One JSON line for ``record``; a NaN/Infinity anywhere raises ``DataFormatError``
     (``path:line: field: non-finite number ...``), so no writer emits JSON that readers refuse."""

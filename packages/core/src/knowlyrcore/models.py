@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from knowlyrcore.jsonl import finite_json
 
 
 class TaskInfo(BaseModel):
@@ -30,6 +32,8 @@ class TaskInfo(BaseModel):
     test_command: str | None = None
     max_steps: int | None = Field(default=None, ge=1)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _finite_metadata = field_validator("metadata")(finite_json)
 
     @classmethod
     def coerce(cls, task: TaskInfo | dict | str | None) -> TaskInfo:

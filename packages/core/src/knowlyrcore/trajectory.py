@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from knowlyrcore.jsonl import finite_json
 from knowlyrcore.models import TaskInfo
 
 SCHEMA_VERSION = "1.0"
@@ -47,6 +48,8 @@ class ToolCall(_Record):
     name: str = Field(min_length=1)
     parameters: dict[str, Any] = Field(default_factory=dict)
     id: str | None = Field(default=None, description="The framework's tool-call id, when it had one.")
+
+    _finite_parameters = field_validator("parameters")(finite_json)
 
 
 class Observation(_Record):
@@ -78,6 +81,8 @@ class Step(_Record):
         if v is not None and not math.isfinite(v):
             raise ValueError("reward must be a finite number")
         return v
+
+    _finite_metadata = field_validator("metadata")(finite_json)
 
     @model_validator(mode="after")
     def _aligned_logprobs(self) -> Step:
@@ -137,6 +142,7 @@ class Trajectory(_Record):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     _version = field_validator("schema_version")(_check_version)
+    _finite_metadata = field_validator("metadata")(finite_json)
 
     @model_validator(mode="after")
     def _indices_in_order(self) -> Trajectory:
