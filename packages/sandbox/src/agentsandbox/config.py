@@ -10,6 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_IMAGE = "knowlyr/sandbox-base:latest"
+#: ``HOME`` of the clean environment tests are graded in (an empty directory under /tmp).
+CLEAN_HOME = "/tmp/.knowlyr-home"
+#: Longest timeout any command may ask for (a day): keeps timers finite and in range.
+MAX_TIMEOUT = 86_400.0
+
+
+def check_timeout(timeout: object, *, clamp_to: float | None = None) -> float:
+    """``timeout`` as seconds, or ``ValueError`` naming the problem (not a number, <= 0, NaN, too long).
+
+    With ``clamp_to`` (an agent's request) a longer timeout, infinity included, is cut to it
+    instead of refused.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ValueError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    value = float(timeout)
+    if clamp_to is not None and value > clamp_to:
+        value = clamp_to
+    if not 0 < value <= MAX_TIMEOUT:  # NaN fails every comparison
+        raise ValueError(f"timeout must be between 0 and {MAX_TIMEOUT:g} seconds, got {timeout!r}")
+    return value
 
 
 @dataclass
@@ -28,7 +48,8 @@ class SandboxConfig:
     pids_limit: int = 256
     #: Allow network access. Off by default: the sandbox has only a loopback interface.
     network: bool = False
-    #: Default per-command timeout in seconds; the command is killed when it runs longer.
+    #: Per-command timeout in seconds; the command is killed when it runs longer. Also the most
+    #: an agent may ask for: a ``bash`` call's own ``timeout`` is clamped to it.
     timeout: float = 60.0
     #: Output kept per command; the rest is dropped and the result marked truncated.
     max_output_bytes: int = 64 * 1024
@@ -38,6 +59,9 @@ class SandboxConfig:
     max_file_mb: int = 256
     #: Size of the in-sandbox /tmp (a tmpfs on Docker), in MiB.
     tmp_mb: int = 256
+    #: Files and directories the in-sandbox /tmp (and /dev/shm) may hold: the tmpfs
+    #: ``nr_inodes`` (Docker, and the local backend when it runs as root; see its docstring).
+    tmp_inodes: int = 65536
     #: Extra environment variables for the shell.
     env: dict[str, str] = field(default_factory=dict)
 
@@ -59,3 +83,20 @@ class SandboxConfig:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         return {**base, **self.env}
+
+    def clean_env(self) -> dict[str, str]:
+        """The environment graded test runs get: ``shell_env`` without anything user-writable.
+
+        No user site-packages (a ``.pth`` there runs in every Python), no user or system git
+        config (``core.fsmonitor`` and friends run programs), an empty ``HOME``. Variables the
+        caller set in ``env`` stay: they are trusted, the agent cannot change them.
+        """
+        env = self.shell_env()
+        env.update(
+            HOME=CLEAN_HOME,
+            PYTHONNOUSERSITE="1",
+            GIT_CONFIG_NOSYSTEM="1",
+            GIT_CONFIG_GLOBAL="/dev/null",
+            XDG_CONFIG_HOME=CLEAN_HOME + "/.config",
+        )
+        return env

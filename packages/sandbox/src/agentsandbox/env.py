@@ -68,21 +68,34 @@ def inline_files(task: TaskInfo) -> dict[str, str]:
     if not isinstance(files, dict):
         raise TaskFilesError(f"{where} must map relative paths to file contents, got {type(files).__name__}")
     for path, content in files.items():
-        parts = path.split("/") if isinstance(path, str) else []
-        if (
-            not parts
-            or path.startswith("/")
-            or "\\" in path
-            or "\x00" in path
-            or any(p in ("", ".", "..") for p in parts)
-        ):
-            raise TaskFilesError(
-                f"{where}: unsafe file name {path!r}; use a relative path inside the workspace "
-                "(no leading '/', no '..', '.' or empty components)"
-            )
+        _check_relative(path, where)
         if not isinstance(content, str):
             raise TaskFilesError(f"{where}: the content of {path!r} must be text, got {type(content).__name__}")
     return files
+
+
+def protected_paths(task: TaskInfo) -> list[str]:
+    """The task's ``metadata["protected_paths"]``: workspace files restored before grading.
+
+    A task lists its test files here so the final test run sees them as the task wrote them:
+    an agent that edits or deletes a test cannot make it pass.
+    """
+    paths = task.metadata.get("protected_paths") or []
+    where = f"task {task.id!r}: metadata.protected_paths" if task.id else "metadata.protected_paths"
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise TaskFilesError(f"{where} must be a list of relative paths")
+    for path in paths:
+        _check_relative(path, where)
+    return paths
+
+
+def _check_relative(path: object, where: str) -> None:
+    parts = path.split("/") if isinstance(path, str) else []
+    if not parts or path.startswith("/") or "\\" in path or "\x00" in path or any(p in ("", ".", "..") for p in parts):
+        raise TaskFilesError(
+            f"{where}: unsafe file name {path!r}; use a relative path inside the workspace "
+            "(no leading '/', no '..', '.' or empty components)"
+        )
 
 
 def fetch_repo(repo: str) -> str:
@@ -145,6 +158,7 @@ class SandboxEnv(AgentEnv):
         self._task = TaskInfo.coerce(task)
         self._done = False
         files = inline_files(self._task)
+        protected_paths(self._task)  # refuse a bad list now, not at the end of the episode
         files_hash = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest() if files else None
         key = json.dumps([self._task.repo, self._task.base_commit, files_hash, self._task.setup_commands])
         if key == self._loaded_key:
@@ -210,7 +224,8 @@ class SandboxEnv(AgentEnv):
         lines = [f"Episode ended ({tool})."]
         reward = 0.0
         if task.test_command:
-            result = run_tests(self.sandbox, task.test_command)
+            # Graded with nothing of the episode alive, the task's tests restored, a clean environment.
+            result = run_tests(self.sandbox, task.test_command, grade=True, protected=protected_paths(task))
             counts = result.metadata.get("tests", {})
             passed = result.exit_code == 0
             info["success"] = passed

@@ -3,14 +3,22 @@
 Starting a process per command costs 70–90 ms through ``docker exec``; writing a request to
 a shell that is already running costs well under a millisecond. The shell runs a small read
 loop (``DRIVER``) that takes NUL-delimited requests from stdin and answers each with the
-command's output followed by a sentinel carrying a random per-shell token, the exit code and
-the working directory:
+command's output followed by a sentinel carrying the request's own random nonce, the exit
+code and the working directory:
 
-    request   "sh\\0<command>\\0"            -> eval'd in the shell itself (cd/export persist)
-    request   "argv\\0<n>\\0<a1>\\0...<an>\\0" -> run as an argument vector, never parsed by a shell
-    request   "reset\\0"                     -> kill every other process, restore the workspace
-                                               snapshot and ``exec`` a fresh shell
-    reply     <output>"\\n\\0<token>:<exit code>:<cwd>\\0"
+    request   "sh\\0<nonce>\\0<command>\\0"            -> eval'd in the shell itself (cd/export persist)
+    request   "argv\\0<nonce>\\0<n>\\0<a1>\\0...<an>\\0" -> run as an argument vector, never parsed by a shell
+    request   "reset\\0<nonce>\\0"                     -> kill every other process, restore the workspace
+                                                       snapshot, wipe /tmp and ``exec`` a fresh shell
+    reply     <output>"\\n\\0<nonce>:<exit code>:<cwd>\\0"
+
+The nonce is fresh for every request and lives only in an unexported shell variable, never in
+the environment: a background job the agent left running cannot learn the nonce of a later
+request, so it cannot print a sentinel that ends that request early with a forged exit code
+(the forged-test-pass attack), and a late reply to an earlier request (after a timeout) is
+recognised as stale and dropped instead of being taken for the next one. Rewards never rest on
+this channel anyway: the final test run happens in a fresh shell after every other process in
+the sandbox is killed (``Sandbox.run_clean``).
 
 Commands read ``/dev/null`` as stdin, so nothing they do can swallow the next request.
 The transport (a pipe to a local process or a Docker attach socket) is supplied by the
@@ -27,14 +35,18 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-#: The bash program every sandbox shell runs (``bash -c BOOT``, which evals it). The token,
-#: the reset script and the program text itself come from the environment, so a reset can
-#: ``exec`` an identical fresh shell without the host sending anything again.
+#: The bash program every sandbox shell runs (``bash -c BOOT``, which evals it). The reset
+#: script and the program text itself come from the environment, so a reset can ``exec`` an
+#: identical fresh shell without the host sending anything again. The only per-shell value in
+#: the environment is ``KNOWLYR_GREETING``, the nonce of the request that started the shell
+#: (spent by the time any other process runs); it is unset at once.
 DRIVER = r"""
 exec 2>&1
-__k_reply() { builtin printf '\n\0%s:%d:%s\0' "$KNOWLYR_TOKEN" "$1" "$PWD"; }
+__k_reply() { builtin printf '\n\0%s:%d:%s\0' "$__k_nonce" "$1" "$PWD"; }
+__k_nonce=$KNOWLYR_GREETING
+builtin unset KNOWLYR_GREETING
 __k_reply 0
-while IFS= builtin read -r -d '' __k_kind; do
+while IFS= builtin read -r -d '' __k_kind && IFS= builtin read -r -d '' __k_nonce; do
   case "$__k_kind" in
     sh)
       IFS= builtin read -r -d '' __k_cmd
@@ -64,24 +76,32 @@ done
 #: ``ps`` output inside the sandbox readable.
 BOOT = 'builtin eval "$KNOWLYR_DRIVER_TEXT"'
 
+#: Scratch places a process may write outside the workspace (``HOME`` is ``/tmp``). A reset
+#: empties them, so nothing an episode leaves there (a ``.pth`` under ``~/.local``, a
+#: ``~/.gitconfig`` with hooks, a cached answer) reaches the next episode.
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
 
 def reset_script(workdir: str, snapshot_dir: str, env: dict[str, str]) -> str:
     """Bash run in-shell on reset: kill every other process, restore the snapshot, re-exec.
 
     ``kill -9 -1`` signals every process the shell may signal except itself and the
-    namespace's init, i.e. everything the previous episode left behind. ``exec env -i``
-    replaces the shell in place (same pipe, same exec session) with a pristine one, so no
-    function, alias, trap or variable survives.
+    namespace's init, i.e. everything the previous episode left behind. The scratch
+    directories are emptied (made writable first: an episode may have locked a directory).
+    ``exec env -i`` replaces the shell in place (same pipe, same exec session) with a pristine
+    one, so no function, alias, trap or variable survives; it greets with the reset's nonce.
     """
     w, s = shlex.quote(workdir), shlex.quote(snapshot_dir)
+    scratch = " ".join(SCRATCH_DIRS)
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
     return (
         # repeated until nothing is left to signal: a fork bomb forks while a sweep runs
         "for __k_i in {1..50}; do builtin kill -9 -1 2>/dev/null || break; done; "
         f"builtin cd {w} || builtin exit 70; "
-        f"chmod -R u+w {w} 2>/dev/null; find {w} -mindepth 1 -delete 2>/dev/null; "
+        f"chmod -R u+w {w} {scratch} 2>/dev/null; find {w} -mindepth 1 -delete 2>/dev/null; "
+        f'for __k_d in {scratch}; do [ -w "$__k_d" ] && find "$__k_d" -mindepth 1 -delete 2>/dev/null; done; '
         f"cp -dR --preserve=mode,timestamps {s}/. {w}/ || builtin exit 71; "
-        f'builtin exec env -i {assignments} KNOWLYR_TOKEN="$KNOWLYR_TOKEN" KNOWLYR_RESET="$KNOWLYR_RESET" '
+        f'builtin exec env -i {assignments} KNOWLYR_GREETING="$__k_nonce" KNOWLYR_RESET="$KNOWLYR_RESET" '
         'KNOWLYR_DRIVER_TEXT="$KNOWLYR_DRIVER_TEXT" KNOWLYR_BOOT="$KNOWLYR_BOOT" bash --noprofile --norc -c "$KNOWLYR_BOOT"'
     )
 
@@ -146,47 +166,52 @@ class PipeTransport(Transport):
 
 
 class PersistentShell:
-    """Sends requests to a running ``DRIVER`` loop and parses its framed replies."""
+    """Sends requests to a running ``DRIVER`` loop and parses its framed replies.
 
-    def __init__(self, transport: Transport, token: str, *, max_output_bytes: int, overflow_bytes: int):
+    ``greeting`` is the nonce the shell was started with (``KNOWLYR_GREETING``); every later
+    request carries a fresh one, and only a sentinel with the current request's nonce ends it.
+    """
+
+    def __init__(self, transport: Transport, greeting: str, *, max_output_bytes: int, overflow_bytes: int):
         self.transport = transport
-        self.token = token
         self.max_output_bytes = max_output_bytes
         self.overflow_bytes = overflow_bytes
-        self._marker = b"\n\x00" + token.encode() + b":"
+        self._nonce = greeting
         self._pending = bytearray()
         self.cwd: str | None = None
 
     @staticmethod
-    def new_token() -> str:
-        return secrets.token_hex(12)
+    def new_nonce() -> str:
+        return secrets.token_hex(16)
 
     def wait_ready(self, timeout: float) -> ShellOutput:
-        """Read the greeting the driver prints on start (or after a reset)."""
+        """Read the greeting the driver prints on start."""
         return self._read_reply(timeout)
 
     def run(self, command: str, timeout: float) -> ShellOutput:
         if "\x00" in command:
             raise ValueError("a command cannot contain NUL bytes")
-        return self._request(b"sh\x00" + command.encode() + b"\x00", timeout)
+        return self._request(b"sh", command.encode() + b"\x00", timeout)
 
     def run_argv(self, argv: list[str], timeout: float) -> ShellOutput:
         if not argv or any("\x00" in a for a in argv):
             raise ValueError("argv must be non-empty and free of NUL bytes")
-        payload = b"argv\x00" + str(len(argv)).encode() + b"\x00" + b"".join(a.encode() + b"\x00" for a in argv)
-        return self._request(payload, timeout)
+        payload = str(len(argv)).encode() + b"\x00" + b"".join(a.encode() + b"\x00" for a in argv)
+        return self._request(b"argv", payload, timeout)
 
     def reset(self, timeout: float) -> ShellOutput:
-        return self._request(b"reset\x00", timeout)
+        """Ask the shell to reset itself; the fresh shell greets with this request's nonce."""
+        return self._request(b"reset", b"", timeout)
 
     def close(self) -> None:
         self.transport.close()
 
-    def _request(self, payload: bytes, timeout: float) -> ShellOutput:
+    def _request(self, kind: bytes, payload: bytes, timeout: float) -> ShellOutput:
         # Anything left over (a background job's late output) belongs to no request.
         self._pending.clear()
+        self._nonce = self.new_nonce()
         try:
-            self.transport.send(payload)
+            self.transport.send(kind + b"\x00" + self._nonce.encode() + b"\x00" + payload)
         except ShellError:
             return ShellOutput("", None, None, shell_died=True)
         return self._read_reply(timeout)
@@ -196,7 +221,7 @@ class PersistentShell:
         buf = self._pending
         kept = bytearray()
         total = 0
-        marker = self._marker
+        marker = b"\n\x00" + self._nonce.encode() + b":"
 
         def flush(upto: int) -> None:
             nonlocal total

@@ -192,3 +192,111 @@ class SandboxConformance:
         sandbox.close()
         left = leftovers(sandbox)
         assert not left, f"left behind: {left}"
+
+    # -- hostile agents: what an RL policy searching for reward will try ------------------
+    # The policy is untrusted code. These cases make a failing test look like a pass (forged
+    # framing, state planted for later runs, edited tests) or take the timeout into its own
+    # hands; every backend must refuse them.
+
+    FAILING_TASK: ClassVar[dict] = {
+        "id": "hostile",
+        "description": "the test fails unless check.py is fixed",
+        "metadata": {
+            "files": {"check.py": "import sys\nsys.exit(1)\n", "test_check.py": "import check\n"},
+            "protected_paths": ["test_check.py"],
+        },
+        "test_command": "python3 test_check.py && echo '3 passed'",
+    }
+
+    #: A background job that, whenever a test process is alive, prints a passing summary and a
+    #: reply sentinel for every value it can find in any process environment (the old shell
+    #: kept its framing token in $KNOWLYR_TOKEN, visible to every child).
+    FORGER = (
+        "nohup bash -c 'while :; do "
+        'if pgrep -f test_check >/dev/null; then printf "3 passed\\n"; '
+        'for t in "$KNOWLYR_TOKEN" $(cat /proc/[0-9]*/environ 2>/dev/null | tr "\\0" "\\n" | sed -n "s/^[A-Z_]*=//p"); do '
+        'printf "\\n\\0%s:0:/workspace\\0" "$t"; done; fi; sleep 0.01; done\' >/dev/null 2>&1 &'
+    )
+
+    def _env(self, sandbox, **overrides):
+        from agentsandbox.env import SandboxEnv
+
+        return SandboxEnv(sandbox=sandbox, **overrides)
+
+    def test_hostile_background_job_cannot_forge_a_test_pass(self, sandbox):
+        env = self._env(sandbox)
+        env.reset(task=self.FAILING_TASK)
+        env.step({"tool": "bash", "params": {"command": self.FORGER.replace(">/dev/null 2>&1 &", "&")}})
+        # the forger's lines cannot end an ordinary command early with a forged exit code
+        probe = env.step({"tool": "bash", "params": {"command": "python3 test_check.py; echo real; (exit 4)"}})
+        assert probe.info["exit_code"] == 4
+        done = env.step({"tool": "submit", "params": {}})
+        assert done.info["success"] is False and done.reward == 0.0
+        assert "3 passed" not in done.info["tests"]["output"]
+
+    def test_hostile_edited_or_deleted_tests_are_restored_before_grading(self, sandbox):
+        env = self._env(sandbox)
+        for attack in ("echo 'print(1)' > test_check.py", "rm test_check.py && touch test_check.py"):
+            env.reset(task=self.FAILING_TASK)
+            env.step({"tool": "bash", "params": {"command": attack}})
+            assert env.step({"tool": "submit", "params": {}}).info["success"] is False
+        env.reset(task=self.FAILING_TASK)  # the honest fix still passes
+        env.step({"tool": "write_file", "params": {"path": "check.py", "content": "ok = True\n"}})
+        assert env.step({"tool": "submit", "params": {}}).info["success"] is True
+
+    PLANT = (
+        "site=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p \"$site\" && "
+        "echo 'import os; os._exit(0)' > \"$site/zz_evil.pth\" && "
+        "printf '[core]\\n\\tfsmonitor = touch /workspace/fsmonitor-ran; false\\n' > ~/.gitconfig && "
+        "echo planted > /tmp/planted && (echo planted > /dev/shm/planted || true)"
+    )
+
+    def test_hostile_user_site_and_git_config_do_not_reach_grading(self, sandbox):
+        env = self._env(sandbox)
+        env.reset(task=self.FAILING_TASK)
+        planted = env.step({"tool": "bash", "params": {"command": self.PLANT + " && python3 -c 'print(1)'; echo $?"}})
+        assert planted.observation.strip().endswith("0")  # the .pth is live in the agent's own shell
+        done = env.step({"tool": "submit", "params": {}})
+        assert done.info["success"] is False
+
+    def test_hostile_state_does_not_survive_reset(self, sandbox):
+        sandbox.run(self.PLANT)
+        sandbox.reset()
+        after = sandbox.run(
+            "python3 -c 'print(\"python-ok\")'; ls -A /tmp /var/tmp /dev/shm 2>/dev/null | grep -v ':$' | grep . "
+            "|| echo scratch-empty; git init -q . 2>/dev/null; git status >/dev/null 2>&1; ls fsmonitor-ran 2>&1"
+        )
+        assert "python-ok" in after.output and "scratch-empty" in after.output, after.output
+        assert "No such file" in after.output
+
+    def test_hostile_timeout_is_clamped_and_validated(self, sandbox):
+        import dataclasses
+
+        sandbox.config = dataclasses.replace(sandbox.config, timeout=1)  # as make(..., timeout=1) sets it
+        env = self._env(sandbox)
+        env.reset(task={"description": "wait", "test_command": "true"})
+        slow = env.step({"tool": "bash", "params": {"command": "sleep 30; echo never", "timeout": 1e9}})
+        assert slow.info["exit_code"] == 124 and "never" not in slow.observation
+        assert "after 1s" in slow.info["error"]
+        for huge in (1e308, float("inf")):  # once an OverflowError that desynchronised the shell
+            ts = env.step({"tool": "bash", "params": {"command": "echo fine", "timeout": huge}})
+            assert ts.observation.strip() == "fine" and ts.info["exit_code"] == 0
+        for bad in (float("nan"), -5, 0, "soon"):
+            ts = env.step({"tool": "bash", "params": {"command": "echo bad", "timeout": bad}})
+            assert ts.info["error"] and "bad" not in ts.observation.split("[error]")[0], (bad, ts.observation)
+        for word in ("first", "second"):
+            ts = env.step({"tool": "bash", "params": {"command": f"echo {word}"}})
+            assert ts.observation.strip() == word
+
+    def test_hostile_download_never_writes_through_symlinks(self, sandbox, tmp_path):
+        host_dir = tmp_path / "host"
+        host_dir.mkdir()
+        dest = tmp_path / "dest"
+        sandbox.run(f"mkdir -p out && ln -s {host_dir} out/a && ln -s {host_dir}/x out/b")
+        sandbox.download("out", dest)
+        assert (dest / "a").is_symlink()
+        sandbox.run("cd out && rm a b && mkdir a && echo evil > a/f && echo evil > b")
+        sandbox.download("out", dest)
+        assert list(host_dir.iterdir()) == []
+        assert (dest / "a" / "f").read_text() == "evil\n" and not (dest / "a").is_symlink()
+        assert (dest / "b").read_text() == "evil\n" and not (dest / "b").is_symlink()

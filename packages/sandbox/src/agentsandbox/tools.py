@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentsandbox.backends.base import Sandbox
+from agentsandbox.config import check_timeout
 from agentsandbox.workspace import WorkspacePathError
 from knowlyrcore.models import ToolResult
 
@@ -100,6 +101,12 @@ def edit_file(sandbox: Sandbox, path: str, old_str: str, new_str: str) -> ToolRe
 
 
 def bash(sandbox: Sandbox, command: str, timeout: float | None = None) -> ToolResult:
+    """Run ``command``; the agent may shorten the timeout, never extend it past ``config.timeout``."""
+    if timeout is not None:
+        try:
+            timeout = check_timeout(timeout, clamp_to=sandbox.config.timeout)
+        except ValueError as exc:
+            return ToolResult(error=str(exc))
     return sandbox.run(command, timeout=timeout)
 
 
@@ -151,10 +158,22 @@ def git(sandbox: Sandbox, subcommand: str, path: str | None = None) -> ToolResul
 _COUNT = {key: re.compile(rf"(\d+) {key}") for key in ("passed", "failed", "error")}
 
 
-def run_tests(sandbox: Sandbox, test_command: str | None, path: str | None = None) -> ToolResult:
-    """Run the task's test command (trusted: it comes from the task, not the agent)."""
+def run_tests(
+    sandbox: Sandbox, test_command: str | None, path: str | None = None, *, grade: bool = False,
+    protected: list[str] = (),
+) -> ToolResult:  # fmt: skip
+    """Run the task's test command (trusted: it comes from the task, not the agent).
+
+    ``grade=True`` is the run a reward rests on: ``Sandbox.run_clean`` kills everything the
+    episode left running, puts the ``protected`` paths (the task's tests) back, and runs the
+    command in a clean environment. Otherwise it runs in the agent's shell, as the
+    ``run_tests`` tool the agent calls mid-episode.
+    """
     if not test_command:
         return ToolResult(error="this task defines no test command")
+    if grade:
+        result = sandbox.run_clean(f"cd {sandbox.config.workdir} && {test_command}", restore=list(protected))
+        return _with_counts(result)
     argv = ["env"]
     script = test_command
     if path:
@@ -164,7 +183,10 @@ def run_tests(sandbox: Sandbox, test_command: str | None, path: str | None = Non
         # The path is data in the environment, quoted by the shell itself: never parsed as code.
         argv.append(f"KNOWLYR_TEST_PATH={path}")
         script = f'{test_command} "$KNOWLYR_TEST_PATH"'
-    result = sandbox.run_argv([*argv, "bash", "-c", f"cd {sandbox.config.workdir} && {script}"])
+    return _with_counts(sandbox.run_argv([*argv, "bash", "-c", f"cd {sandbox.config.workdir} && {script}"]))
+
+
+def _with_counts(result: ToolResult) -> ToolResult:
     counts = {key: int(m.group(1)) if (m := rx.search(result.output)) else 0 for key, rx in _COUNT.items()}
     return result.model_copy(update={"metadata": {**result.metadata, "tests": counts}})
 

@@ -147,6 +147,23 @@ class Workspace:
         finally:
             os.close(fd)
 
+    def remove(self, path: str) -> bool:
+        """Delete a file, symlink or whole directory at ``path`` (never following symlinks); False if absent."""
+        parts = self.parts(path)
+        if not parts:
+            raise WorkspacePathError("cannot remove the workspace itself")
+        try:
+            fd = self._open_dir(parts[:-1])
+        except FileNotFoundError:
+            return False
+        try:
+            if not _exists(parts[-1], fd):
+                return False
+            _clear_dest_entry(parts[-1], fd)
+            return True
+        finally:
+            os.close(fd)
+
     # -- trees ---------------------------------------------------------------------------
     def import_tree(self, source: str | os.PathLike, dest: str = ".") -> int:
         """Copy a host directory (or archive) into the workspace at ``dest``; return files copied."""
@@ -202,31 +219,47 @@ class Workspace:
             return self.import_tree(root, dest)
 
     def export_tree(self, source: str, dest: str | os.PathLike) -> int:
-        """Copy ``source`` (a workspace directory) to the host directory ``dest``; return files copied."""
+        """Copy ``source`` (a workspace directory) to the host directory ``dest``; return files copied.
+
+        Nothing is followed on either side: the workspace is walked with ``O_NOFOLLOW``, and the
+        destination is written through directory file descriptors, so a symlink left in
+        ``dest`` by an earlier download (``a -> /etc``) is replaced, never written through.
+        Symlinks in the workspace are recreated as symlinks (their targets are not copied).
+        """
         parts = self.parts(source)
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
         count = 0
         top = self._open_dir(parts)
+        # ``dest`` itself is the caller's choice and may be a symlink; below it nothing is followed.
+        out_top = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
-                out_dir = dest / dirpath
-                out_dir.mkdir(parents=True, exist_ok=True)
-                for name in dirnames + filenames:
-                    st = os.lstat(name, dir_fd=dir_fd)
-                    target = out_dir / name
-                    if stat.S_ISLNK(st.st_mode):
-                        if target.is_symlink() or target.exists():
-                            target.unlink()
-                        os.symlink(os.readlink(name, dir_fd=dir_fd), target)
-                    elif stat.S_ISREG(st.st_mode):
-                        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-                        with os.fdopen(file_fd, "rb") as src, open(target, "wb") as out:
-                            shutil.copyfileobj(src, out)
-                        os.chmod(target, stat.S_IMODE(st.st_mode))
-                        count += 1
+                out_fd = _open_dest_dir(out_top, Path(dirpath).parts)
+                try:
+                    for name in dirnames + filenames:
+                        st = os.lstat(name, dir_fd=dir_fd)
+                        if stat.S_ISDIR(st.st_mode):
+                            os.close(_open_dest_dir(out_fd, (name,)))
+                        elif stat.S_ISLNK(st.st_mode):
+                            _clear_dest_entry(name, out_fd)
+                            os.symlink(os.readlink(name, dir_fd=dir_fd), name, dir_fd=out_fd)
+                        elif stat.S_ISREG(st.st_mode):
+                            _clear_dest_entry(name, out_fd, keep_regular=True)
+                            src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+                            with (
+                                os.fdopen(src_fd, "rb") as src,
+                                os.fdopen(os.open(name, flags, 0o600, dir_fd=out_fd), "wb") as out,
+                            ):
+                                shutil.copyfileobj(src, out)
+                                os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))
+                            count += 1
+                finally:
+                    os.close(out_fd)
         finally:
             os.close(top)
+            os.close(out_top)
         return count
 
     def clear(self) -> None:
@@ -251,6 +284,64 @@ def _is_symlink(name: str, dir_fd: int) -> bool:
         return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError:
         return False
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _clear_dest_entry(name: str, dir_fd: int, *, keep_regular: bool = False) -> None:
+    """Remove ``name`` under ``dir_fd`` (a symlink, file or whole directory) so it can be recreated.
+
+    ``keep_regular`` leaves a regular file in place (it is truncated through ``O_NOFOLLOW``).
+    """
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        try:
+            for entry in os.listdir(sub):
+                _clear_dest_entry(entry, sub)
+        finally:
+            os.close(sub)
+        os.rmdir(name, dir_fd=dir_fd)
+    elif not (keep_regular and stat.S_ISREG(st.st_mode)):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _open_dest_dir(top_fd: int, parts: tuple[str, ...]) -> int:
+    """A new fd of the directory ``parts`` below ``top_fd``, created as needed, never through a symlink.
+
+    Whatever is in the way (a symlink, a file) is removed and replaced by a real directory.
+    """
+    fd = os.dup(top_fd)
+    try:
+        for part in parts:
+            if part == ".":
+                continue
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                _clear_dest_entry(part, fd)
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _replace_with_symlink(target: str, name: str, dir_fd: int) -> None:

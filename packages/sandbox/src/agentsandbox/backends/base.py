@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
 
-from agentsandbox.config import SandboxConfig
-from agentsandbox.shell import BOOT, DRIVER, PersistentShell, ShellOutput, Transport, reset_script
+from agentsandbox.config import CLEAN_HOME, SandboxConfig, check_timeout
+from agentsandbox.shell import BOOT, DRIVER, SCRATCH_DIRS, PersistentShell, ShellOutput, Transport, reset_script
 from agentsandbox.workspace import Workspace, chown_tree
 from knowlyrcore.errors import InfrastructureError
 from knowlyrcore.models import ToolResult
@@ -185,18 +185,22 @@ class Sandbox(ABC):
         if self._shell is None:
             self._start_shell()
 
-    def _start_shell(self, cwd: str | None = None) -> None:
-        token = PersistentShell.new_token()
-        env = self.config.shell_env()
-        env.update(
-            KNOWLYR_TOKEN=token,
-            KNOWLYR_RESET=reset_script(self.config.workdir, SNAPSHOT_MOUNT, self.config.shell_env()),
+    def _start_shell(self, cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+        greeting = PersistentShell.new_nonce()
+        base_env = self.config.shell_env() if env is None else env
+        shell_env = dict(base_env)
+        shell_env.update(
+            KNOWLYR_GREETING=greeting,
+            KNOWLYR_RESET=reset_script(self.config.workdir, SNAPSHOT_MOUNT, base_env),
             KNOWLYR_DRIVER_TEXT=DRIVER,
             KNOWLYR_BOOT=BOOT,
         )
-        transport = self._spawn_shell(["bash", "--noprofile", "--norc", "-c", BOOT], env)
+        transport = self._spawn_shell(["bash", "--noprofile", "--norc", "-c", BOOT], shell_env)
         shell = PersistentShell(
-            transport, token, max_output_bytes=self.config.max_output_bytes, overflow_bytes=self.config.overflow_bytes
+            transport,
+            greeting,
+            max_output_bytes=self.config.max_output_bytes,
+            overflow_bytes=self.config.overflow_bytes,
         )
         ready = shell.wait_ready(STARTUP_TIMEOUT)
         if ready.exit_code is None:
@@ -251,7 +255,34 @@ class Sandbox(ABC):
         return self._finish(self._shell.run_argv(list(argv), self._timeout(timeout)), timeout)
 
     def _timeout(self, timeout: float | None) -> float:
-        return float(timeout) if timeout is not None else self.config.timeout
+        return self.config.timeout if timeout is None else check_timeout(timeout)
+
+    def run_clean(self, command: str, *, timeout: float | None = None, restore: list[str] = ()) -> ToolResult:
+        """Run ``command`` with nothing of the episode alive: the verdict a reward can rest on.
+
+        Every process in the sandbox is killed first (background jobs included, so none can
+        print into this command's output or forge its end), the scratch directories are
+        emptied, and the command runs in a new shell in ``workdir`` with ``clean_env``: no user
+        site-packages, no user or system git config, an empty ``HOME``. Only the workspace
+        carries over, except ``restore``: paths put back as the snapshot has them once nothing
+        can race the copy (the task's own tests, so editing them cannot make them pass). The
+        next ``run`` gets a fresh shell too.
+        """
+        if "\x00" in command:
+            return ToolResult(error="a command cannot contain NUL bytes")
+        self.start()
+        self._shell.close()
+        self._shell = None
+        self._kill_all()
+        self.restore(list(restore))
+        self._start_shell(self.config.workdir, env=self.config.clean_env())
+        wipe = f'for d in {" ".join(SCRATCH_DIRS)}; do [ -w "$d" ] && find "$d" -mindepth 1 -delete; done; true'
+        self._shell.run(f"chmod -R u+w {' '.join(SCRATCH_DIRS)} 2>/dev/null; {wipe} 2>/dev/null", RESET_TIMEOUT)
+        self._shell.run_argv(["mkdir", "-p", CLEAN_HOME], RESET_TIMEOUT)
+        result = self._finish(self._shell.run(command, self._timeout(timeout)), timeout)
+        # The agent's next command must not inherit the clean environment's shell state.
+        self._restart(self.config.workdir)
+        return result
 
     def _finish(self, out: ShellOutput, timeout: float | None) -> ToolResult:
         meta = {"cwd": out.cwd} if out.cwd else {}
@@ -341,6 +372,24 @@ class Sandbox(ABC):
     def download(self, source: str, host_dir: str | os.PathLike) -> int:
         """Copy a workspace directory to the host; return the number of files."""
         return self.workspace.export_tree(source, host_dir)
+
+    def restore(self, paths: list[str]) -> list[str]:
+        """Put ``paths`` back as the snapshot has them (deleting those it lacks); return the restored.
+
+        Used before grading so an agent cannot pass by editing the tests themselves: a task
+        names its test files in ``metadata["protected_paths"]``.
+        """
+        restored = []
+        for path in paths:
+            parts = self.workspace.parts(path)
+            original = self._snapshot.root.joinpath(*parts)
+            self.workspace.remove(path)
+            if original.is_file() and not original.is_symlink():
+                self.workspace.write_bytes(path, original.read_bytes())
+                # nothing runs in the sandbox now (killed above), so the path cannot be swapped meanwhile
+                os.chmod(self.workspace.root.joinpath(*parts), original.stat().st_mode & 0o777)
+            restored.append(self.workspace.display(parts))
+        return restored
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._created else "new")

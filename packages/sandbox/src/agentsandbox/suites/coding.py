@@ -719,6 +719,7 @@ def make_task(split: str, seed: int, index: int, template: str) -> dict[str, Any
             "family": family,
             "bug_kind": kind,
             "files": files,
+            "protected_paths": [test_path],
             "solution": solution,
             "entities": sorted(set(names.entities)),
         },
