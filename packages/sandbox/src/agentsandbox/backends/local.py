@@ -1,31 +1,50 @@
-"""``LocalSandbox``: a daemonless sandbox built on bubblewrap (``bwrap``) and rlimits.
+"""``LocalSandbox``: a daemonless sandbox built on bubblewrap (``bwrap``), cgroups and rlimits.
 
 Used when no Docker daemon is reachable. Each shell runs as
 ``bwrap --unshare-all --die-with-parent ... bash``: new user, pid, network, ipc, uts and
 cgroup namespaces (so no network but loopback, and ``kill -9 -1`` reaches only the sandbox),
-a root filesystem that holds read-only system directories (``/usr``, a minimal ``/etc``), a
-private ``/tmp`` and ``/dev``, the workspace bind-mounted read-write, and nothing else of the
-host (no ``/home``, ``/root`` or ``/work``).
+a read-only root filesystem and ``/dev`` that hold read-only system directories (``/usr``, a
+minimal ``/etc``), a bounded scratch space (``/tmp``, ``/var/tmp`` -> ``/tmp``, ``/dev/shm``),
+the workspace bind-mounted read-write, and nothing else of the host (no ``/home``, ``/root``
+or ``/work``). A seccomp filter (``seccomp.py``) refuses new namespaces — ``unshare -Ur``
+would make the agent root of its own namespace — mount, ptrace, keyctl, bpf and the like.
 
-Limits come from rlimits set before ``bwrap`` starts, since there are no cgroups to use:
-address space (``memory_mb`` per process), file size, open files and processes. The process
-limit is counted per user, so when the host runs as root each sandbox gets a private uid —
-its fork bomb then cannot exhaust anyone else's process table; as an ordinary user the
-limit is ``pids_limit`` above the processes the user already runs. ``cpus`` is not enforced,
-and without cgroups nothing caps the workspace's total size (each file: ``max_file_mb``).
+What bounds the host depends on who runs it; ``LocalSandbox.enforced_limits`` says which hold:
+
+- **Memory, processes, CPU.** As root with a writable cgroup hierarchy (``cgroups.py``) the
+  sandbox gets a cgroup: ``memory_mb`` (swap included) for all its processes and the tmpfs
+  pages they write together, ``pids_limit``, ``cpus``; its workspace then lives in RAM
+  (/dev/shm), where those pages count too. Otherwise only rlimits hold: address space of
+  ``memory_mb`` *per process* (four processes may use four times that), ``RLIMIT_NPROC``
+  (counted per user, so as root each sandbox gets a private uid; as an ordinary user the
+  limit is ``pids_limit`` above the processes the user already runs), ``cpus`` not enforced,
+  and the workspace stays on disk with only ``max_file_mb`` per file.
+- **Scratch space.** As root, a tmpfs of ``tmp_mb`` and ``tmp_inodes`` mounted in a private
+  mount namespace that only this sandbox's bwrap lives in (it vanishes with it) holds /tmp and
+  /dev/shm together. Else with bubblewrap >= 0.9, ``--size`` tmpfs mounts of ``tmp_mb`` for
+  /tmp and for /dev/shm (no inode limit). Else (an ordinary user with an older bubblewrap)
+  they are directories beside the workspace on the host's disk: no host RAM, but no bound
+  but the disk's.
+- Always: ``max_file_mb`` per file (``RLIMIT_FSIZE``), 1024 open files, no core dumps.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox, private_owner
+from agentsandbox.backends import seccomp
+from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox, SandboxError, private_owner
+from agentsandbox.backends.cgroups import CgroupUnavailable, SandboxCgroup, cgroup_status
+from agentsandbox.config import SandboxConfig
 from agentsandbox.shell import PipeTransport, Transport
 
 #: ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the *thread* that forked bwrap
@@ -38,6 +57,10 @@ _ETC_FILES = (
     "passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
     "alternatives", "ssl", "ca-certificates", "localtime", "os-release", "mime.types", "python3",
 )  # fmt: skip
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
 
 
 def bwrap_status() -> tuple[bool, str]:
@@ -54,6 +77,53 @@ def bwrap_status() -> tuple[bool, str]:
     if probe.returncode != 0:
         return False, f"bwrap cannot create namespaces here: {probe.stderr.strip() or probe.returncode}"
     return True, f"bubblewrap at {path}"
+
+
+@functools.cache
+def bwrap_version() -> tuple[int, ...]:
+    """bubblewrap's version, e.g. (0, 8, 0); () when it cannot be read."""
+    try:
+        out = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.split()
+        return tuple(int(part) for part in out[-1].split("."))
+    except (OSError, IndexError, ValueError):
+        return ()
+
+
+def _mount_scratch(target: bytes, size_mb: int, inodes: int, owner: tuple[int, int]) -> None:
+    """Pre-exec, as root: a private mount namespace with a ``size_mb`` tmpfs at ``target``.
+
+    The tmpfs exists only in this process's namespace (bwrap and the sandbox inherit it) and
+    disappears with the last process in it; the host never sees it, so nothing can leak it.
+    """
+    for result in (
+        _LIBC.unshare(_CLONE_NEWNS),
+        # the host's / is usually a shared mount: without this the tmpfs would propagate back
+        _LIBC.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
+        _LIBC.mount(b"tmpfs", target, b"tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size_mb}m,nr_inodes={inodes},mode=0755".encode()),
+    ):  # fmt: skip
+        if result != 0:
+            raise OSError(ctypes.get_errno(), "cannot mount the sandbox's scratch tmpfs")
+    for sub in (b"tmp", b"shm"):
+        path = target + b"/" + sub
+        os.mkdir(path)
+        os.chown(path, *owner)
+        os.chmod(path, 0o1777)
+
+
+@functools.cache
+def scratch_mode() -> str:
+    """How this host bounds a sandbox's /tmp and /dev/shm: "tmpfs", "size" or "disk" (module docstring)."""
+    owner = private_owner()
+    if owner is not None:
+        with tempfile.TemporaryDirectory(prefix="knowlyr-probe-") as probe:
+            try:
+                subprocess.run(
+                    ["true"], preexec_fn=lambda: _mount_scratch(os.fsencode(probe), 1, 16, owner), check=True
+                )
+                return "tmpfs"
+            except (OSError, subprocess.SubprocessError):
+                pass
+    return "size" if bwrap_version() >= (0, 9) else "disk"
 
 
 def _kill(pid: int) -> None:
@@ -88,13 +158,70 @@ class LocalSandbox(Sandbox):
 
     backend = "local"
 
+    def __init__(self, config: SandboxConfig | None = None):
+        # With a memory cgroup the pages the sandbox writes to a RAM workspace are charged to
+        # it (bounded by memory_mb); without one the workspace stays on disk.
+        self.memory_backed_workspace = cgroup_status()[0]
+        self._cgroup: SandboxCgroup | None = None
+        super().__init__(config)
+
     def _create(self) -> None:
         ok, why = bwrap_status()
         if not ok:
             raise BackendUnavailable(f"local backend unavailable: {why}")
         self._process: subprocess.Popen | None = None
+        self._scratch = self._tmp / "scratch"
+        self._scratch.mkdir()
+        if scratch_mode() == "disk":
+            for sub in ("tmp", "shm"):
+                (self._scratch / sub).mkdir(mode=0o1777)
+                os.chmod(self._scratch / sub, 0o1777)
+                if self._owner() is not None:
+                    os.chown(self._scratch / sub, *self._owner())
+        if self.memory_backed_workspace:
+            cfg = self.config
+            try:
+                self._cgroup = SandboxCgroup(
+                    self._tmp.name, memory_mb=cfg.memory_mb, pids=cfg.pids_limit, cpus=cfg.cpus
+                )
+            except CgroupUnavailable as exc:
+                raise SandboxError(f"local sandbox cannot get its cgroup: {exc}") from None
 
-    def _bwrap_argv(self, argv: list[str]) -> list[str]:
+    @property
+    def enforced_limits(self) -> dict[str, str]:
+        """What bounds this sandbox on this host, per resource (see the module docstring)."""
+        cfg, cgroup = self.config, self._cgroup
+        mode = scratch_mode()
+        if cgroup is not None:
+            swap = "swap included" if cgroup.swap_counted else "swap not accounted on this host"
+            memory = f"cgroup v{cgroup.version}: {cfg.memory_mb} MiB for all processes and tmpfs pages together, {swap}"
+            processes = f"cgroup v{cgroup.version}: {cfg.pids_limit} processes and threads"
+            cpus = f"cgroup v{cgroup.version}: {cfg.cpus:g} CPUs" if "cpu" in cgroup.controllers else "not enforced"
+            workspace = "in RAM, counted in the memory cgroup"
+        else:
+            why = cgroup_status()[1]
+            memory = f"RLIMIT_AS: {cfg.memory_mb} MiB per process, not in total (no cgroup: {why})"
+            processes = f"RLIMIT_NPROC: {cfg.pids_limit}" + ("" if self._owner() else " above the user's own processes")
+            cpus = "not enforced (no cgroup)"
+            workspace = f"on the host disk: only max_file_mb ({cfg.max_file_mb} MiB) per file"
+        tmp = {
+            "tmpfs": f"one tmpfs of {cfg.tmp_mb} MiB and {cfg.tmp_inodes} inodes for /tmp, /var/tmp and /dev/shm",
+            "size": f"tmpfs of {cfg.tmp_mb} MiB each for /tmp (and /var/tmp) and /dev/shm, no inode limit",
+            "disk": f"directories on the host disk (bubblewrap {'.'.join(map(str, bwrap_version()))} < 0.9 "
+            "has no --size and only root can mount a sized tmpfs)",
+        }[mode]
+        return {
+            "memory": memory,
+            "processes": processes,
+            "cpus": cpus,
+            "tmp": tmp,
+            "workspace": workspace,
+            "file_size": f"RLIMIT_FSIZE: {cfg.max_file_mb} MiB per file",
+            "syscalls": seccomp.describe(),
+            "root_filesystem": "read-only (/ and /dev)",
+        }
+
+    def _bwrap_argv(self, argv: list[str], seccomp_fd: int | None) -> list[str]:
         cfg = self.config
         args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
         if cfg.network:
@@ -106,17 +233,39 @@ class LocalSandbox(Sandbox):
                 args += ["--ro-bind", path, path]
         for name in _ETC_FILES:
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        if scratch_mode() == "size":
+            size = str(cfg.tmp_mb * 1024 * 1024)
+            args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
+        else:
+            args += ["--bind", str(self._scratch / "tmp"), "/tmp", "--bind", str(self._scratch / "shm"), "/dev/shm"]
+        args += ["--symlink", "../tmp", "/var/tmp"]
         args += ["--bind", str(self.workspace.root), cfg.workdir]
         args += ["--ro-bind", str(self._snapshot.root), SNAPSHOT_MOUNT]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
+        # bwrap's own / and /dev are unbounded tmpfs mounts: nothing inside may write to them
+        # (not recursive: the mounts above stay writable)
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", cfg.workdir]
         return [*args, "--", *argv]
 
-    def _limits(self) -> None:
-        # Runs in the child between fork and exec: only async-signal-safe-ish calls.
+    def _enter_sandbox(self) -> None:
+        # Runs in the child between fork and exec, as the caller: join the cgroup and mount the
+        # scratch tmpfs while still root, then drop to the sandbox's uid and set the rlimits.
         cfg = self.config
-        mem = cfg.memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        owner = self._owner()
+        if self._cgroup is not None:
+            self._cgroup.join()
+        if owner is not None:
+            if self._scratch_mode == "tmpfs":
+                _mount_scratch(self._scratch_path, cfg.tmp_mb, cfg.tmp_inodes, owner)
+            os.setgroups([])
+            os.setresgid(owner[1], owner[1], owner[1])
+            os.setresuid(owner[0], owner[0], owner[0])
+        if self._cgroup is None:
+            mem = cfg.memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_NPROC, (self._nproc, self._nproc))
         fsize = cfg.max_file_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
@@ -127,19 +276,32 @@ class LocalSandbox(Sandbox):
         # RLIMIT_NPROC counts every process of the uid. A private uid (root host) starts at
         # zero; the caller's own uid already runs the caller's processes, so add those.
         self._nproc = self.config.pids_limit + (0 if self._owner() else _processes_of(os.getuid()))
-        self._process = _SPAWNER.submit(
-            subprocess.Popen,
-            self._bwrap_argv(argv),
-            # exactly this environment (bwrap passes its own on): nothing leaks from the host
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            preexec_fn=self._limits,
-            start_new_session=True,
-            close_fds=True,
-            **_user_kwargs(self._owner()),
-        ).result()
+        # computed here: the pre-exec hook should do as little as it can
+        self._scratch_mode, self._scratch_path = scratch_mode(), os.fsencode(self._scratch)
+        program = seccomp.filter_program()
+        seccomp_fd = None
+        if program is not None:
+            # bwrap reads the filter from this fd up to EOF; it fits in the pipe's buffer
+            seccomp_fd, writer = os.pipe()
+            os.write(writer, program)
+            os.close(writer)
+        try:
+            self._process = _SPAWNER.submit(
+                subprocess.Popen,
+                self._bwrap_argv(argv, seccomp_fd),
+                # exactly this environment (bwrap passes its own on): nothing leaks from the host
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                preexec_fn=self._enter_sandbox,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+            ).result()
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         return PipeTransport(self._process)
 
     def _kill_all(self) -> None:
@@ -177,3 +339,6 @@ class LocalSandbox(Sandbox):
 
     def _destroy(self) -> None:
         self._kill_all()
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
