@@ -243,3 +243,25 @@ def test_filling_the_workspace_is_bounded_by_the_memory_cgroup(sandbox):
     assert result.error or "No space" in result.output or "Cannot allocate" in result.output
     assert total <= (HOSTILE.memory_mb + 16) * 1024 * 1024
     assert_usable(sandbox)
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc", "ext::sh -c touch% /tmp/pwned", "fd::17", "-uhelp", "--upload-pack=touch /tmp/x"]
+)
+def test_security_task_repository_urls_cannot_reach_host_files_or_programs(url):
+    from agentsandbox.backends.base import SandboxError
+    from agentsandbox.env import fetch_repo
+
+    with pytest.raises(SandboxError, match="not allowed|does not exist"):
+        fetch_repo(url)
+    assert not os.path.exists("/tmp/pwned")
+
+
+def test_security_protected_paths_must_be_relative_workspace_paths():
+    from agentsandbox.env import TaskFilesError, protected_paths
+    from knowlyrcore.models import TaskInfo
+
+    for bad in (["../x"], ["/etc/passwd"], "test.py", [1]):
+        with pytest.raises(TaskFilesError):
+            protected_paths(TaskInfo(metadata={"protected_paths": bad}))
+    assert protected_paths(TaskInfo(metadata={"protected_paths": ["tests/test_a.py"]})) == ["tests/test_a.py"]

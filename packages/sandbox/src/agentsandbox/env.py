@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -98,19 +99,46 @@ def _check_relative(path: object, where: str) -> None:
         )
 
 
+#: Transports a task's repository URL may use (``GIT_ALLOW_PROTOCOL``). Not ``file``, ``ext``
+#: or ``fd``: a task record must not make the host run a program or read a host repository
+#: through a URL (a local path is checked like any path).
+REPO_PROTOCOLS = ("https", "http", "ssh", "git")
+
+
 def fetch_repo(repo: str) -> str:
-    """A host path for ``repo``: local paths as they are, git URLs cloned into a cache."""
+    """A host path for ``repo``: local paths as they are, git URLs cloned into a private cache."""
+    if "::" in repo or repo.startswith("-"):
+        raise SandboxError(f"task repository {repo!r}: transport helpers and options are not allowed")
     if "://" not in repo and not repo.startswith("git@"):
         if not os.path.exists(repo):
             raise SandboxError(f"task repository {repo!r} does not exist")
         return repo
-    cache = Path(tempfile.gettempdir()) / "knowlyr-repos" / hashlib.sha256(repo.encode()).hexdigest()[:16]
+    scheme = repo.split("://", 1)[0].lower() if "://" in repo else "ssh"
+    if scheme not in REPO_PROTOCOLS:
+        raise SandboxError(
+            f"task repository {repo!r}: scheme {scheme!r} is not allowed (use {', '.join(REPO_PROTOCOLS)})"
+        )
+    # Per-user and private: a shared /tmp/knowlyr-repos could be pre-filled by another user.
+    root = Path(tempfile.gettempdir()) / f"knowlyr-repos-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(root)
+    if not os.path.isdir(root) or os.path.islink(root) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise SandboxError(f"repository cache {root} is not a private directory of this user")
+    cache = root / hashlib.sha256(repo.encode()).hexdigest()[:16]
     if not cache.exists():
-        tmp = cache.with_suffix(".partial")
-        done = subprocess.run(["git", "clone", "--quiet", "--", repo, str(tmp)], capture_output=True, text=True)
+        tmp = cache.with_suffix(f".partial-{os.getpid()}")
+        env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(REPO_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
+        done = subprocess.run(
+            ["git", "clone", "--quiet", "--no-recurse-submodules", "--", repo, str(tmp)],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
         if done.returncode != 0:
-            raise SandboxError(f"cannot clone {repo}: {done.stderr.strip()}")
-        tmp.rename(cache)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SandboxError(f"cannot clone {repo}: {done.stderr.strip()[-500:]}")
+        try:
+            os.rename(tmp, cache)
+        except OSError:  # another process finished the same clone first
+            shutil.rmtree(tmp, ignore_errors=True)
     return str(cache)
 
 

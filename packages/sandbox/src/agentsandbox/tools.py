@@ -193,11 +193,14 @@ def _with_counts(result: ToolResult) -> ToolResult:
 
 def diff(sandbox: Sandbox) -> str | None:
     """The workspace's changes as a git patch (new files included), or None outside a git repository."""
-    check = sandbox.run_argv(["git", "rev-parse", "--is-inside-work-tree"])
+    # The repository's own config is the agent's to write: keep its fsmonitor, external diff and
+    # textconv programs from running (they would only fake the patch, but nothing should run).
+    git = ["env", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1", "git", "-c", "core.fsmonitor=false"]
+    check = sandbox.run_argv([*git, "rev-parse", "--is-inside-work-tree"])
     if check.exit_code != 0:
         return None
-    sandbox.run_argv(["git", "add", "-A", "--intent-to-add"])
-    result = sandbox.run_argv(["git", "--no-pager", "diff"])
+    sandbox.run_argv([*git, "add", "-A", "--intent-to-add"])
+    result = sandbox.run_argv([*git, "--no-pager", "diff", "--no-ext-diff", "--no-textconv"])
     return result.output if result.exit_code == 0 else None
 
 
