@@ -13,12 +13,14 @@ What bounds the host depends on who runs it; ``LocalSandbox.enforced_limits`` sa
 
 - **Memory, processes, CPU.** As root with a writable cgroup hierarchy (``cgroups.py``) the
   sandbox gets a cgroup: ``memory_mb`` (swap included) for all its processes and the tmpfs
-  pages they write together, ``pids_limit``, ``cpus``; its workspace then lives in RAM
-  (/dev/shm), where those pages count too. Otherwise only rlimits hold: address space of
-  ``memory_mb`` *per process* (four processes may use four times that), ``RLIMIT_NPROC``
-  (counted per user, so as root each sandbox gets a private uid; as an ordinary user the
-  limit is ``pids_limit`` above the processes the user already runs), ``cpus`` not enforced,
-  and the workspace stays on disk with only ``max_file_mb`` per file.
+  pages they write together, ``pids_limit``, ``cpus``. Otherwise only rlimits hold: address
+  space of ``memory_mb`` *per process* (four processes may use four times that),
+  ``RLIMIT_NPROC`` (counted per user, so as root each sandbox gets a private uid; as an
+  ordinary user the limit is ``pids_limit`` above the processes the user already runs), and
+  ``cpus`` is not enforced.
+- **Workspace.** On the host's disk, bounded only by ``max_file_mb`` per file. Not in RAM
+  even with a cgroup: its pages would stay charged to the cgroup across shell restarts, so a
+  full workspace would leave no memory to start the next shell in.
 - **Scratch space.** As root, a tmpfs of ``tmp_mb`` and ``tmp_inodes`` mounted in a private
   mount namespace that only this sandbox's bwrap lives in (it vanishes with it) holds /tmp and
   /dev/shm together. Else with bubblewrap >= 0.9, ``--size`` tmpfs mounts of ``tmp_mb`` for
@@ -44,7 +46,6 @@ from concurrent.futures import ThreadPoolExecutor
 from agentsandbox.backends import seccomp
 from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox, SandboxError, private_owner
 from agentsandbox.backends.cgroups import CgroupUnavailable, SandboxCgroup, cgroup_status
-from agentsandbox.config import SandboxConfig
 from agentsandbox.shell import PipeTransport, Transport
 
 #: ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the *thread* that forked bwrap
@@ -157,13 +158,7 @@ class LocalSandbox(Sandbox):
     """Runs commands under bubblewrap on this machine; see the module docstring for the containment."""
 
     backend = "local"
-
-    def __init__(self, config: SandboxConfig | None = None):
-        # With a memory cgroup the pages the sandbox writes to a RAM workspace are charged to
-        # it (bounded by memory_mb); without one the workspace stays on disk.
-        self.memory_backed_workspace = cgroup_status()[0]
-        self._cgroup: SandboxCgroup | None = None
-        super().__init__(config)
+    _cgroup: SandboxCgroup | None = None
 
     def _create(self) -> None:
         ok, why = bwrap_status()
@@ -178,7 +173,7 @@ class LocalSandbox(Sandbox):
                 os.chmod(self._scratch / sub, 0o1777)
                 if self._owner() is not None:
                     os.chown(self._scratch / sub, *self._owner())
-        if self.memory_backed_workspace:
+        if cgroup_status()[0]:
             cfg = self.config
             try:
                 self._cgroup = SandboxCgroup(
@@ -197,13 +192,11 @@ class LocalSandbox(Sandbox):
             memory = f"cgroup v{cgroup.version}: {cfg.memory_mb} MiB for all processes and tmpfs pages together, {swap}"
             processes = f"cgroup v{cgroup.version}: {cfg.pids_limit} processes and threads"
             cpus = f"cgroup v{cgroup.version}: {cfg.cpus:g} CPUs" if "cpu" in cgroup.controllers else "not enforced"
-            workspace = "in RAM, counted in the memory cgroup"
         else:
             why = cgroup_status()[1]
             memory = f"RLIMIT_AS: {cfg.memory_mb} MiB per process, not in total (no cgroup: {why})"
             processes = f"RLIMIT_NPROC: {cfg.pids_limit}" + ("" if self._owner() else " above the user's own processes")
             cpus = "not enforced (no cgroup)"
-            workspace = f"on the host disk: only max_file_mb ({cfg.max_file_mb} MiB) per file"
         tmp = {
             "tmpfs": f"one tmpfs of {cfg.tmp_mb} MiB and {cfg.tmp_inodes} inodes for /tmp, /var/tmp and /dev/shm",
             "size": f"tmpfs of {cfg.tmp_mb} MiB each for /tmp (and /var/tmp) and /dev/shm, no inode limit",
@@ -215,7 +208,7 @@ class LocalSandbox(Sandbox):
             "processes": processes,
             "cpus": cpus,
             "tmp": tmp,
-            "workspace": workspace,
+            "workspace": f"on the host disk: only max_file_mb ({cfg.max_file_mb} MiB) per file",
             "file_size": f"RLIMIT_FSIZE: {cfg.max_file_mb} MiB per file",
             "syscalls": seccomp.describe(),
             "root_filesystem": "read-only (/ and /dev)",
