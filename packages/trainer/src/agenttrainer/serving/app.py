@@ -1,8 +1,12 @@
 """The OpenAI-compatible HTTP app (Starlette): ``/v1/chat/completions``, ``/v1/completions``,
 ``/v1/models``, ``/health`` and, when enabled, ``/v1/load_weights``.
 
-One model, one generation at a time: requests queue on an ``asyncio.Lock`` while generation
-runs in a worker thread, so the event loop keeps answering ``/health`` and ``/v1/models``.
+Generation runs in worker threads, so the event loop keeps answering ``/health`` and
+``/v1/models``; at most ``max_concurrent`` generations run (one by default) and ``max_queue``
+wait, more get 429. A generation stops between two tokens once its client disconnects, streaming
+or not. Bodies, prompts, ``max_tokens``, JSON nesting and tool schemas are capped, and an API key
+can be required (``serving.limits``). ``GET /metrics`` counts running, waiting and cancelled
+generations and the model's forward passes.
 When the request carries ``tools``, ``<tool_call>`` blocks in the model's answer come back as
 OpenAI ``tool_calls`` (``finish_reason: "tool_calls"``); when streaming, text that could be the
 start of a block is held back until it is known not to be one.
@@ -23,25 +27,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import json
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import torch
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from agenttrainer.generation import LocalGenerator, TokenSample
-from agenttrainer.inference import AgentInference, _seeded
+from agenttrainer.inference import AgentInference, TextStream, _seeded
 from agenttrainer.models.tool_calls import parse_tool_calls, possible_tool_call_start
+from agenttrainer.serving.limits import (
+    Cancellation,
+    GenerationCancelled,
+    GenerationSlots,
+    Limits,
+    RequireAPIKey,
+    error_response,
+    read_json_body,
+    set_when_disconnected,
+)
 from agenttrainer.serving.protocol import (
     ChatRequest,
     CompletionRequest,
+    PromptCaps,
     RequestError,
     chunk_json,
     completion_json,
@@ -49,6 +69,7 @@ from agenttrainer.serving.protocol import (
     parse_chat_request,
     parse_completion_request,
     parse_load_weights_request,
+    prompt_too_long,
     sse,
     text_choice_json,
     text_completion_json,
@@ -57,6 +78,10 @@ from agenttrainer.serving.protocol import (
 )
 
 ADAPTER_NAME = "default"  # one adapter at a time: a new one replaces it
+FALLBACK_MAX_PROMPT_TOKENS = 32768  # when neither --max-prompt-tokens nor the model's config says
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client left; nobody reads it
+
+T = TypeVar("T")
 
 
 class ChatServer:
@@ -74,16 +99,33 @@ class ChatServer:
         *,
         default_max_tokens: int = 512,
         allow_weight_updates: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         self.engine = engine
         self.model_name = model_name
+        self.limits = limits or Limits()
+        if default_max_tokens > self.limits.max_tokens_limit:
+            raise ValueError(
+                f"default_max_tokens ({default_max_tokens}) is above max_tokens_limit ({self.limits.max_tokens_limit})"
+            )
         self.default_max_tokens = default_max_tokens
         self.allow_weight_updates = allow_weight_updates
         self.created = int(time.time())
         self.context_length = getattr(engine.model.config, "max_position_embeddings", None)
         self.vocab_size = engine.model.get_input_embeddings().weight.shape[0]
-        self.lock = asyncio.Lock()
+        max_prompt_tokens = self.limits.max_prompt_tokens or self.context_length or FALLBACK_MAX_PROMPT_TOKENS
+        # No token is longer than the vocabulary's longest entry (in bytes, for byte-level BPE, so
+        # in characters too): a text of more characters than this cap has more tokens than allowed.
+        longest_token = max(len(token) for token in engine.tokenizer.get_vocab())
+        self.prompt_caps = PromptCaps(
+            max_tokens=max_prompt_tokens,
+            max_chars=max_prompt_tokens * longest_token,
+            is_context=max_prompt_tokens == self.context_length,
+        )
+        self.slots = GenerationSlots(self.limits.max_concurrent, self.limits.max_queue)
+        self.cancellation = Cancellation(engine.model)
         self.generator = LocalGenerator(engine.model, engine.tokenizer)
+        self._generator_lock = threading.Lock()  # its cached prefix is shared state
         self.weights_version = 0  # successful /v1/load_weights calls
         self._adapter: Any = None  # the peft wrapper of the loaded LoRA adapter
         # The served weights' names and shapes, taken before any adapter renames modules; a
@@ -97,6 +139,16 @@ class ChatServer:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": self.model_name})
+
+    async def metrics(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "generations_running": self.slots.running,
+                "generations_waiting": self.slots.waiting,
+                "generations_cancelled": self.cancellation.cancelled,
+                "model_forward_passes": self.cancellation.forward_passes,
+            }
+        )
 
     def _model_card(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "knowlyr"}
@@ -116,11 +168,22 @@ class ChatServer:
         return JSONResponse(self._model_card())
 
     def _budget(self, chat: ChatRequest) -> int:
-        """max_new_tokens for this request; refuses prompts that do not fit the context."""
+        """max_new_tokens for this request; refuses prompts past the cap or the context.
+
+        The characters are counted first: a text too long for the cap is refused before the chat
+        template and the tokenizer spend time on it.
+        """
+        chars = sum(len(m["content"] or "") for m in chat.messages)
+        chars += sum(len(json.dumps(m["tool_calls"])) for m in chat.messages if "tool_calls" in m)
+        chars += len(json.dumps(chat.tools)) if chat.tools else 0
+        if chars > self.prompt_caps.max_chars:
+            raise prompt_too_long("messages", f"{chars} characters", self.prompt_caps)
         try:
             prompt_tokens = self.engine.encode(chat.messages, chat.tools).shape[1]
         except Exception as exc:  # the chat template rejected the conversation (e.g. bad roles order)
             raise RequestError(f"cannot render messages with the chat template: {exc}", param="messages") from None
+        if prompt_tokens > self.prompt_caps.max_tokens:
+            raise prompt_too_long("messages", f"{prompt_tokens} tokens", self.prompt_caps)
         wanted = chat.max_tokens or self.default_max_tokens
         if self.context_length is None:
             return wanted
@@ -135,78 +198,138 @@ class ChatServer:
 
     async def chat_completions(self, request: Request) -> Response:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return JSONResponse(RequestError("the request body is not valid JSON").body(), status_code=400)
-        try:
-            chat = parse_chat_request(body, self.model_name)
-            max_new_tokens = await run_in_threadpool(self._budget, chat)
-        except RequestError as error:
-            return JSONResponse(error.body(), status_code=error.status)
-        options = {
-            "max_new_tokens": max_new_tokens,
-            "temperature": chat.temperature,
-            "top_p": chat.top_p,
-            "stop": chat.stop,
-            "seed": chat.seed,
-        }
-        if chat.stream:
-            return StreamingResponse(
-                self._stream(chat, options), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            body = await read_json_body(request, self.limits)
+            chat = parse_chat_request(
+                body,
+                self.model_name,
+                max_tokens_limit=self.limits.max_tokens_limit,
+                max_tools_bytes=self.limits.max_tools_bytes,
             )
-        async with self.lock:
-            completion = await run_in_threadpool(self.engine.complete, chat.messages, chat.tools, **options)
+            max_new_tokens = await run_in_threadpool(self._budget, chat)
+            options = {
+                "max_new_tokens": max_new_tokens,
+                "temperature": chat.temperature,
+                "top_p": chat.top_p,
+                "stop": chat.stop,
+                "seed": chat.seed,
+            }
+            if chat.stream:
+                return await self._stream_response(request, chat, options)
+            complete = functools.partial(self.engine.complete, chat.messages, chat.tools, **options)
+            completion = await self._generate(request, complete)
+        except RequestError as error:
+            return error_response(error)
+        except GenerationCancelled:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         content, calls = parse_tool_calls(completion.text) if chat.tools else (completion.text, [])
         return JSONResponse(completion_json(new_completion_id(), self.model_name, completion, content, calls))
 
-    async def _stream(self, chat: ChatRequest, options: dict[str, Any]) -> AsyncIterator[str]:
-        completion_id, model = new_completion_id(), self.model_name
-        async with self.lock:
-            stream = self.engine.stream(chat.messages, chat.tools, **options)
+    async def _generate(self, request: Request, generate: Callable[[], T]) -> T:
+        """``generate()`` in a worker thread once a slot is free (429 when the queue is full); it
+        stops between two forward passes with ``GenerationCancelled`` if the client disconnects.
+
+        The slot is held until the thread has returned, so a cancelled generation never overlaps
+        the next one.
+        """
+        cancel = threading.Event()
+        async with self.slots.slot():
+            watcher = asyncio.ensure_future(set_when_disconnected(request, cancel))
             try:
-                yield sse(chunk_json(completion_id, model, {"role": "assistant", "content": ""}))
-                pieces = iter(stream)
-                text, emitted = "", 0
-                while (piece := await run_in_threadpool(next, pieces, None)) is not None:
-                    text += piece
-                    safe = possible_tool_call_start(text) if chat.tools else len(text)
-                    if safe > emitted:
-                        yield sse(chunk_json(completion_id, model, {"content": text[emitted:safe]}))
-                        emitted = safe
-                rest, calls = parse_tool_calls(text[emitted:]) if chat.tools else (text[emitted:], [])
-                if calls and rest:
-                    rest = "\n" + rest  # text after the calls; the held-back part started at a block
-                if rest:
-                    yield sse(chunk_json(completion_id, model, {"content": rest}))
-                if calls:
-                    deltas = [tool_call_json(call, index=i) for i, call in enumerate(calls)]
-                    yield sse(chunk_json(completion_id, model, {"tool_calls": deltas}))
-                completion = stream.completion
-                finish = "tool_calls" if calls else completion.finish_reason
-                yield sse(chunk_json(completion_id, model, {}, finish_reason=finish))
-                if chat.include_usage:
-                    yield sse(chunk_json(completion_id, model, None, usage=usage_json(completion)))
-                yield sse("[DONE]")
+                return await anyio.to_thread.run_sync(self.cancellation.run, cancel, generate)
             finally:
-                stream.close()  # a client that disconnects mid-stream stops generation
+                watcher.cancel()
+
+    async def _stream_response(self, request: Request, chat: ChatRequest, options: dict[str, Any]) -> Response:
+        """Start a stream once a slot is free; the response closes it and frees the slot, however it ends."""
+        cleanup = contextlib.AsyncExitStack()
+        await cleanup.enter_async_context(self.slots.slot())
+        try:
+            start = functools.partial(self.engine.stream, chat.messages, chat.tools, **options)
+            stream = await run_in_threadpool(start)
+        except BaseException:
+            await cleanup.aclose()
+            raise
+        pieces = iter(stream)
+        disconnected = threading.Event()
+        # The stream may hold text back (a possible tool call or stop string) and send nothing for
+        # a while, so the client's disconnect is watched rather than waited for at the next send.
+        watcher = asyncio.ensure_future(self._close_on_disconnect(request, stream, disconnected))
+        cleanup.push_async_callback(self._end_stream, request, stream, pieces, watcher, disconnected)
+        return _SSEResponse(self._events(chat, stream, pieces), cleanup.aclose)
+
+    async def _close_on_disconnect(self, request: Request, stream: TextStream, disconnected: threading.Event) -> None:
+        await set_when_disconnected(request, disconnected)
+        stream.close()
+
+    async def _end_stream(
+        self,
+        request: Request,
+        stream: TextStream,
+        pieces: Any,
+        watcher: asyncio.Future[None],
+        disconnected: threading.Event,
+    ) -> None:
+        """Stop the generation (a no-op once it ended) and wait for its thread, before the slot is freed.
+
+        The client left if the watcher saw it go (and closed the stream), or if the events were cut
+        short (Starlette cancels them when it sees the disconnect first).
+        """
+        watcher.cancel()
+        cut_short = stream.completion is None
+        if cut_short:
+            stream.close()
+            await anyio.to_thread.run_sync(_drain, pieces)
+        if disconnected.is_set() or (cut_short and await request.is_disconnected()):
+            self.cancellation.cancelled += 1
+
+    async def _events(self, chat: ChatRequest, stream: TextStream, pieces: Any) -> AsyncIterator[str]:
+        completion_id, model = new_completion_id(), self.model_name
+        yield sse(chunk_json(completion_id, model, {"role": "assistant", "content": ""}))
+        text, emitted = "", 0
+        while (piece := await run_in_threadpool(next, pieces, None)) is not None:
+            text += piece
+            safe = possible_tool_call_start(text) if chat.tools else len(text)
+            if safe > emitted:
+                yield sse(chunk_json(completion_id, model, {"content": text[emitted:safe]}))
+                emitted = safe
+        rest, calls = parse_tool_calls(text[emitted:]) if chat.tools else (text[emitted:], [])
+        if calls and rest:
+            rest = "\n" + rest  # text after the calls; the held-back part started at a block
+        if rest:
+            yield sse(chunk_json(completion_id, model, {"content": rest}))
+        if calls:
+            deltas = [tool_call_json(call, index=i) for i, call in enumerate(calls)]
+            yield sse(chunk_json(completion_id, model, {"tool_calls": deltas}))
+        completion = stream.completion
+        finish = "tool_calls" if calls else completion.finish_reason
+        yield sse(chunk_json(completion_id, model, {}, finish_reason=finish))
+        if chat.include_usage:
+            yield sse(chunk_json(completion_id, model, None, usage=usage_json(completion)))
+        yield sse("[DONE]")
 
     # -- token in / token out (/v1/completions) ----------------------------------------------
 
     async def completions(self, request: Request) -> Response:
         try:
-            body = await _json_body(request)
+            body = await read_json_body(request, self.limits)
             completion = await run_in_threadpool(
-                parse_completion_request,
-                body,
-                self.model_name,
-                vocab_size=self.vocab_size,
-                tokenize=self._tokenize,
+                functools.partial(
+                    parse_completion_request,
+                    body,
+                    self.model_name,
+                    vocab_size=self.vocab_size,
+                    tokenize=self._tokenize,
+                    caps=self.prompt_caps,
+                    max_tokens_limit=self.limits.max_tokens_limit,
+                )
             )
             max_new_tokens = self._completion_budget(completion)
+            sample = functools.partial(self._complete_tokens, completion, max_new_tokens)
+            choices, completion_tokens = await self._generate(request, sample)
         except RequestError as error:
-            return JSONResponse(error.body(), status_code=error.status)
-        async with self.lock:
-            choices, completion_tokens = await run_in_threadpool(self._complete_tokens, completion, max_new_tokens)
+            return error_response(error)
+        except GenerationCancelled:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         prompt_tokens = sum(len(p) for p in completion.prompts)
         completion_id = new_completion_id("cmpl-")
         return JSONResponse(
@@ -239,7 +362,7 @@ class ChatServer:
 
     def _complete_tokens(self, completion: CompletionRequest, max_new_tokens: int) -> tuple[list[dict[str, Any]], int]:
         """Sample every prompt in one batched call; the choices and how many tokens they hold."""
-        with _seeded(completion.seed):
+        with self._generator_lock, _seeded(completion.seed):
             samples = self.generator.generate(
                 completion.prompts,
                 max_new_tokens=max_new_tokens,
@@ -281,13 +404,13 @@ class ChatServer:
             )
             return JSONResponse(error.body(), status_code=error.status)
         try:
-            path = parse_load_weights_request(await _json_body(request))
-            async with self.lock:  # no generation runs while tensors change
+            path = parse_load_weights_request(await read_json_body(request, self.limits))
+            async with self.slots.exclusive():  # no generation runs while tensors change
                 await run_in_threadpool(self._load_weights, Path(path))
                 self.weights_version += 1
                 version = self.weights_version
         except RequestError as error:
-            return JSONResponse(error.body(), status_code=error.status)
+            return error_response(error)
         return JSONResponse({"status": "ok", "path": path, "version": version})
 
     def _load_weights(self, directory: Path) -> None:
@@ -419,11 +542,27 @@ class ChatServer:
         return wrapper
 
 
-async def _json_body(request: Request) -> Any:
-    try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RequestError("the request body is not valid JSON") from None
+class _SSEResponse(StreamingResponse):
+    """Server-sent events that run ``cleanup`` once the response is over, however it ends (a
+    client gone before the first byte included, when the events never start)."""
+
+    def __init__(self, events: AsyncIterator[str], cleanup: Callable[[], Awaitable[Any]]) -> None:
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._cleanup = cleanup
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._cleanup()
+
+
+def _drain(pieces: Any) -> None:
+    """Consume a closed stream's remaining pieces: returns once its generation thread has ended."""
+    with contextlib.suppress(Exception):
+        for _ in pieces:
+            pass
 
 
 def _checkpoint_files(directory: Path) -> list[Path]:
@@ -454,22 +593,36 @@ def _first_line(exc: BaseException) -> str:
 
 
 def create_app(
-    engine: AgentInference, model_name: str, *, default_max_tokens: int = 512, allow_weight_updates: bool = False
+    engine: AgentInference,
+    model_name: str,
+    *,
+    default_max_tokens: int = 512,
+    allow_weight_updates: bool = False,
+    limits: Limits | None = None,
+    api_key: str | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine`` under ``model_name``.
 
     ``allow_weight_updates`` enables ``POST /v1/load_weights``, which loads any directory on this
     machine that a client names: only for a trusted client, such as the trainer of an online loop.
+    ``limits`` caps requests and load (``Limits()`` by default); with ``api_key`` every route
+    but ``/health`` needs ``Authorization: Bearer <api_key>``.
     """
     server = ChatServer(
-        engine, model_name, default_max_tokens=default_max_tokens, allow_weight_updates=allow_weight_updates
+        engine,
+        model_name,
+        default_max_tokens=default_max_tokens,
+        allow_weight_updates=allow_weight_updates,
+        limits=limits,
     )
     routes = [
         Route("/health", server.health),
+        Route("/metrics", server.metrics),
         Route("/v1/models", server.list_models),
         Route("/v1/models/{model:path}", server.get_model),
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
         Route("/v1/load_weights", server.load_weights, methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    middleware = [Middleware(RequireAPIKey, api_key=api_key)] if api_key else []
+    return Starlette(routes=routes, middleware=middleware)

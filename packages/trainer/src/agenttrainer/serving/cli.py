@@ -8,6 +8,11 @@ and as a token-in / token-out generation backend for online RL (``/v1/completion
 
 Then any OpenAI client works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``,
 and so does ``agenttrainer.generation.ServerGenerator("http://127.0.0.1:8000/v1", name)``.
+``--api-key KEY`` (or ``$KNOWLYR_SERVE_API_KEY``) makes every route but ``/health`` require
+``Authorization: Bearer KEY``; binding anything but loopback without a key is refused unless
+``--insecure``. Requests are capped (``--max-body-bytes``, ``--max-prompt-tokens``,
+``--max-tokens-limit``, ``--max-json-depth``, ``--max-tools-bytes``) and so is the load
+(``--max-concurrent`` generations run, ``--max-queue`` wait, more get 429).
 ``--allow-weight-updates`` enables ``POST /v1/load_weights {"path"}``, which loads a checkpoint or
 LoRA adapter from any directory on the server's disk that a client names: off by default.
 The server binds its socket first (a busy port fails before the model loads), prints ``serving <name> at <url>`` once
@@ -21,6 +26,10 @@ import socket
 from pathlib import Path
 
 import click
+
+from agenttrainer.serving.limits import API_KEY_ENV, Limits, is_loopback
+
+DEFAULT_LIMITS = Limits()
 
 
 def _default_name(checkpoint: str) -> str:
@@ -49,6 +58,65 @@ def _default_name(checkpoint: str) -> str:
     help="Completion length when a request sets no max_tokens.",
 )
 @click.option(
+    "--api-key",
+    envvar=API_KEY_ENV,
+    default=None,
+    help=f"Require 'Authorization: Bearer KEY' on every route but /health [env: {API_KEY_ENV}].",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Serve a non-loopback --host without an API key (anyone who reaches the port can use the model).",
+)
+@click.option(
+    "--max-tokens-limit",
+    default=DEFAULT_LIMITS.max_tokens_limit,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Largest max_tokens a request may ask for; above it the request is refused (400), not clamped.",
+)
+@click.option(
+    "--max-prompt-tokens",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Longest prompt in tokens (400 above it) [default: the model's context length].",
+)
+@click.option(
+    "--max-body-bytes",
+    default=DEFAULT_LIMITS.max_body_bytes,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Largest request body; a larger one is refused (413) before it is read.",
+)
+@click.option(
+    "--max-json-depth",
+    default=DEFAULT_LIMITS.max_json_depth,
+    show_default=True,
+    type=click.IntRange(min=1, max=500),
+    help="Deepest nesting of lists and objects in a request body (tool schemas included); 400 beyond.",
+)
+@click.option(
+    "--max-tools-bytes",
+    default=DEFAULT_LIMITS.max_tools_bytes,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Largest 'tools' of a chat request, as JSON; 400 beyond.",
+)
+@click.option(
+    "--max-concurrent",
+    default=DEFAULT_LIMITS.max_concurrent,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Generations that run at once (in threads on the one model).",
+)
+@click.option(
+    "--max-queue",
+    default=DEFAULT_LIMITS.max_queue,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Generation requests that wait for a free slot; more get 429 with Retry-After.",
+)
+@click.option(
     "--allow-weight-updates",
     is_flag=True,
     help="Enable POST /v1/load_weights, which loads weights from any directory on this machine's disk "
@@ -67,11 +135,37 @@ def serve(
     model_name: str | None,
     dtype: str,
     default_max_tokens: int,
+    api_key: str | None,
+    insecure: bool,
+    max_tokens_limit: int,
+    max_prompt_tokens: int | None,
+    max_body_bytes: int,
+    max_json_depth: int,
+    max_tools_bytes: int,
+    max_concurrent: int,
+    max_queue: int,
     allow_weight_updates: bool,
     log_level: str,
 ) -> None:
     """Serve CHECKPOINT (a directory or alias) as an OpenAI-compatible API: chat completions, and
     completions over token ids for online RL (vLLM's fields)."""
+    api_key = api_key or None  # an empty KNOWLYR_SERVE_API_KEY is no key
+    if not api_key and not insecure and not is_loopback(host):
+        raise click.ClickException(
+            f"refusing to serve on {host} without an API key: anyone who can reach it could use the model; "
+            f"pass --api-key KEY (or set {API_KEY_ENV}), or --insecure to serve without one"
+        )
+    if default_max_tokens > max_tokens_limit:
+        raise click.ClickException(f"--max-tokens {default_max_tokens} is above --max-tokens-limit {max_tokens_limit}")
+    limits = Limits(
+        max_body_bytes=max_body_bytes,
+        max_json_depth=max_json_depth,
+        max_tools_bytes=max_tools_bytes,
+        max_prompt_tokens=max_prompt_tokens,
+        max_tokens_limit=max_tokens_limit,
+        max_concurrent=max_concurrent,
+        max_queue=max_queue,
+    )
     try:
         import uvicorn
     except ImportError:
@@ -96,7 +190,14 @@ def serve(
             raise click.ClickException(str(exc)) from None
         raise
     name = model_name or _default_name(checkpoint)
-    app = create_app(engine, name, default_max_tokens=default_max_tokens, allow_weight_updates=allow_weight_updates)
+    app = create_app(
+        engine,
+        name,
+        default_max_tokens=default_max_tokens,
+        allow_weight_updates=allow_weight_updates,
+        limits=limits,
+        api_key=api_key,
+    )
     bound_port = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     click.echo(f"serving {name} at http://{url_host}:{bound_port}/v1", nl=True)

@@ -25,7 +25,11 @@ from agenttrainer.inference import Completion
 from agenttrainer.models.tool_calls import ToolCall
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
+TOOL_CHOICES = {"none", "auto", "required"}
 MAX_STOP_STRINGS = 4
+MAX_STOP_LENGTH = 256  # characters; generation matches every stop string against the whole vocabulary
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
+MAX_COMPLETION_PROMPTS = 256  # prompts in one /v1/completions batch (one generate call)
 
 
 class RequestError(ValueError):
@@ -75,7 +79,7 @@ def _message(raw: Any, i: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise RequestError(f"{where} must be an object", param=where)
     role = raw.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise RequestError(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}", param=f"{where}.role")
     message: dict[str, Any] = {
         "role": "system" if role == "developer" else role,
@@ -83,14 +87,22 @@ def _message(raw: Any, i: int) -> dict[str, Any]:
     }
     if role == "assistant" and raw.get("tool_calls"):
         calls = raw["tool_calls"]
-        if not isinstance(calls, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls
-        ):
+        if not isinstance(calls, list) or not all(_valid_call(c) for c in calls):
             raise RequestError(
-                f"{where}.tool_calls must be a list of {{'function': {{...}}}}", param=f"{where}.tool_calls"
+                f"{where}.tool_calls must be a list of {{'function': {{'name': str, 'arguments': str or object}}}}",
+                param=f"{where}.tool_calls",
             )
         message["tool_calls"] = calls
     return message
+
+
+def _valid_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return (
+        isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+        and isinstance(function.get("arguments", "{}"), (str, dict))
+    )
 
 
 def _number(body: dict[str, Any], key: str, low: float, high: float) -> float | None:
@@ -108,7 +120,22 @@ def _valid_tools(tools: Any) -> bool:
         and t.get("type") == "function"
         and isinstance(t.get("function"), dict)
         and isinstance(t["function"].get("name"), str)
+        and isinstance(t["function"].get("description", ""), str)
+        and isinstance(t["function"].get("parameters", {}), dict)
         for t in tools
+    )
+
+
+def _tool_choice(value: Any) -> str | None:
+    """``tool_choice``: ``"none"``, ``"auto"``, ``"required"`` or a named function (not enforced)."""
+    if value is None or (isinstance(value, str) and value in TOOL_CHOICES):
+        return value
+    function = value.get("function") if isinstance(value, dict) else None
+    if isinstance(function, dict) and value.get("type") == "function" and isinstance(function.get("name"), str):
+        return "required"
+    raise RequestError(
+        "tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}",
+        param="tool_choice",
     )
 
 
@@ -127,20 +154,39 @@ def _served_model(body: Any, served_model: str) -> str:
     return model
 
 
-def _max_tokens(value: Any) -> int | None:
+def _max_tokens(body: dict[str, Any], key: str, limit: int | None) -> int | None:
+    """A positive integer up to ``limit`` (``serve --max-tokens-limit``); a larger one is refused, never clamped."""
+    value = body.get(key)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise RequestError(f"max_tokens must be a positive integer, got {value!r}", param="max_tokens")
+        raise RequestError(f"{key} must be a positive integer, got {value!r}", param=key)
+    if value is not None and limit is not None and value > limit:
+        raise RequestError(
+            f"{key}={value} is above this server's limit of {limit}", param=key, code="max_tokens_too_large"
+        )
     return value
 
 
 def _seed(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise RequestError("seed must be an integer", param="seed")
+    low, high = SEED_RANGE
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+        raise RequestError(f"seed must be an integer in [{low}, {high}]", param="seed")
     return value
 
 
-def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
-    """Validate a request body; raises ``RequestError``."""
+def _n(body: dict[str, Any], hint: str = "") -> None:
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n != 1):
+        raise RequestError(f"only n=1 is supported{hint}", param="n")
+
+
+def parse_chat_request(
+    body: Any, served_model: str, *, max_tokens_limit: int | None = None, max_tools_bytes: int | None = None
+) -> ChatRequest:
+    """Validate a request body; raises ``RequestError``.
+
+    Every field read has its type checked (``"stream": "false"`` is refused, not truthy);
+    ``max_tokens_limit`` bounds ``max_tokens``, ``max_tools_bytes`` the size of ``tools`` as JSON.
+    """
     model = _served_model(body, served_model)
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
@@ -149,21 +195,37 @@ def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
 
     tools = body.get("tools") or None
     if tools is not None and not _valid_tools(tools):
-        raise RequestError("tools must be a list of {'type': 'function', 'function': {'name': ...}}", param="tools")
-    if body.get("tool_choice") == "none":
+        raise RequestError(
+            "tools must be a list of {'type': 'function', 'function': {'name': str, 'description': str, "
+            "'parameters': object}}",
+            param="tools",
+        )
+    if tools is not None and max_tools_bytes is not None and len(json.dumps(tools)) > max_tools_bytes:
+        raise RequestError(
+            f"tools take more than {max_tools_bytes} bytes as JSON", param="tools", code="tools_too_large"
+        )
+    if _tool_choice(body.get("tool_choice")) == "none":
         tools = None  # the model must not call tools, so it is not told about them
 
-    n = body.get("n", 1)
-    if n != 1:
-        raise RequestError("only n=1 is supported", param="n")
-    max_tokens = _max_tokens(body.get("max_completion_tokens", body.get("max_tokens")))
+    _n(body)
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _max_tokens(body, key, max_tokens_limit)
     stop = body.get("stop") or []
     if isinstance(stop, str):
         stop = [stop]
-    if not isinstance(stop, list) or len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in stop):
-        raise RequestError(f"stop must be a string or a list of up to {MAX_STOP_STRINGS} strings", param="stop")
+    if (
+        not isinstance(stop, list)
+        or len(stop) > MAX_STOP_STRINGS
+        or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_LENGTH for s in stop)
+    ):
+        raise RequestError(
+            f"stop must be a string or a list of up to {MAX_STOP_STRINGS} strings of 1 to {MAX_STOP_LENGTH} characters",
+            param="stop",
+        )
     seed = _seed(body.get("seed"))
-    stream_options = body.get("stream_options") or {}
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise RequestError("stream_options must be an object or null", param="stream_options")
     return ChatRequest(
         model=model,
         messages=messages,
@@ -173,8 +235,8 @@ def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
         top_p=_number(body, "top_p", 0.0, 1.0),
         stop=stop,
         seed=seed,
-        stream=bool(body.get("stream", False)),
-        include_usage=bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
+        stream=_flag(body, "stream", False),
+        include_usage=_flag(stream_options or {}, "include_usage", False, param="stream_options.include_usage"),
     )
 
 
@@ -302,65 +364,108 @@ class CompletionRequest:
         return f"prompt[{i}]" if self.batched else "prompt"
 
 
-def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+def _flag(body: dict[str, Any], key: str, default: bool, *, param: str | None = None) -> bool:
     value = body.get(key)
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise RequestError(f"{key} must be true or false, got {value!r}", param=key)
+        raise RequestError(f"{param or key} must be true or false, got {value!r}", param=param or key)
     return value
 
 
-def _prompt(raw: Any, where: str, vocab_size: int, tokenize: Callable[[str], list[int]]) -> list[int]:
+@dataclass(frozen=True)
+class PromptCaps:
+    """How long a prompt may be; ``max_chars`` refuses a text before it is tokenized (no text of
+    more characters can fit ``max_tokens``). ``is_context``: the cap is the model's context length."""
+
+    max_tokens: int
+    max_chars: int
+    is_context: bool = False
+
+
+def _prompt(raw: Any, where: str, vocab_size: int, tokenize: Callable[[str], list[int]], caps: PromptCaps) -> list[int]:
     """One prompt as token ids: a string (tokenized) or a list of ids the model can embed."""
     if isinstance(raw, str):
+        if len(raw) > caps.max_chars:
+            raise prompt_too_long(where, f"{len(raw)} characters", caps)
         ids = tokenize(raw) if raw else []
         if not ids:
             raise RequestError(f"{where} is empty: a prompt needs at least one token", param=where)
+        if len(ids) > caps.max_tokens:
+            raise prompt_too_long(where, f"{len(ids)} tokens", caps)
         return ids
     if not isinstance(raw, list):
         raise RequestError(f"{where} must be a string or a list of token ids, got {type(raw).__name__}", param=where)
     if not raw:
         raise RequestError(f"{where} is an empty list: a prompt needs at least one token", param=where)
+    if len(raw) > caps.max_tokens:
+        raise prompt_too_long(where, f"{len(raw)} tokens", caps)
     for j, token in enumerate(raw):
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
             raise RequestError(f"{where}[{j}] must be a token id in [0, {vocab_size}), got {token!r}", param=where)
     return list(raw)
 
 
-def _prompts(raw: Any, vocab_size: int, tokenize: Callable[[str], list[int]]) -> tuple[list[list[int]], bool]:
+def prompt_too_long(where: str, size: str, caps: PromptCaps) -> RequestError:
+    """The error for a prompt past the cap: the model's context or ``serve --max-prompt-tokens``."""
+    if caps.is_context:
+        return RequestError(
+            f"{where} has {size}; the model's context is {caps.max_tokens}",
+            param=where,
+            code="context_length_exceeded",
+        )
+    return RequestError(
+        f"{where} has {size}; this server accepts prompts of up to {caps.max_tokens} tokens",
+        param=where,
+        code="prompt_too_long",
+    )
+
+
+def _prompts(
+    raw: Any, vocab_size: int, tokenize: Callable[[str], list[int]], caps: PromptCaps
+) -> tuple[list[list[int]], bool]:
     """``prompt`` as a list of token id lists, and whether it was a batch.
 
     ``"text"`` and ``[ids]`` are one prompt; ``["text", [ids], ...]`` is a batch, told apart by
     its first element (a batch may mix strings and id lists).
     """
     if isinstance(raw, list) and raw and isinstance(raw[0], (str, list)):
-        return [_prompt(p, f"prompt[{i}]", vocab_size, tokenize) for i, p in enumerate(raw)], True
+        if len(raw) > MAX_COMPLETION_PROMPTS:
+            raise RequestError(
+                f"prompt is a batch of {len(raw)} prompts; this server takes up to {MAX_COMPLETION_PROMPTS} per request",
+                param="prompt",
+            )
+        return [_prompt(p, f"prompt[{i}]", vocab_size, tokenize, caps) for i, p in enumerate(raw)], True
     if isinstance(raw, str) or (isinstance(raw, list) and raw):
-        return [_prompt(raw, "prompt", vocab_size, tokenize)], False
+        return [_prompt(raw, "prompt", vocab_size, tokenize, caps)], False
     raise RequestError(
         "prompt must be a string, a list of token ids, or a non-empty list of such (a batch)", param="prompt"
     )
 
 
 def parse_completion_request(
-    body: Any, served_model: str, *, vocab_size: int, tokenize: Callable[[str], list[int]]
+    body: Any,
+    served_model: str,
+    *,
+    vocab_size: int,
+    tokenize: Callable[[str], list[int]],
+    caps: PromptCaps | None = None,
+    max_tokens_limit: int | None = None,
 ) -> CompletionRequest:
     """Validate a ``/v1/completions`` body; raises ``RequestError``.
 
     ``vocab_size`` bounds the token ids a prompt may hold (the rows of the model's embedding);
-    ``tokenize`` turns a string prompt into ids (plain tokenization, no chat template).
+    ``tokenize`` turns a string prompt into ids (plain tokenization, no chat template); ``caps``
+    bounds each prompt, ``max_tokens_limit`` the ``max_tokens`` asked for.
     """
     model = _served_model(body, served_model)
     for key, neutral in UNSUPPORTED_COMPLETION_FIELDS.items():
         if body.get(key) not in neutral:
             raise RequestError(f"{key} is not supported by this server; omit it", param=key)
-    n = body.get("n")
-    if n is not None and (isinstance(n, bool) or n != 1):
-        raise RequestError("only n=1 is supported; repeat a prompt in the batch for more answers", param="n")
-    if body.get("echo") not in (None, False):
+    _n(body, hint="; repeat a prompt in the batch for more answers")
+    if _flag(body, "echo", False):
         raise RequestError("echo is not supported; return_token_ids gives the prompt's token ids", param="echo")
-    if body.get("stream") not in (None, False):
+    if _flag(body, "stream", False):
         raise RequestError(
             "stream is not supported on /v1/completions (answers come back whole); /v1/chat/completions streams",
             param="stream",
@@ -380,7 +485,7 @@ def parse_completion_request(
         model=model,
         prompts=[],
         batched=False,
-        max_tokens=_max_tokens(body.get("max_tokens")),
+        max_tokens=_max_tokens(body, "max_tokens", max_tokens_limit),
         temperature=DEFAULT_COMPLETION_TEMPERATURE if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
         seed=_seed(body.get("seed")),
@@ -389,7 +494,8 @@ def parse_completion_request(
         skip_special_tokens=_flag(body, "skip_special_tokens", True),
     )
     # Last: tokenizing is the only costly check, so a request that is invalid anyway skips it.
-    request.prompts, request.batched = _prompts(body.get("prompt"), vocab_size, tokenize)
+    caps = caps or PromptCaps(max_tokens=2**62, max_chars=2**62)
+    request.prompts, request.batched = _prompts(body.get("prompt"), vocab_size, tokenize, caps)
     return request
 
 
