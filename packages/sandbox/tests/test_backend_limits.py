@@ -214,3 +214,19 @@ def test_security_seccomp_program_decisions(machine, arch, clone, unshare, mount
     assert run_bpf(program, AUDIT_ARCH_I386, 310) == KILL  # another ABI's numbers
     if machine == "x86_64":
         assert run_bpf(program, arch, 0x40000000 | 272) == errno.ENOSYS  # x32 unshare
+
+
+@pytest.mark.integration
+def test_security_docker_workspace_in_ram_holds_at_most_workspace_inodes_files():
+    # Before: the workspace was a plain directory in the host's /dev/shm, and one sandbox took
+    # 36% of the host's /dev/shm inodes. As root it is now a tmpfs of its own.
+    import os
+
+    with sandbox_with("docker", workspace_inodes=500, memory_mb=256) as sandbox:
+        if not str(sandbox.host_workspace).startswith("/dev/shm/") or os.geteuid() != 0:
+            pytest.skip("the workspace is on disk or the host is not root: no tmpfs of its own")
+        result = sandbox.run("for i in $(seq 1 1000); do : > f$i || { echo stopped at $i; break; }; done")
+        assert "No space left on device" in result.output and "stopped at" in result.output
+        assert len(os.listdir(sandbox.host_workspace)) < 500
+        sandbox.reset()  # a full workspace still resets (no inode left for the trash directory)
+        assert sandbox.run("ls | wc -l").output.strip() == "0"

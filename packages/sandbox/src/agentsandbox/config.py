@@ -2,7 +2,8 @@
 
 One dataclass shared by both backends, so a task or a CLI flag means the same thing on
 Docker and on the local bubblewrap backend. Where a backend cannot enforce a field, its
-docstring says so (the local backend has no cgroups: ``cpus`` is not enforced there).
+docstring says so, and ``sandbox.enforced_limits()`` lists what holds on this host (the local
+backend has cgroups only when it runs as root).
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ class SandboxConfig:
     image: str = DEFAULT_IMAGE
     #: Path of the workspace inside the sandbox; commands start there.
     workdir: str = "/workspace"
-    #: CPU cores (Docker: CFS quota; local: not enforced, there are no cgroups).
+    #: CPU cores (Docker: CFS quota; local: cgroup quota when root, else not enforced).
     cpus: float = 1.0
-    #: Memory limit in MiB (Docker: cgroup limit; local: address-space limit per process).
+    #: Memory limit in MiB (Docker: cgroup limit; local: cgroup when root, else address space per process).
     memory_mb: int = 1024
-    #: Maximum number of processes (Docker: pids cgroup; local: RLIMIT_NPROC of a private uid).
+    #: Maximum number of processes (Docker: pids cgroup; local: pids cgroup when root, else RLIMIT_NPROC).
     pids_limit: int = 256
     #: Allow network access. Off by default: the sandbox has only a loopback interface.
     network: bool = False
@@ -62,6 +63,9 @@ class SandboxConfig:
     #: Files and directories the in-sandbox /tmp (and /dev/shm) may hold: the tmpfs
     #: ``nr_inodes`` (Docker, and the local backend when it runs as root; see its docstring).
     tmp_inodes: int = 65536
+    #: Files and directories the workspace and its snapshot may hold together where they live
+    #: in RAM (Docker on a root host: the sandbox directory is a tmpfs of its own).
+    workspace_inodes: int = 262144
     #: Extra environment variables for the shell.
     env: dict[str, str] = field(default_factory=dict)
 

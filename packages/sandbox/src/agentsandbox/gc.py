@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsandbox.backends.base import TEMP_PREFIX, scratch_roots
+from agentsandbox.backends.base import TEMP_PREFIX, scratch_roots, unmount
 from agentsandbox.backends.docker import LABEL, LABEL_HOST, LABEL_PID
 
 _DIR_PID = re.compile(rf"^{re.escape(TEMP_PREFIX)}(\d+)-")
@@ -77,5 +77,6 @@ def collect_garbage(*, all_sandboxes: bool = False, dry_run: bool = False, docke
             continue
         report.directories.append(str(entry))
         if not dry_run:
+            unmount(entry)
             shutil.rmtree(entry, ignore_errors=True)
     return report

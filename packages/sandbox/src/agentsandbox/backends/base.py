@@ -23,6 +23,7 @@ import atexit
 import itertools
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 import weakref
@@ -90,6 +91,29 @@ def scratch_root(memory: bool) -> str:
     return tempfile.gettempdir()
 
 
+def _mount_bounded_tmpfs(directory: Path, config: SandboxConfig) -> bool:
+    """Make ``directory`` (in RAM-backed /dev/shm) a tmpfs of its own with size and inode limits.
+
+    A workspace in the host's /dev/shm is bounded in bytes by the container's memory cgroup
+    but not in files: one sandbox could take a third of the host's /dev/shm inodes. Its own
+    tmpfs caps both (``workspace_inodes`` files, twice ``memory_mb`` for workspace and
+    snapshot). Needs root; elsewhere the workspace stays a plain directory (and
+    ``enforced_limits`` of the Docker backend says so).
+    """
+    if os.geteuid() != 0 or not str(directory).startswith("/dev/shm/") or shutil.which("mount") is None:
+        return False
+    options = f"size={2 * config.memory_mb + 64}m,nr_inodes={config.workspace_inodes},mode=0711"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "knowlyr-sandbox", str(directory)],
+                          capture_output=True, text=True)  # fmt: skip
+    return done.returncode == 0
+
+
+def unmount(directory: str | os.PathLike) -> None:
+    """Detach a sandbox's own tmpfs (lazily: a dying container may still hold it for a moment)."""
+    if os.path.ismount(directory):
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True)
+
+
 class SandboxError(InfrastructureError):
     """The sandbox could not be created, reset or reached."""
 
@@ -131,6 +155,7 @@ class Sandbox(ABC):
         self._tmp = Path(
             tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=scratch_root(self.memory_backed_workspace))
         )
+        self._own_mount = self.memory_backed_workspace and _mount_bounded_tmpfs(self._tmp, self.config)
         (self._tmp / "workspace").mkdir()
         (self._tmp / "snapshot").mkdir()
         owner = self._owner()
@@ -222,6 +247,8 @@ class Sandbox(ABC):
         try:
             self._destroy()
         finally:
+            if getattr(self, "_own_mount", False):
+                unmount(self._tmp)
             shutil.rmtree(self._tmp, onerror=_force_remove)
 
     def __enter__(self):
@@ -351,7 +378,11 @@ class Sandbox(ABC):
         # into a trash directory beside the mounts costs microseconds, and the deletion runs
         # on a background thread. Nothing in the sandbox is alive to see or race this.
         trash = self._tmp / "trash" / uuid.uuid4().hex
-        trash.mkdir(parents=True)
+        try:
+            trash.mkdir(parents=True)
+        except OSError:  # no inode left for the trash dir (a full workspace tmpfs): delete now
+            self.workspace.clear()
+            return
         for entry in os.scandir(self.workspace.root):
             os.rename(entry.path, trash / entry.name)
         _TRASH.submit(shutil.rmtree, trash, onerror=_force_remove)

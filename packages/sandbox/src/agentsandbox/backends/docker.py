@@ -181,9 +181,14 @@ class DockerSandbox(Sandbox):
             "processes": f"cgroup: {cfg.pids_limit} processes and threads",
             "cpus": f"cgroup: {cfg.cpus:g} CPUs",
             "tmp": f"tmpfs of {cfg.tmp_mb} MiB and {cfg.tmp_inodes} inodes each for /tmp and /dev/shm",
-            "workspace": "in the host's /dev/shm, counted in the memory cgroup (inodes too: ~1000 per MiB)"
-            if in_shm
-            else f"on the host disk: only max_file_mb ({cfg.max_file_mb} MiB) per file",
+            "workspace": (
+                f"its own tmpfs in the host's /dev/shm: {cfg.workspace_inodes} inodes, {2 * cfg.memory_mb + 64} MiB "
+                "with the snapshot, pages counted in the memory cgroup"
+                if self._own_mount
+                else "in the host's /dev/shm, counted in the memory cgroup (inodes too: ~1000 per MiB)"
+                if in_shm
+                else f"on the host disk: only max_file_mb ({cfg.max_file_mb} MiB) per file"
+            ),
             "file_size": f"RLIMIT_FSIZE: {cfg.max_file_mb} MiB per file",
             "syscalls": "Docker's default seccomp profile, every capability dropped, no-new-privileges",
             "root_filesystem": "read-only",
