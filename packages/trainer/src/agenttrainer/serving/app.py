@@ -49,6 +49,7 @@ from agenttrainer.generation import LocalGenerator, TokenSample
 from agenttrainer.inference import AgentInference, TextStream, _seeded
 from agenttrainer.models.tool_calls import parse_tool_calls, possible_tool_call_start
 from agenttrainer.serving.limits import (
+    CLIENT_CLOSED_REQUEST,
     Cancellation,
     GenerationCancelled,
     GenerationSlots,
@@ -79,7 +80,6 @@ from agenttrainer.serving.protocol import (
 
 ADAPTER_NAME = "default"  # one adapter at a time: a new one replaces it
 FALLBACK_MAX_PROMPT_TOKENS = 32768  # when neither --max-prompt-tokens nor the model's config says
-CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client left; nobody reads it
 
 T = TypeVar("T")
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # Starlette is the serve extra: ``serving.cli`` imports this 
 API_KEY_ENV = "KNOWLYR_SERVE_API_KEY"
 OPEN_PATHS = frozenset({"/health"})  # readiness probes need no key; it reveals only the model name
 RETRY_AFTER_SECONDS = 1
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client left; nobody reads it
 DISCONNECT_POLL_SECONDS = 0.1
 
 T = TypeVar("T")
@@ -98,15 +99,20 @@ class RequireAPIKey:
 
 async def read_json_body(request: Request, limits: Limits) -> Any:
     """The request's JSON body; 413 past ``max_body_bytes`` (unread), 400 when malformed or too deep."""
+    from starlette.requests import ClientDisconnect
+
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limits.max_body_bytes:
         raise _too_large(limits)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_body_bytes:
-            raise _too_large(limits)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise _too_large(limits)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise RequestError("the client left before sending the whole body", status=CLIENT_CLOSED_REQUEST) from None
     try:
         body = json.loads(b"".join(chunks), parse_constant=_refuse_constant)
     except RecursionError:

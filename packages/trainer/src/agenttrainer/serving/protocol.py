@@ -4,7 +4,8 @@ Chat completions (``/v1/chat/completions``) for agents and clients; legacy compl
 (``/v1/completions``) with vLLM's token extensions (``prompt`` as token ids, ``return_token_ids``,
 ``skip_special_tokens``) for online RL, which must train on exactly the tokens it sampled.
 
-Only what a local single-model server can honour is accepted; anything else is rejected with an
+Only what a local single-model server can honour is accepted, and every field read has its type
+checked (``"stream": "false"`` is refused, not truthy); anything else is rejected with an
 OpenAI-style error body (``{"error": {"message", "type", "param", "code"}}``) naming the field,
 never silently ignored. ``tool_choice`` ``"required"`` or a named function is accepted but not
 enforced (decoding is not constrained): the model decides whether to call a tool.
