@@ -36,7 +36,7 @@ from typing import Any
 
 from knowlyrcore import KnowlyrError, Trajectory, write_trajectories
 from knowlyrcore.errors import DataFormatError
-from knowlyrcore.jsonl import non_finite_field, read_trajectories, write_bytes_atomic
+from knowlyrcore.jsonl import read_trajectories, write_bytes_atomic
 from trajectoryhub.dedup import dedup
 from trajectoryhub.export import DatasetExporter
 
@@ -100,16 +100,7 @@ class Pipeline:
                     items = read_trajectories(path, on_error=on_error)
                 else:
                     items = iter_convert(path, self.log_format, result=result, on_error=on_error)
-                for position, trajectory in enumerate(items):
-                    bad = non_finite_field(trajectory.model_dump(mode="json"))
-                    if bad is not None:  # a number from a framework log: refuse it here, not at the write
-                        error = DataFormatError(
-                            str(path), None, f"trajectory #{position}: non-finite number", field=bad
-                        )
-                        if on_error is None:
-                            raise error
-                        on_error(error)
-                        continue
+                for trajectory in items:  # the models refuse NaN/Infinity, so these are finite
                     trajectories.append(trajectory)
                     kept += 1
             except DataFormatError as exc:  # a file that cannot be read at all
