@@ -453,16 +453,18 @@ def test_cli_runs_online_rl(tiny_path, tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("use_lora", [False, True], ids=["full", "lora"])
-def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_path, use_lora):
+def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_path, use_lora, monkeypatch):
     """Rollouts sampled by `knowlyr-trainer serve` (token ids + log-probs over HTTP); after the
-    update the server answers with the trained weights (the whole model, or just the adapter)."""
+    update the server answers with the trained weights (the whole model, or just the adapter).
+    The server requires an API key, which the trainer reads from the environment."""
     from agenttrainer.serving.background import ServerProcess
 
     if use_lora:
         pytest.importorskip("peft")
 
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}, {"metadata": {"n": 3}}])
-    with ServerProcess(tiny_path, "--allow-weight-updates") as server:
+    monkeypatch.setenv("KNOWLYR_GENERATION_API_KEY", "s3cret-key")
+    with ServerProcess(tiny_path, "--allow-weight-updates", "--api-key", "s3cret-key") as server:
         c = config(tmp_path, tasks_file, model_name_or_path=tiny_path, generation_url=server.base_url,
                    served_model_name=server.model_name, num_iterations=1, kl_coef=0.1, use_lora=use_lora,
                    lora_preset="minimal", learning_rate=5e-2 if use_lora else 1e-2)  # fmt: skip

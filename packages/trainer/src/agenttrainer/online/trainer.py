@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import random
 import time
 from pathlib import Path
@@ -159,8 +160,12 @@ class OnlineRLTrainer:
         if generator is not None:
             self.generator = generator
         elif c.generation_url:
+            # The key comes from the environment, never the config: configs are saved with runs.
             self.generator = ServerGenerator(
-                c.generation_url, c.served_model_name or c.model_name_or_path, push_weights=c.push_weights
+                c.generation_url,
+                c.served_model_name or c.model_name_or_path,
+                push_weights=c.push_weights,
+                api_key=os.environ.get("KNOWLYR_GENERATION_API_KEY") or os.environ.get("KNOWLYR_SERVE_API_KEY"),
             )
         else:
             self.generator = LocalGenerator(self.model, self.tokenizer, batch_size=c.generation_batch_size)
