@@ -122,3 +122,24 @@ def test_security_scores_of_a_real_log_are_finite(tmp_path):
     numbers = [record["reward"]] + [s["reward"] for s in record["steps"]]
     numbers += [v for s in record["steps"] for v in s["rubric_scores"].values()]
     assert len(numbers) == 1 + 6 * len(record["steps"]) and all(math.isfinite(n) and 0 <= n <= 1 for n in numbers)
+
+
+def test_security_calibration_save_refuses_non_finite_and_keeps_the_old_file(tmp_path):
+    from agentreward.calibration import Calibrator
+    from agentreward.errors import CalibrationError
+
+    path = tmp_path / "cal.json"
+    Calibrator(weights={}, slope=1.0, intercept=0.0).save(path)
+    before = path.read_text()
+    with pytest.raises(CalibrationError, match="non-finite"):
+        Calibrator(weights={}, slope=float("nan"), intercept=0.0).save(path)
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["cal.json"]
+
+
+def test_security_rubric_weights_must_be_finite():
+    from agentreward.errors import RewardError
+    from agentreward.rubrics import normalise
+
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(RewardError, match="finite"):
+            normalise({"goal_progress": bad})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,8 +123,23 @@ class Calibrator:
         return min(1.0, max(0.0, self.slope * weighted + self.intercept))
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(json.dumps({"weights": self.weights, "slope": self.slope,
-                                          "intercept": self.intercept, "report": self.report}, indent=2))  # fmt: skip
+        record = {"weights": self.weights, "slope": self.slope, "intercept": self.intercept, "report": self.report}
+        try:
+            text = json.dumps(record, indent=2, allow_nan=False)
+        except ValueError:
+            raise CalibrationError(
+                f"{path}: the calibration holds a non-finite number (NaN/Infinity); not saved"
+            ) from None
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:  # atomic: a failed save leaves an earlier calibration file as it was
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Calibrator:

@@ -10,6 +10,7 @@ override them (``load_weights``).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,8 @@ def normalise(weights: dict[str, float]) -> dict[str, float]:
     unknown = set(weights) - set(RUBRICS)
     if unknown:
         raise RewardError(f"unknown rubric(s) {sorted(unknown)}; known: {', '.join(RUBRICS)}")
+    if not all(math.isfinite(w) for w in weights.values()):
+        raise RewardError("rubric weights must be finite numbers (no NaN/Infinity)")
     if any(w < 0 for w in weights.values()):
         raise RewardError("rubric weights must be non-negative")
     total = sum(weights.values())
