@@ -44,7 +44,7 @@ def test_security_score_refuses_an_infinite_weight(tmp_path):
     (tmp_path / "w.json").write_text('{"goal_progress": Infinity, "tool_selection": 1}')
     done, output = score(tmp_path, tmp_path / "t.jsonl", "--weights", tmp_path / "w.json")
     assert done.returncode == 1
-    expected = f"error: {tmp_path / 'w.json'}: rubric weights must be finite numbers (a score must be finite)"
+    expected = f"error: {tmp_path / 'w.json'}: rubric weights must be finite numbers (no NaN/Infinity)"
     assert done.stderr.strip().splitlines() == [expected]
     assert output.read_text() == OLD
 

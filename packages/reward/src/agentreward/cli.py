@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 
@@ -29,9 +28,7 @@ def _engine(args: argparse.Namespace):
             raise RewardError("--judge-url needs --judge-model (the model name the endpoint serves)")
         judge = Judge(model=args.judge_model, base_url=args.judge_url, api_key=args.judge_api_key,
                       provider=args.judge_provider)  # fmt: skip
-    weights = load_weights(args.weights) if args.weights else None
-    if weights is not None and not all(math.isfinite(w) for w in weights.values()):
-        raise RewardError(f"{args.weights}: rubric weights must be finite numbers (a score must be finite)")
+    weights = load_weights(args.weights) if args.weights else None  # refuses NaN/Infinity weights
     return RewardEngine(
         domain=args.domain,
         weights=weights,
