@@ -91,11 +91,12 @@ def _build(config_cls: type[TrainConfig], config_file: str | None, flags: dict[s
 
 def _run(trainer_cls: Any, config: TrainConfig) -> None:
     from agenttrainer.data import DataError
+    from agenttrainer.trainers.common import NonFiniteLossError
 
     try:
         trainer = trainer_cls(config)
         result = trainer.train()
-    except DataError as exc:
+    except (DataError, NonFiniteLossError) as exc:
         raise click.ClickException(str(exc)) from None
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
@@ -194,15 +195,16 @@ def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> Non
     import torch
 
     from agenttrainer.data import DataError
-    from agenttrainer.eval import evaluate_model
+    from agenttrainer.eval import evaluate_model, read_eval_data
     from agenttrainer.models import load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(model_name_or_path, torch_dtype=torch.float32)
-    try:
-        metrics = evaluate_model(model, tokenizer, eval_file, **options)
+    formats = {k: options.pop(k) for k in ("agent_format", "mask_observations")}
+    try:  # every record is checked before the model loads
+        data = read_eval_data(eval_file, **formats)
     except DataError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(metrics))
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, torch_dtype=torch.float32)
+    click.echo(json.dumps(evaluate_model(model, tokenizer, data, **options)))
 
 
 # `serve` needs the serve extra only when it runs (it says so then); listing it needs nothing.

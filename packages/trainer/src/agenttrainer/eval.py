@@ -7,6 +7,9 @@
 * GRPO records: how often the highest-reward trajectory of a group has the highest mean token
   log-prob (``eval/top1_agreement``), and the mean per-token log-prob.
 
+Every record is read and checked (:func:`read_eval_data`) before the model is needed, so the
+command line fails on bad data before it loads a model.
+
 Run: ``knowlyr-trainer eval --model ./output/sft/final --eval-file eval.jsonl``.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +56,38 @@ def _score(module: HiddenStates, examples: list, bf16: bool) -> tuple[torch.Tens
     return sums, counts, correct
 
 
+@dataclass
+class EvalData:
+    """A read and checked eval file: ``kind`` is ``"sft"`` (``items``: conversations), ``"dpo"``
+    (``(chosen, rejected)`` pairs) or ``"grpo"`` (groups of conversations)."""
+
+    kind: str
+    items: list[Any]
+
+
+def read_eval_data(eval_file: str | Path, *, agent_format: bool = True, mask_observations: bool = True) -> EvalData:
+    """Every record of ``eval_file``, checked; the format is detected from the first record."""
+    kind, items = None, []
+    for where, record in read_jsonl(eval_file):
+        if kind is None:
+            kind = "dpo" if "chosen" in record else "grpo" if "trajectories" in record else "sft"
+        if kind == "dpo":
+            items.append(dpo_pair(record, where))
+        elif kind == "grpo":
+            items.append(grpo_group(record, where))
+        else:
+            items.append(
+                sft_conversation(record, where, agent_format=agent_format, mask_observations=mask_observations)
+            )
+    if kind is None:
+        raise DataError(f"{eval_file}: no records")
+    return EvalData(kind, items)
+
+
 def evaluate_model(
     model: Any,
     tokenizer: Any,
-    eval_file: str | Path,
+    eval_file: str | Path | EvalData,
     *,
     batch_size: int = 4,
     max_length: int = 2048,
@@ -63,14 +95,14 @@ def evaluate_model(
     agent_format: bool = True,
     mask_observations: bool = True,
 ) -> dict[str, float]:
-    """Metrics (``eval/…``) of ``model`` on ``eval_file``; the format is detected from the first record."""
+    """Metrics (``eval/…``) of ``model`` on ``eval_file`` (a path, or :func:`read_eval_data`'s result,
+    which then already fixed ``agent_format``/``mask_observations``)."""
+    data = eval_file
+    if not isinstance(data, EvalData):
+        data = read_eval_data(eval_file, agent_format=agent_format, mask_observations=mask_observations)
     module = HiddenStates(model).eval()
-    records = list(read_jsonl(eval_file))
-    if not records:
-        raise DataError(f"{eval_file}: no records")
-    first = records[0][1]
-    if "chosen" in first:
-        pairs = [dpo_pair(r, w) for w, r in records]
+    if data.kind == "dpo":
+        pairs = data.items
         margins = []
         for i in range(0, len(pairs), batch_size):
             part = pairs[i : i + batch_size]
@@ -82,10 +114,9 @@ def evaluate_model(
             "eval/logp_margin": sum(margins) / len(margins),
             "eval/num_pairs": float(len(margins)),
         }
-    if "trajectories" in first:
+    if data.kind == "grpo":
         agree, mean_logps = 0, []
-        for where, record in records:
-            group = grpo_group(record, where)
+        for group in data.items:
             sums, counts, _ = _score(
                 module, [tokenize_conversation(tokenizer, c, max_length=max_length) for c in group], bf16
             )
@@ -93,12 +124,12 @@ def evaluate_model(
             mean_logps += per_token.tolist()
             agree += int(per_token.argmax()) == max(range(len(group)), key=lambda i: group[i].reward)
         return {
-            "eval/top1_agreement": agree / len(records),
+            "eval/top1_agreement": agree / len(data.items),
             "eval/mean_token_logp": sum(mean_logps) / len(mean_logps),
-            "eval/num_groups": float(len(records)),
+            "eval/num_groups": float(len(data.items)),
         }
     total = torch.zeros(3)
-    convs = [sft_conversation(r, w, agent_format=agent_format, mask_observations=mask_observations) for w, r in records]
+    convs = data.items
     for i in range(0, len(convs), batch_size):
         exs = [tokenize_conversation(tokenizer, c, max_length=max_length) for c in convs[i : i + batch_size]]
         sums, counts, correct = _score(module, exs, bf16)

@@ -11,12 +11,22 @@ The readers accept exactly the formats ``knowlyr-hub export`` writes (see ``docs
 * GRPO: ``task_id``, ``prompt``, ``trajectories`` ``[{response | messages | steps, reward,
   step_rewards}]``.
 
-Bad input raises :class:`DataError` naming file, line and field.
+Bad input raises :class:`DataError` naming file, line and field (``path:line: field: problem``).
+Numbers must be finite: ``NaN``/``Infinity`` literals, overflowing numbers and weights that come
+out non-finite are refused, since one of them turns every trained weight into NaN.
+
+Files are read one line at a time, and a line may hold at most ``max_line_bytes`` bytes
+(default 16 MiB, or the ``KNOWLYR_TRAINER_MAX_LINE_BYTES`` environment variable): a longer line
+is refused after reading ``max_line_bytes + 1`` bytes of it, so a 200 MB line never reaches the
+JSON parser. Lines must be UTF-8 (a UTF-8 byte-order mark on line 1 is ignored); objects and
+arrays may nest at most 100 levels (``knowlyrcore.jsonl.MAX_JSON_DEPTH``).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -24,6 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from agenttrainer.losses.sft import step_weights
+from knowlyrcore.errors import DataFormatError
+from knowlyrcore.jsonl import loads_record
+
+#: environment variable overriding the longest line (in bytes) a data file may have
+MAX_LINE_BYTES_ENV = "KNOWLYR_TRAINER_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
 class DataError(ValueError):
@@ -57,23 +73,65 @@ class Conversation:
         return replace(self, trainable=trainable)
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ``("file:line", record)`` for every non-blank line; bad JSON raises :class:`DataError`."""
+def default_max_line_bytes() -> int:
+    """The line-length bound: ``$KNOWLYR_TRAINER_MAX_LINE_BYTES`` if set, else 16 MiB."""
+    value = os.environ.get(MAX_LINE_BYTES_ENV)
+    if value is None:
+        return DEFAULT_MAX_LINE_BYTES
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit <= 0:
+        raise DataError(f"{MAX_LINE_BYTES_ENV}={value!r}: expected a positive number of bytes")
+    return limit
+
+
+def read_jsonl(path: str | Path, *, max_line_bytes: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ``("file:line", record)`` for every non-blank line; a bad line raises :class:`DataError`.
+
+    Streams the file: at most ``max_line_bytes + 1`` bytes of one line are in memory at a time
+    (``None``: :func:`default_max_line_bytes`). Refused, each as ``path:line: problem``: a longer line,
+    text that is not UTF-8 (UTF-16, binary files), invalid JSON, NaN/Infinity, nesting deeper than
+    100 levels, and a line that is not a JSON object.
+    """
     path = Path(path)
+    limit = default_max_line_bytes() if max_line_bytes is None else max_line_bytes
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    with handle:
+        lineno = 0
+        while raw := handle.readline(limit + 1):  # the buffered reader fills it chunk by chunk
+            lineno += 1
             where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            yield where, record
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise DataError(f"{where}: line longer than {limit} bytes (limit: {MAX_LINE_BYTES_ENV})")
+            if lineno == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                raise DataError(f"{where}: the file is UTF-16 text; convert it to UTF-8")
+            if not raw.strip():
+                continue
+            yield where, _record(raw, path, lineno)
+
+
+def _record(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
+    where = f"{path}:{lineno}"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: not UTF-8 text (byte {exc.start}); is it a binary or UTF-16 file?") from None
+    if lineno == 1:
+        text = text.removeprefix("\ufeff")
+    try:
+        record = loads_record(text, path, lineno)
+    except DataFormatError as exc:  # invalid JSON, NaN/Infinity, nesting too deep
+        raise DataError(str(exc)) from None
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    return record
 
 
 def _text(record: dict[str, Any], key: str, where: str, *, required: bool = True) -> str:
@@ -92,7 +150,21 @@ def _number(value: Any, where: str, name: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DataError(f"{where}: field {name!r} must be a number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float range
+        raise DataError(f"{where}: {name}: number too large for a float") from None
+    if not math.isfinite(number):
+        raise DataError(f"{where}: {name}: not a finite number ({number})")
+    return number
+
+
+def _step_weights(rewards: list[float], where: str, name: str) -> list[float]:
+    """:func:`step_weights`, refusing rewards whose sum or ratios overflow (inf, or weights of 0 for all)."""
+    weights = step_weights(rewards)
+    if not math.isfinite(sum(rewards)) or not all(math.isfinite(w) for w in weights):
+        raise DataError(f"{where}: {name}: rewards too large or too small to weight steps by")
+    return weights
 
 
 def _action_text(action: Any) -> str:
@@ -160,7 +232,7 @@ def _steps_conversation(task: str, steps: list[Any], where: str, mask_observatio
     known = [r for r in rewards if r is not None]
     if known and len(known) != len(rewards):
         raise DataError(f"{where}: either every step has a 'reward' or none does")
-    per_step = step_weights(known) if known else [1.0] * len(steps)
+    per_step = _step_weights(known, where, "steps[*].reward") if known else [1.0] * len(steps)
     weights = [1.0 if j is None else per_step[j] for j in step_of_message]
     return Conversation(messages, trainable, weights, step_rewards=known)
 
@@ -188,7 +260,8 @@ def _chat_conversation(messages: list[dict[str, Any]], where: str, mask_observat
     if not any(m["role"] == "assistant" for m in messages):
         raise DataError(f"{where}: field 'messages' has no assistant message to train on")
     known = [r for r in rewards if r is not None]
-    per_step = iter(step_weights(known)) if known and len(known) == len(rewards) else None
+    complete = known and len(known) == len(rewards)
+    per_step = iter(_step_weights(known, where, "messages[*].reward")) if complete else None
     weights = [next(per_step) if per_step and m["role"] == "assistant" else 1.0 for m in messages]
     clean = [{k: v for k, v in m.items() if k != "reward"} for m in messages]
     return Conversation(clean, trainable, weights, step_rewards=known if per_step else [])
@@ -310,14 +383,14 @@ def grpo_group(record: dict[str, Any], where: str) -> list[Conversation]:
         step_rewards = traj.get("step_rewards") or []
         if not isinstance(step_rewards, list):
             raise DataError(f"{where}: field '{name}.step_rewards' must be a list")
-        step_rewards = [_number(r, where, f"{name}.step_rewards") for r in step_rewards]
+        step_rewards = [_number(r, where, f"{name}.step_rewards[{j}]") for j, r in enumerate(step_rewards)]
         n_assistant = sum(1 for m in completion if m["role"] == "assistant")
         if step_rewards and len(step_rewards) != n_assistant:
             raise DataError(
                 f"{where}: {name}.step_rewards has {len(step_rewards)} values for {n_assistant} assistant steps"
             )
         if step_rewards:
-            per_step = iter(step_weights(step_rewards))
+            per_step = iter(_step_weights(step_rewards, where, f"{name}.step_rewards"))
             conv.weights = [
                 next(per_step) if t and m["role"] == "assistant" else 1.0 for t, m in zip(conv.trainable, conv.messages)
             ]

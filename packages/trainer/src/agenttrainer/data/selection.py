@@ -14,6 +14,7 @@ All functions are deterministic given their ``random.Random``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttrainer.data.formatting import Example
+from agenttrainer.data.readers import DataError, read_jsonl
 
 CORESET_STRATEGIES = ("loss_topk", "diversity", "hybrid", "random")
 
@@ -148,15 +150,20 @@ class ReplayBuffer:
         with tmp.open("w", encoding="utf-8") as fh:
             fh.write(json.dumps({"seen": self.seen, "capacity": self.capacity}) + "\n")
             for rec in self.items:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                fh.write(json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n")
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: str | Path, capacity: int, *, seed: int = 0) -> ReplayBuffer:
         buf = cls(capacity, seed=seed)
         path = Path(path)
-        if path.exists():
-            lines = path.read_text(encoding="utf-8").splitlines()
-            buf.seen = json.loads(lines[0])["seen"]
-            buf.items = [json.loads(line) for line in lines[1:]][:capacity]
+        if path.exists():  # read like training data: streamed, line length bounded, NaN refused
+            lines = read_jsonl(path)
+            header = next(lines, None)
+            if header is not None:
+                where, fields = header
+                if not isinstance(fields.get("seen"), int) or isinstance(fields["seen"], bool):
+                    raise DataError(f"{where}: seen: expected the replay buffer's header with an integer 'seen'")
+                buf.seen = fields["seen"]
+                buf.items = [record for _, record in itertools.islice(lines, capacity)]
         return buf

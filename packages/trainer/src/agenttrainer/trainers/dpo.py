@@ -7,6 +7,9 @@ then runs one forward over the policy only. Chosen and rejected completions of a
 packed into one row; only completion tokens are scored. The loss is summed over pairs and
 divided by the number of pairs in the whole optimizer step (all micro-batches, all processes).
 
+Every pair (train and eval) is read and checked before the model is loaded; a NaN/Infinity loss
+stops training before its optimizer step (``NonFiniteLossError``).
+
 Run: ``knowlyr-trainer dpo --train-file dpo.jsonl --model ./output/sft/final --beta 0.1``.
 """
 
@@ -24,7 +27,16 @@ import torch
 from tqdm.auto import tqdm
 
 from agenttrainer.config import DPOConfig
-from agenttrainer.data import DataError, Example, collate, dpo_pair, read_jsonl, shuffled_batches, tokenize_conversation
+from agenttrainer.data import (
+    Conversation,
+    DataError,
+    Example,
+    collate,
+    dpo_pair,
+    read_jsonl,
+    shuffled_batches,
+    tokenize_conversation,
+)
 from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.losses import chunked_token_logps, dpo_loss
 from agenttrainer.trainers import common
@@ -37,23 +49,33 @@ class DPOTrainer:
 
     def __init__(self, config: DPOConfig, *, model: Any = None, tokenizer: Any = None):
         self.config = config
+        self.data = self.read_data() if config.train_file else None  # before the (slow) model load
         self.accelerator = common.make_accelerator(config)
         self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
         self.wrapped = common.HiddenStates(self.model)
 
-    def load_pairs(self, path: str | Path) -> list[Pair]:
-        pairs = []
-        for where, record in read_jsonl(path):
-            chosen, rejected = dpo_pair(record, where)
-            pairs.append(
-                (
-                    tokenize_conversation(self.tokenizer, chosen, max_length=self.config.max_length),
-                    tokenize_conversation(self.tokenizer, rejected, max_length=self.config.max_length),
-                )
-            )
+    @staticmethod
+    def read_pairs(path: str | Path) -> list[tuple[Conversation, Conversation]]:
+        """Every ``(chosen, rejected)`` pair of ``path``, checked; no model needed."""
+        pairs = [dpo_pair(record, where) for where, record in read_jsonl(path)]
         if not pairs:
             raise DataError(f"{path}: no preference pairs")
         return pairs
+
+    def read_data(self) -> dict[str, Any]:
+        c = self.config
+        return {"train": self.read_pairs(c.train_file), "eval": self.read_pairs(c.eval_file) if c.eval_file else None}
+
+    def tokenize(self, pairs: list[tuple[Conversation, Conversation]]) -> list[Pair]:
+        n = self.config.max_length
+        tokenize = tokenize_conversation
+        return [
+            (tokenize(self.tokenizer, chosen, max_length=n), tokenize(self.tokenizer, rejected, max_length=n))
+            for chosen, rejected in pairs
+        ]
+
+    def load_pairs(self, path: str | Path) -> list[Pair]:
+        return self.tokenize(self.read_pairs(path))
 
     def sequence_logps(self, module: Any, pairs: list[Pair]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(chosen, rejected)`` summed completion log-probs ``(P,)`` under ``module`` (a HiddenStates)."""
@@ -138,8 +160,10 @@ class DPOTrainer:
         c, acc = self.config, self.accelerator
         if not c.train_file:
             raise ValueError("DPOConfig.train_file is required")
-        pairs = self.load_pairs(c.train_file)
-        eval_pairs = self.load_pairs(c.eval_file) if c.eval_file else None
+        data, self.data = self.data or self.read_data(), None  # tokenised here; the text is not kept
+        pairs = self.tokenize(data["train"])
+        eval_pairs = self.tokenize(data["eval"]) if data["eval"] else None
+        del data
         ref = None if c.reference_free else self.reference_logps(pairs, "train")
         eval_ref = None if c.reference_free or not eval_pairs else self.reference_logps(eval_pairs, "eval")
 
@@ -195,12 +219,14 @@ class DPOTrainer:
                     for key, v in metrics.items():
                         sums[key] = sums.get(key, 0.0) + v * len(mine)
                     state["tokens"] += sum(len(pairs[i][0]) + len(pairs[i][1]) for i in mine)
+                last_loss = float(acc.reduce(step_loss, reduction="mean"))
+                common.check_finite(step, last_loss)
                 grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+                common.check_finite(step, last_loss, grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 state["global_step"] = step
-                last_loss = float(acc.reduce(step_loss, reduction="mean"))
                 bar.update(1)
                 bar.set_postfix(loss=f"{last_loss:.4f}")
                 if step % c.logging_steps == 0:

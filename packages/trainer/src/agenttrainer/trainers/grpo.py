@@ -7,6 +7,9 @@ the clipped surrogate plus ``kl_coef`` times the k3 KL to the reference (the ini
 scored once in a cached pre-pass). ``grpo_iterations > 1`` takes several optimizer steps on the
 same groups; the log-probs before the first of them are the "old" policy of the ratio.
 
+Every group is read and checked (rewards finite, group sizes, advantages) before the model is
+loaded; a NaN/Infinity loss stops training before its optimizer step (``NonFiniteLossError``).
+
 Simplification: no generation — rollouts come from the environment stack (``knowlyr-hub
 collect``), which is what makes this offline.
 
@@ -28,6 +31,7 @@ from tqdm.auto import tqdm
 
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
+    Conversation,
     DataError,
     Example,
     collate,
@@ -46,12 +50,13 @@ class GRPOTrainer:
 
     def __init__(self, config: GRPOConfig, *, model: Any = None, tokenizer: Any = None):
         self.config = config
+        self.data = self.read_groups(config.train_file) if config.train_file else None  # before the model load
         self.accelerator = common.make_accelerator(config)
         self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
         self.wrapped = common.HiddenStates(self.model)
 
-    def load_groups(self, path: str | Path) -> list[list[Example]]:
-        """Tokenised trajectories per task; ``meta['advantage']`` holds the group-normalised advantage."""
+    def read_groups(self, path: str | Path) -> list[tuple[list[Conversation], list[float]]]:
+        """Every group of ``path``, checked, with its group-normalised advantages; no model needed."""
         c = self.config
         groups = []
         for where, record in read_jsonl(path):
@@ -60,7 +65,19 @@ class GRPOTrainer:
                 raise DataError(f"{where}: field 'trajectories' has {len(convs)} entries, group_size is {c.group_size}")
             if len(convs) < 2:
                 raise DataError(f"{where}: field 'trajectories' needs at least 2 trajectories to compare")
-            adv = group_advantages(torch.tensor([cv.reward for cv in convs]), len(convs)).tolist()
+            adv = group_advantages(torch.tensor([cv.reward for cv in convs]), len(convs))
+            if not bool(torch.isfinite(adv).all()):  # finite rewards can still overflow the std
+                raise DataError(f"{where}: trajectories[*].reward: rewards too large to normalise")
+            groups.append((convs, adv.tolist()))
+        if not groups:
+            raise DataError(f"{path}: no groups")
+        return groups
+
+    def tokenize(self, read: list[tuple[list[Conversation], list[float]]]) -> list[list[Example]]:
+        """Tokenised trajectories per task; ``meta['advantage']`` holds the group-normalised advantage."""
+        c = self.config
+        groups = []
+        for convs, adv in read:
             group = []
             for conv, a in zip(convs, adv):
                 ex = tokenize_conversation(self.tokenizer, conv, max_length=c.max_length)
@@ -69,9 +86,10 @@ class GRPOTrainer:
                     ex.weights = [1.0 if lab != -100 else 0.0 for lab in ex.labels]
                 group.append(ex)
             groups.append(group)
-        if not groups:
-            raise DataError(f"{path}: no groups")
         return groups
+
+    def load_groups(self, path: str | Path) -> list[list[Example]]:
+        return self.tokenize(self.read_groups(path))
 
     def token_logps(
         self, module: Any, examples: list[Example]
@@ -147,7 +165,9 @@ class GRPOTrainer:
         c, acc = self.config, self.accelerator
         if not c.train_file:
             raise ValueError("GRPOConfig.train_file is required")
-        groups = self.load_groups(c.train_file)
+        read, self.data = self.data or self.read_groups(c.train_file), None  # tokenised here; the text is not kept
+        groups = self.tokenize(read)
+        del read
         flat_index, offset = [], 0  # trajectory indices of each group, into the flat ref list
         for g in groups:
             flat_index.append(list(range(offset, offset + len(g))))
@@ -213,12 +233,14 @@ class GRPOTrainer:
                             sums[key] = sums.get(key, 0.0) + v * len(examples)
                         n_seq += len(examples)
                         state["tokens"] += sum(len(ex) for ex in examples)
+                    last_loss = float(acc.reduce(step_loss, reduction="mean"))
+                    common.check_finite(state["global_step"] + 1, last_loss)
                     grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+                    common.check_finite(state["global_step"] + 1, last_loss, grad_norm)
                     optimizer.step()
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                     state["global_step"] += 1
-                    last_loss = float(acc.reduce(step_loss, reduction="mean"))
                     bar.update(1)
                     bar.set_postfix(loss=f"{last_loss:.4f}")
                     if state["global_step"] % c.logging_steps == 0:

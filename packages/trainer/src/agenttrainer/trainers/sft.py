@@ -7,6 +7,11 @@ chunk. One optimizer step = ``gradient_accumulation_steps`` micro-batches of ``b
 examples on every process; the loss is divided by the trainable-token count of that whole step,
 so any split of the same global batch (accumulation, processes) gives the same gradient.
 
+Every record (train, eval, replay buffer) is read and checked before the model is loaded, so
+bad data fails in seconds; the conversations are tokenised once the tokenizer exists. Training
+stops with :class:`~agenttrainer.trainers.common.NonFiniteLossError` naming the step rather than
+take an optimizer step on a NaN/Infinity loss.
+
 Simplifications: the data set is tokenised up front in memory; ``max_steps``/``save_steps``
 count optimizer steps.
 
@@ -28,6 +33,7 @@ from tqdm.auto import tqdm
 
 from agenttrainer.config import SFTConfig
 from agenttrainer.data import (
+    Conversation,
     DataError,
     Example,
     ReplayBuffer,
@@ -52,38 +58,59 @@ class SFTTrainer:
 
     def __init__(self, config: SFTConfig, *, model: Any = None, tokenizer: Any = None):
         self.config = config
+        self.data = self.read_data() if config.train_file else None  # before the (slow) model load
         self.accelerator = common.make_accelerator(config)
         self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
         self.wrapped = common.HiddenStates(self.model)
 
     # ----------------------------------------------------------------------------- data
-    def load_examples(self, path: str | Path) -> tuple[list[Example], list[dict[str, Any]]]:
-        """Tokenised examples (chunked or truncated to ``max_length``) and the raw records."""
+    def read_conversations(self, path: str | Path) -> tuple[list[Conversation], list[dict[str, Any]]]:
+        """Every record of ``path`` as a checked conversation (no model needed), plus the raw
+        records when the replay buffer needs them (``use_online_continual``; else ``[]``)."""
         c = self.config
-        examples, records = [], []
+        convs, records = [], []
         for where, record in read_jsonl(path):
-            conv = sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
-            if c.chunk_long_trajectories and conv.num_steps > 1:
+            convs.append(
+                sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
+            )
+            if c.use_online_continual:
+                records.append(record)
+        if not convs:
+            raise DataError(f"{path}: no training records")
+        return convs, records
+
+    def tokenize(self, convs: list[Conversation], *, chunk: bool = True) -> list[Example]:
+        """Tokenised examples, long trajectories chunked (``chunk_long_trajectories``) or truncated."""
+        c = self.config
+        examples = []
+        for conv in convs:
+            if chunk and c.chunk_long_trajectories and conv.num_steps > 1:
                 examples += chunk_conversation(self.tokenizer, conv, c.max_length)
             else:
                 examples.append(tokenize_conversation(self.tokenizer, conv, max_length=c.max_length))
-            records.append(record)
-        if not examples:
-            raise DataError(f"{path}: no training records")
-        return examples, records
+        return examples
 
-    def _replay(self, records: list[dict[str, Any]]) -> tuple[list[Example], ReplayBuffer]:
+    def load_examples(self, path: str | Path) -> tuple[list[Example], list[dict[str, Any]]]:
+        """Tokenised examples of ``path`` and its raw records (see :meth:`read_conversations`)."""
+        convs, records = self.read_conversations(path)
+        return self.tokenize(convs), records
+
+    def read_data(self) -> dict[str, Any]:
+        """Train, replay and eval conversations, all read and checked (see :meth:`train`)."""
         c = self.config
-        path = c.continual_buffer_path or str(Path(c.output_dir) / "replay_buffer.jsonl")
-        buffer = ReplayBuffer.load(path, c.continual_buffer_size, seed=c.seed)
-        replayed = []
-        for i, record in enumerate(buffer.sample(int(len(records) * c.continual_replay_ratio))):
-            conv = sft_conversation(
-                record, f"{path}:replay[{i}]", agent_format=c.agent_format, mask_observations=c.mask_observations
-            )
-            replayed.append(tokenize_conversation(self.tokenizer, conv, max_length=c.max_length))
-        buffer.add(records)
-        return replayed, buffer
+        train, records = self.read_conversations(c.train_file)
+        replay, buffer = [], None
+        if c.use_online_continual:
+            path = c.continual_buffer_path or str(Path(c.output_dir) / "replay_buffer.jsonl")
+            buffer = ReplayBuffer.load(path, c.continual_buffer_size, seed=c.seed)
+            for i, record in enumerate(buffer.sample(int(len(records) * c.continual_replay_ratio))):
+                where = f"{path}:replay[{i}]"
+                replay.append(
+                    sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
+                )
+            buffer.add(records)
+        evals = self.read_conversations(c.eval_file)[0] if c.eval_file else None
+        return {"train": train, "replay": replay, "buffer": buffer, "eval": evals}
 
     @torch.no_grad()
     def example_losses(self, examples: list[Example]) -> list[float]:
@@ -189,11 +216,9 @@ class SFTTrainer:
         c, acc = self.config, self.accelerator
         if not c.train_file:
             raise ValueError("SFTConfig.train_file is required")
-        examples, records = self.load_examples(c.train_file)
-        buffer = None
-        if c.use_online_continual:
-            replayed, buffer = self._replay(records)
-            examples += replayed
+        data, self.data = self.data or self.read_data(), None  # tokenised below; the text is not kept
+        examples = self.tokenize(data["train"]) + self.tokenize(data["replay"], chunk=False)
+        buffer = data["buffer"]
         if c.use_coreset_selection:
             hints = [ex.meta.get("loss") for ex in examples]
             losses = hints if all(h is not None for h in hints) else None
@@ -201,7 +226,8 @@ class SFTTrainer:
                 losses = self.example_losses(examples)
             keep = coreset_indices(examples, losses, c.coreset_strategy, c.coreset_target_size, random.Random(c.seed))
             examples = [examples[i] for i in keep]
-        eval_examples = self.load_examples(c.eval_file)[0] if c.eval_file else None
+        eval_examples = self.tokenize(data["eval"]) if data["eval"] is not None else None
+        del data
 
         plan = self._epoch_plan(examples)
         total_steps = sum(len(w) for w in plan)
@@ -238,12 +264,14 @@ class SFTTrainer:
                 model.train()
                 step_loss, tokens = self.backward_window(model, window, examples)
                 state["tokens"] += tokens
+                last_loss = float(acc.reduce(step_loss, reduction="mean"))
+                common.check_finite(step, last_loss)
                 grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+                common.check_finite(step, last_loss, grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 state["global_step"] = step
-                last_loss = float(acc.reduce(step_loss, reduction="mean"))
                 bar.update(1)
                 bar.set_postfix(loss=f"{last_loss:.4f}")
                 if step % c.logging_steps == 0:
