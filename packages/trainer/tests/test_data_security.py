@@ -10,6 +10,7 @@
 
 import json
 import math
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -255,6 +256,11 @@ def _sft_cli(path, tmp_path):
         ('{"a": 1}\n'.encode("utf-16"), ":1: the file is UTF-16 text"),
         (b'{"a": "\xe9"}\n', ":1: not UTF-8 text (byte 7)"),
         (b"[" * 100_000 + b"]" * 100_000, ":1: nested deeper than 100 levels"),
+        pytest.param(
+            b'{"a": 1' + b"0" * 5000 + b"}",
+            ":1: invalid JSON",
+            marks=pytest.mark.skipif(not hasattr(sys, "get_int_max_str_digits"), reason="no int digit limit"),
+        ),
         (b'{"a": ' + b"[" * 200 + b"]" * 200 + b"}", ":1: nested deeper than 100 levels"),
     ],
 )

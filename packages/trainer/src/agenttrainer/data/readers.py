@@ -129,6 +129,8 @@ def _record(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
         record = loads_record(text, path, lineno)
     except DataFormatError as exc:  # invalid JSON, NaN/Infinity, nesting too deep
         raise DataError(str(exc)) from None
+    except ValueError as exc:  # an integer of more than 4300 digits (sys.get_int_max_str_digits)
+        raise DataError(f"{where}: invalid JSON ({exc})") from None
     if not isinstance(record, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
     return record
