@@ -108,3 +108,11 @@ def test_security_reader_reports_bad_lines_and_goes_on(tmp_path):
     kept = list(read_jsonl(path, Trajectory, on_error=lambda exc: errors.append(str(exc))))
     assert len(kept) == 2
     assert [e.split(": ", 1)[0] for e in errors] == [f"{path}:2", f"{path}:3"]
+
+
+def test_security_an_integer_past_the_digit_limit_is_one_line(tmp_path):
+    from knowlyrcore.errors import DataFormatError
+    from knowlyrcore.jsonl import loads_record
+
+    with pytest.raises(DataFormatError, match=r"f.jsonl:3: invalid JSON: .*digits"):
+        loads_record('{"reward": ' + "9" * 5000 + "}", "f.jsonl", 3)

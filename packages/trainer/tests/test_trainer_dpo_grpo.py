@@ -128,11 +128,9 @@ def test_grpo_group_size_is_checked(tmp_path, tiny, grpo_file):
     from agenttrainer.data import DataError
 
     model, tok = tiny
-    trainer = GRPOTrainer(
-        GRPOConfig(train_file=grpo_file, output_dir=str(tmp_path), group_size=3, **BASE), model=model, tokenizer=tok
-    )
+    config = GRPOConfig(train_file=grpo_file, output_dir=str(tmp_path), group_size=3, **BASE)
     with pytest.raises(DataError, match=r"grpo.jsonl:1: field 'trajectories' has 4 entries, group_size is 3"):
-        trainer.load_groups(grpo_file)
+        GRPOTrainer(config, model=model, tokenizer=tok)  # the data is checked before the model is set up
 
 
 def test_grpo_accumulation_invariance(tmp_path, tiny, grpo_file):

@@ -82,6 +82,8 @@ def loads_record(text: str, path: str | os.PathLike, line: int | None) -> Any:
         raise DataFormatError(str(path), line, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
         raise DataFormatError(str(path), line, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
+        raise DataFormatError(str(path), line, f"invalid JSON: {exc}") from None
     # the depth is at most the number of opening brackets, so most records skip the walk
     if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth_exceeds(record, MAX_JSON_DEPTH):
         raise DataFormatError(str(path), line, f"nested deeper than {MAX_JSON_DEPTH} levels")
