@@ -491,3 +491,20 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
         assert max(abs(a - b) for a, b in zip(base.logprobs, local.logprobs)) > 1e-3  # training changed the answer
         pushed = tmp_path / "out" / "push" / "iteration-00001"
         assert (pushed / ("adapter_config.json" if use_lora else "model.safetensors")).is_file()
+
+
+def test_security_a_non_finite_process_reward_stops_before_any_update(tiny, tmp_path):
+    """A NaN from the environment or the process reward never reaches the weights."""
+    from agenttrainer.data import DataError
+
+    model, tokenizer = tiny
+    tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, num_iterations=1, group_size=2, tasks_per_iteration=1,
+                                     process_reward_coef=0.5),
+                              model=model, tokenizer=tokenizer,
+                              process_reward=lambda trajectory: [float("nan")] * len(trajectory.steps))  # fmt: skip
+    with pytest.raises(DataError, match="episode reward is not finite"):
+        trainer.train()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert not (tmp_path / "out" / "final").exists()

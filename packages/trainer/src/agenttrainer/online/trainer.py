@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import math
 import os
 import random
 import time
@@ -221,6 +222,11 @@ class OnlineRLTrainer:
                 steps += [0.0] * (n - len(steps))
             r.step_rewards = steps
             r.reward = r.env_reward + c.process_reward_coef * (sum(steps) / n) - c.format_penalty * sum(r.format_errors)
+            if not math.isfinite(r.reward):  # one NaN would reach every weight through the advantages
+                raise DataError(
+                    f"task {r.task.id or '?'}: episode reward is not finite (environment {r.env_reward!r}, "
+                    f"process rewards {steps!r}); fix the environment or process_reward function"
+                )
             recorded = [
                 s.model_copy(update={"reward": steps[j], "metadata": {**s.metadata, "env_reward": s.reward}})
                 for j, s in enumerate(r.trajectory.steps)
@@ -392,6 +398,8 @@ class OnlineRLTrainer:
                         mismatch_sum += float((current[row, :n].cpu() - sampling[i]).abs().sum())
                         mismatch_n += n
             grad_norm = self.accelerator.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+            # a NaN reward or log-prob would turn every weight into NaN, and the run would save them
+            common.check_finite(state["optimizer_steps"] + 1, step_loss, grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
