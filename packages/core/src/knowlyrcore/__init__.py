@@ -42,6 +42,13 @@ from knowlyrcore.policy import (
 )
 from knowlyrcore.recording import TrajectoryBuilder
 from knowlyrcore.registry import EnvSpec, list_envs, make, register, spec, unregister
+from knowlyrcore.roots import (
+    AllowedRoots,
+    OverwriteRefusedError,
+    PathOutsideRootsError,
+    PathRefusedError,
+    TooManyFilesError,
+)
 from knowlyrcore.timestep import TimeStep
 from knowlyrcore.tool_parsing import (
     CLOSING_TOOLS,
@@ -138,6 +145,8 @@ __all__ = [
     "read_trajectories",
     "write_jsonl",
     "write_trajectories",
+    # allowed roots (servers that take paths from a client)
+    "AllowedRoots",
     # errors
     "DataFormatError",
     "DomainError",
@@ -145,5 +154,9 @@ __all__ = [
     "InfrastructureError",
     "InvalidActionError",
     "KnowlyrError",
+    "OverwriteRefusedError",
+    "PathOutsideRootsError",
+    "PathRefusedError",
     "RegistryError",
+    "TooManyFilesError",
 ]
