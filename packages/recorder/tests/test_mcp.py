@@ -23,9 +23,16 @@ def _payload(result) -> dict:
     return json.loads(result.content[0].text)
 
 
-async def _session_calls(calls: list[tuple[str, dict]]) -> tuple[list[str], list]:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "agentrecorder.mcp_server"])
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+async def _session_calls(
+    calls: list[tuple[str, dict]], roots: list = (), list_roots=None, command: list[str] | None = None
+) -> tuple[list[str], list]:
+    args = command or ["-m", "agentrecorder.mcp_server"]
+    args = [*args, *(a for root in roots for a in ("--root", str(root)))]
+    params = StdioServerParameters(command=sys.executable, args=args)
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, list_roots_callback=list_roots) as session,
+    ):
         await session.initialize()
         tools = [t.name for t in (await session.list_tools()).tools]
         results = [await session.call_tool(name, arguments) for name, arguments in calls]
@@ -47,7 +54,8 @@ def test_convert_validate_stats_over_stdio(real, real_logs_folder, tmp_path):
                 ("validate", {"path": str(out)}),
                 ("stats", {"path": str(real("tau-bench_gpt-4o-airline_tasks0-4.json"))}),
                 ("stats", {"path": str(tmp_path / "missing.jsonl")}),
-            ]
+            ],
+            roots=[tmp_path, real("tau-bench_gpt-4o-airline_tasks0-4.json").parent],
         )
     )
     assert set(tools) >= {"convert", "validate", "stats"}
@@ -75,3 +83,95 @@ def test_convert_validate_stats_over_stdio(real, real_logs_folder, tmp_path):
 
     assert _is_error(missing)
     assert "no such file or directory" in missing.content[0].text
+
+
+@pytest.fixture
+def host(tmp_path):
+    """An allowed root, and outside it a host file (standing in for /etc/shadow) and host directory."""
+    root, outside = tmp_path / "root", tmp_path / "host"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "shadow.jsonl").write_text('{"secret": "SHADOW-HASH"}\n')
+    return root, outside
+
+
+def _trajectory_line(task: str) -> str:
+    from knowlyrcore import Trajectory
+
+    record = {"task": {"id": task, "description": "d"}, "agent": "a", "steps": [], "outcome": {}}
+    return Trajectory.model_validate(record).model_dump_json() + "\n"
+
+
+def test_security_reads_outside_the_roots_are_refused(host):
+    """Before: validate/stats/convert read any host file (stats {"path": "/"} walked the whole disk)."""
+    root, outside = host
+    (root / "link.jsonl").symlink_to(outside / "shadow.jsonl")
+    secret = str(outside / "shadow.jsonl")
+    _, results = asyncio.run(
+        _session_calls(
+            [
+                ("validate", {"path": secret}),
+                ("stats", {"path": "/"}),
+                ("stats", {"path": str(root / ".." / "host")}),
+                ("stats", {"path": str(root / "link.jsonl")}),
+                ("stats", {"path": f"{outside}/*.jsonl"}),
+                ("convert", {"inputs": [secret], "output": str(root / "out.jsonl")}),
+            ],
+            roots=[root],
+        )
+    )
+    for result in results:
+        assert _is_error(result), result.content[0].text
+        text = result.content[0].text
+        assert "outside the allowed roots" in text and str(root) in text
+        assert "SHADOW-HASH" not in text
+    assert not (root / "out.jsonl").exists()
+
+
+def test_security_writes_outside_the_roots_and_overwrites_are_refused(host):
+    """Before: convert wrote wherever `output` pointed and replaced existing files."""
+    root, outside = host
+    chat = {"messages": [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "done"}]}
+    (root / "chat.json").write_text(json.dumps(chat))
+    (root / "notes.jsonl").write_text("precious\n")
+    (root / "escape.jsonl").symlink_to(outside / "new.jsonl")
+    source = [str(root / "chat.json")]
+    _, (outside_write, dotdot, foreign, through_link, first, again) = asyncio.run(
+        _session_calls(
+            [
+                ("convert", {"inputs": source, "output": str(outside / "new.jsonl")}),
+                ("convert", {"inputs": source, "output": str(root / ".." / "host" / "new.jsonl")}),
+                ("convert", {"inputs": source, "output": str(root / "notes.jsonl")}),
+                ("convert", {"inputs": source, "output": str(root / "escape.jsonl")}),
+                ("convert", {"inputs": source, "output": str(root / "out.jsonl")}),
+                ("convert", {"inputs": source, "output": str(root / "out.jsonl")}),  # its own file: fine
+            ],
+            roots=[root],
+        )
+    )
+    assert "outside the allowed roots" in outside_write.content[0].text
+    assert "outside the allowed roots" in dotdot.content[0].text
+    assert "not written by this server" in foreign.content[0].text
+    assert "symlink" in through_link.content[0].text
+    assert all(_is_error(r) for r in (outside_write, dotdot, foreign, through_link))
+    assert not (outside / "new.jsonl").exists()
+    assert (root / "notes.jsonl").read_text() == "precious\n"
+    assert _payload(first)["written"] == _payload(again)["written"] == 1
+
+
+def test_security_roots_declared_by_the_client_are_allowed(host):
+    """A client with the roots capability adds its roots; --root on `knowlyr-recorder mcp` is passed through."""
+    from mcp import types
+
+    root, outside = host
+    (outside / "in.jsonl").write_text(_trajectory_line("t1"))
+
+    async def list_roots(context):
+        return types.ListRootsResult(roots=[types.Root(uri=outside.as_uri())])
+
+    calls = [("stats", {"path": str(outside / "in.jsonl")})]
+    cli = ["-m", "agentrecorder.cli", "mcp"]
+    _, (declared,) = asyncio.run(_session_calls(calls, roots=[root], list_roots=list_roots, command=cli))
+    _, (undeclared,) = asyncio.run(_session_calls(calls, roots=[root], command=cli))
+    assert _payload(declared)["trajectories"] == 1
+    assert _is_error(undeclared) and "outside the allowed roots" in undeclared.content[0].text

@@ -170,7 +170,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     except ImportError as exc:
         _err(f"the MCP server needs the 'mcp' extra: pip install 'knowlyr-recorder[mcp]' ({exc})")
         return 1
-    serve()
+    serve([arg for root in args.root or [] for arg in ("--root", root)])
     return 0
 
 
@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_formats)
 
     p = sub.add_parser("mcp", help="run the MCP server over stdio")
+    p.add_argument(
+        "--root", action="append", metavar="DIR", help="directory the server may use (repeatable; default: cwd)"
+    )
     p.set_defaults(run=cmd_mcp)
     return parser
 

@@ -4,40 +4,80 @@ Run it with ``knowlyr-recorder mcp`` or ``python -m agentrecorder.mcp_server``; 
 ``mcp`` extra. Works with the mcp SDK 1.x (``FastMCP``) and 2.x (``MCPServer``). Tools
 return JSON objects; bad input comes back as a tool error carrying the same one-line
 ``file[:line]: field: problem`` message as the CLI.
+
+Paths are the client's, so every one is checked against the allowed roots (the working
+directory, or each ``--root DIR``, plus the roots the client declares): inputs and outputs
+outside them are refused, directories and globs are walked only inside them and only so far
+(``knowlyrcore.roots``), and ``convert`` never replaces a file this server did not write.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 try:  # mcp >= 2
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as _Server
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import Context
     from mcp.server.fastmcp import FastMCP as _Server
     from mcp.server.fastmcp.exceptions import ToolError
 
-from agentrecorder.convert import convert_paths, expand_inputs, is_trajectory_file, iter_convert, load_trajectories
+from agentrecorder.convert import (
+    LOG_SUFFIXES,
+    convert_paths,
+    expand_inputs,
+    is_trajectory_file,
+    iter_convert,
+    load_trajectories,
+)
 from agentrecorder.stats import summarize
 from knowlyrcore.errors import KnowlyrError
 from knowlyrcore.jsonl import read_trajectories
+from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
 
 server = _Server("knowlyr-recorder", instructions="Convert agent framework logs into knowlyr trajectory JSONL.")
+ROOTS = AllowedRoots()  # main() replaces it by the --root directories
+
+
+async def _roots(ctx: Context | None) -> AllowedRoots:
+    """The allowed roots, with the ones the client declares right now."""
+    if ctx is not None:
+        await ROOTS.refresh_client_roots(ctx.session)
+    return ROOTS
+
+
+async def _files(ctx: Context | None, inputs: list[str]) -> list[Path]:
+    """The files `inputs` name, all inside the roots; a missing one is an error naming it."""
+    try:
+        return expand_inputs((await _roots(ctx)).expand(inputs, LOG_SUFFIXES))
+    except KnowlyrError as exc:
+        raise ToolError(str(exc)) from None
 
 
 @server.tool()
-def convert(inputs: list[str], output: str, format: str = "auto", skip_invalid: bool = False) -> dict[str, Any]:
+async def convert(
+    inputs: list[str], output: str, format: str = "auto", skip_invalid: bool = False, ctx: Context | None = None
+) -> dict[str, Any]:
     """Convert log files, directories or globs into trajectory JSONL written atomically to `output`.
 
     `format` is a format name (see the CLI's `formats`) or "auto". With `skip_invalid` bad
-    files are reported in `failed` and the good ones still converted.
+    files are reported in `failed` and the good ones still converted. `output` must be new or
+    a file this server wrote.
     """
+    files = await _files(ctx, inputs)
     try:
-        report, _ = convert_paths(inputs, output, format, skip_invalid=skip_invalid)
+        target = ROOTS.writable(output)
+        report, _ = convert_paths(files, target, format, skip_invalid=skip_invalid)
     except KnowlyrError as exc:
         raise ToolError(str(exc)) from None
+    ROOTS.mark_written(target)
     return {
-        "output": output,
+        "output": str(target),
         "written": report.written,
         "converted": [
             {"path": str(f.path), "format": f.format, "trajectories": f.trajectories, "steps": f.steps}
@@ -48,14 +88,10 @@ def convert(inputs: list[str], output: str, format: str = "auto", skip_invalid: 
 
 
 @server.tool()
-def validate(path: str, format: str = "auto") -> dict[str, Any]:
+async def validate(path: str, format: str = "auto", ctx: Context | None = None) -> dict[str, Any]:
     """Check a trajectory JSONL file against the schema (or that a framework log converts)."""
     results = []
-    try:
-        files = expand_inputs([path])
-    except KnowlyrError as exc:
-        raise ToolError(str(exc)) from None
-    for file in files:
+    for file in await _files(ctx, [path]):
         try:
             if format == "auto" and is_trajectory_file(file):
                 trajectories = list(read_trajectories(file))
@@ -71,16 +107,24 @@ def validate(path: str, format: str = "auto") -> dict[str, Any]:
 
 
 @server.tool()
-def stats(path: str, format: str = "auto") -> dict[str, Any]:
+async def stats(path: str, format: str = "auto", ctx: Context | None = None) -> dict[str, Any]:
     """Steps, tool histogram, success rate and token totals of trajectories or logs at `path`."""
+    files = await _files(ctx, [path])
     try:
-        files = expand_inputs([path])
         return summarize(t for file in files for t in load_trajectories(file, format))
     except KnowlyrError as exc:
         raise ToolError(str(exc)) from None
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="knowlyr-recorder mcp", description="MCP server (stdio) for knowlyr-recorder")
+    add_roots_argument(parser)
+    args = parser.parse_args(argv)
+    global ROOTS
+    try:
+        ROOTS = AllowedRoots(args.root)
+    except PathRefusedError as exc:
+        parser.error(str(exc))
     server.run("stdio")
 
 
