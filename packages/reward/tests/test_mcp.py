@@ -12,8 +12,9 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
 
-async def session_calls(calls):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "agentreward.mcp_server"])
+async def session_calls(calls, roots=()):
+    roots_args = [a for root in roots for a in ("--root", str(root))]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "agentreward.mcp_server", *roots_args])
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         tools = {t.name for t in (await session.list_tools()).tools}
@@ -38,10 +39,43 @@ def test_score_pairs_rubrics_over_stdio(tmp_path):
         ("pairs", {"input": str(tmp_path / "s.jsonl"), "output": str(tmp_path / "p.jsonl")}),
         ("rubrics", {"domain": "coding"}),
         ("score", {"input": str(tmp_path / "broken.jsonl"), "output": str(tmp_path / "o.jsonl")}),
-    ]))  # fmt: skip
+    ], roots=[tmp_path]))  # fmt: skip
     assert tools >= {"score", "pairs", "rubrics"}
     rewards = json.loads(scored.content[0].text)["rewards"]
     assert len(rewards) == 2 and rewards[0] > rewards[1]
     assert json.loads(paired.content[0].text)["pairs"] == 1
     assert json.loads(rubric.content[0].text)["goal_progress"]["weight"] == pytest.approx(0.3)
     assert is_error(broken) and "broken.jsonl:1: steps: must be a list" in broken.content[0].text
+
+
+def test_security_paths_outside_the_roots_and_overwrites_are_refused(tmp_path):
+    """Before: score/pairs read any host file and wrote (replacing) wherever `output` pointed."""
+    root, outside = tmp_path / "root", tmp_path / "host"
+    root.mkdir()
+    outside.mkdir()
+    step = {"tool_call": {"name": "bash", "parameters": {"command": "ls"}}, "observation": {"output": "x"}}
+    record = {"id": "r", "task": {"id": "t"}, "steps": [step], "outcome": {"success": True}}
+    (root / "in.jsonl").write_text(json.dumps(record) + "\n")
+    (outside / "shadow.jsonl").write_text('{"id": "SHADOW-HASH", "steps": 5}\n')
+    (root / "link.jsonl").symlink_to(outside / "shadow.jsonl")
+    (root / "notes.jsonl").write_text("precious\n")
+    src = str(root / "in.jsonl")
+    _, results = asyncio.run(session_calls([
+        ("score", {"input": str(outside / "shadow.jsonl"), "output": str(root / "a.jsonl")}),
+        ("score", {"input": str(root / "link.jsonl"), "output": str(root / "a.jsonl")}),
+        ("score", {"input": src, "output": str(outside / "out.jsonl")}),
+        ("score", {"input": src, "output": str(root / ".." / "host" / "out.jsonl")}),
+        ("score", {"input": src, "output": str(root / "notes.jsonl")}),
+        ("pairs", {"input": src, "output": str(root / "notes.jsonl")}),
+        ("score", {"input": src, "output": str(root / "scored.jsonl")}),
+        ("score", {"input": src, "output": str(root / "scored.jsonl")}),  # its own file: replaced
+    ], roots=[root]))  # fmt: skip
+    *refused, first, again = results
+    messages = [r.content[0].text for r in refused]
+    assert all(is_error(r) for r in refused), messages
+    assert all("outside the allowed roots" in m for m in messages[:4]), messages
+    assert all("not written by this server" in m for m in messages[4:]), messages
+    assert not any("SHADOW-HASH" in m for m in messages)
+    assert not (outside / "out.jsonl").exists() and not (root / "a.jsonl").exists()
+    assert (root / "notes.jsonl").read_text() == "precious\n"
+    assert not is_error(first) and not is_error(again), again.content[0].text

@@ -3,16 +3,25 @@
 Run it with ``python -m agentreward.mcp_server`` (extra ``mcp``). Works with the mcp SDK 1.x
 (``FastMCP``) and 2.x (``MCPServer``). Bad input comes back as a tool error carrying the same
 one-line ``file:line: field: problem`` message as the CLI.
+
+Paths are the client's, so every one is checked against the allowed roots (the working
+directory, or each ``--root DIR``, plus the roots the client declares; ``knowlyrcore.roots``,
+which is why the ``mcp`` extra brings knowlyr-core): inputs and outputs outside them are
+refused, and an output never replaces a file this server did not write.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from typing import Any
 
 try:  # mcp >= 2
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as _Server
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import Context
     from mcp.server.fastmcp import FastMCP as _Server
     from mcp.server.fastmcp.exceptions import ToolError
 
@@ -21,31 +30,49 @@ from agentreward.errors import RewardError
 from agentreward.preferences import build_preference_pairs
 from agentreward.rubrics import RUBRICS, domain_weights
 from agentreward.trajectories import read_trajectories, write_jsonl
+from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
 
 server = _Server("knowlyr-reward", instructions="Score agent trajectories step by step with a process reward model.")
+ROOTS = AllowedRoots()  # main() replaces it by the --root directories
+
+
+async def _paths(ctx: Context | None, input: str, output: str) -> tuple[str, str]:
+    """`input` and `output` resolved inside the allowed roots (with the ones the client declares now)."""
+    if ctx is not None:
+        await ROOTS.refresh_client_roots(ctx.session)
+    try:
+        return str(ROOTS.readable(input)), str(ROOTS.writable(output))
+    except KnowlyrError as exc:
+        raise ToolError(str(exc)) from None
 
 
 @server.tool()
-def score(input: str, output: str, domain: str | None = None) -> dict[str, Any]:
-    """Score every trajectory of the JSONL file `input` into `output`; returns each total reward."""
+async def score(input: str, output: str, domain: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
+    """Score every trajectory of the JSONL file `input` into `output` (new, or a file this server
+    wrote); returns each total reward."""
+    source, target = await _paths(ctx, input, output)
     try:
         engine = RewardEngine(domain=domain)
-        scored = list(engine.score_many(read_trajectories(input)))
-        write_jsonl(output, scored)
+        scored = list(engine.score_many(read_trajectories(source)))
+        write_jsonl(target, scored)
     except (RewardError, ValueError) as exc:
         raise ToolError(str(exc)) from None
-    return {"output": output, "scored": len(scored), "rewards": [t["reward"] for t in scored]}
+    ROOTS.mark_written(target)
+    return {"output": target, "scored": len(scored), "rewards": [t["reward"] for t in scored]}
 
 
 @server.tool()
-def pairs(input: str, output: str, min_margin: float = 0.1) -> dict[str, Any]:
-    """Build DPO preference pairs from the scored trajectories in `input`."""
+async def pairs(input: str, output: str, min_margin: float = 0.1, ctx: Context | None = None) -> dict[str, Any]:
+    """Build DPO preference pairs from the scored trajectories in `input` into `output`."""
+    source, target = await _paths(ctx, input, output)
     try:
-        built = build_preference_pairs(read_trajectories(input), min_margin=min_margin)
-        write_jsonl(output, built)
+        built = build_preference_pairs(read_trajectories(source), min_margin=min_margin)
+        write_jsonl(target, built)
     except (RewardError, ValueError) as exc:
         raise ToolError(str(exc)) from None
-    return {"output": output, "pairs": len(built)}
+    ROOTS.mark_written(target)
+    return {"output": target, "pairs": len(built)}
 
 
 @server.tool()
@@ -56,7 +83,17 @@ def rubrics(domain: str = "generic") -> dict[str, Any]:
             for name, r in RUBRICS.items()}  # fmt: skip
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m agentreward.mcp_server", description="MCP server (stdio) for knowlyr-reward"
+    )
+    add_roots_argument(parser)
+    args = parser.parse_args(argv)
+    global ROOTS
+    try:
+        ROOTS = AllowedRoots(args.root)
+    except PathRefusedError as exc:
+        parser.error(str(exc))
     server.run()
 
 
