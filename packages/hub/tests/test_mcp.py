@@ -14,8 +14,9 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
 
-async def session_calls(calls):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "trajectoryhub.mcp_server"])
+async def session_calls(calls, roots=()):
+    roots_args = [a for root in roots for a in ("--root", str(root))]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "trajectoryhub.mcp_server", *roots_args])
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         tools = {t.name for t in (await session.list_tools()).tools}
@@ -40,7 +41,7 @@ def test_export_dedup_evaluate_compare_over_stdio(traj, tmp_path):
         ("evaluate", {"trajectories": str(a)}),
         ("compare", {"runs": {"a": str(a), "b": str(b)}}),
         ("export", {"format": "sft", "trajectories": [str(tmp_path / "missing.jsonl")], "output": str(tmp_path / "o")}),
-    ]))  # fmt: skip
+    ], roots=[tmp_path]))  # fmt: skip
     assert tools >= {"export", "deduplicate", "evaluate", "compare"}
     assert payload(sft)["written"] == 3 and payload(dpo)["written"] == 1
     assert payload(unique) == {"input": 6, "unique": 2, "output": str(tmp_path / "u.jsonl")}
@@ -48,3 +49,43 @@ def test_export_dedup_evaluate_compare_over_stdio(traj, tmp_path):
     assert payload(comparison)["leaderboard"][0]["agent"] == "a"
     assert getattr(bad, "is_error", None) or getattr(bad, "isError", False)
     assert "missing.jsonl" in bad.content[0].text
+
+
+def is_error(result):
+    return bool(getattr(result, "is_error", None) or getattr(result, "isError", False))
+
+
+def test_security_paths_outside_the_roots_and_overwrites_are_refused(traj, tmp_path):
+    """Before: export/deduplicate/evaluate/compare read any host file; export and deduplicate wrote
+    (replacing) wherever `output` pointed."""
+    root, outside = tmp_path / "root", tmp_path / "host"
+    root.mkdir()
+    outside.mkdir()
+    a = root / "a.jsonl"
+    write_trajectories(a, [traj("a1", "x", reward=0.9), traj("a2", "x", reward=0.2)])
+    write_trajectories(outside / "host.jsonl", [traj("SHADOW-HASH", "x", reward=0.5)])
+    (root / "link.jsonl").symlink_to(outside / "host.jsonl")
+    (root / "notes.jsonl").write_text("precious\n")
+    host, link, mine = str(outside / "host.jsonl"), str(root / "link.jsonl"), [str(a)]
+    _, results = asyncio.run(session_calls([
+        ("export", {"format": "sft", "trajectories": [host], "output": str(root / "o.jsonl")}),
+        ("export", {"format": "sft", "trajectories": [str(outside)], "output": str(root / "o.jsonl")}),
+        ("deduplicate", {"trajectories": [link], "output": str(root / "o.jsonl")}),
+        ("evaluate", {"trajectories": host}),
+        ("compare", {"runs": {"a": str(a), "b": str(root / ".." / "host" / "host.jsonl")}}),
+        ("export", {"format": "sft", "trajectories": mine, "output": str(outside / "o.jsonl")}),
+        ("deduplicate", {"trajectories": mine, "output": str(root / ".." / "host" / "o.jsonl")}),
+        ("export", {"format": "dpo", "trajectories": mine, "output": str(root / "notes.jsonl")}),
+        ("deduplicate", {"trajectories": mine, "output": str(root / "notes.jsonl")}),
+        ("deduplicate", {"trajectories": mine, "output": str(root / "u.jsonl")}),
+        ("deduplicate", {"trajectories": mine, "output": str(root / "u.jsonl")}),  # its own file: replaced
+    ], roots=[root]))  # fmt: skip
+    *refused, first, again = results
+    messages = [r.content[0].text for r in refused]
+    assert all(is_error(r) for r in refused), messages
+    assert all("outside the allowed roots" in m for m in messages[:7]), messages
+    assert all("not written by this server" in m for m in messages[7:]), messages
+    assert not any("SHADOW-HASH" in m for m in messages)
+    assert not (outside / "o.jsonl").exists() and not (root / "o.jsonl").exists()
+    assert (root / "notes.jsonl").read_text() == "precious\n"
+    assert payload(first) == payload(again)

@@ -3,25 +3,37 @@
 Run it with ``python -m trajectoryhub.mcp_server`` (extra ``mcp``). Works with the mcp SDK
 1.x (``FastMCP``) and 2.x (``MCPServer``). Bad input comes back as a tool error carrying the
 same one-line ``file:line: field: problem`` message as the CLI.
+
+Paths are the client's, so every one is checked against the allowed roots (the working
+directory, or each ``--root DIR``, plus the roots the client declares; ``knowlyrcore.roots``):
+inputs and outputs outside them are refused, directories are walked only inside them and only
+so far, and an output never replaces a file this server did not write.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 try:  # mcp >= 2
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as _Server
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import Context
     from mcp.server.fastmcp import FastMCP as _Server
     from mcp.server.fastmcp.exceptions import ToolError
 
 from knowlyrcore import KnowlyrError, read_trajectories, write_trajectories
+from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
 from trajectoryhub.dedup import dedup
 from trajectoryhub.evaluate import compare_agents, evaluate_agent
 from trajectoryhub.export import DatasetExporter
 
 server = _Server("knowlyr-hub", instructions="Export agent trajectories as SFT/DPO/GRPO datasets and compare agents.")
+ROOTS = AllowedRoots()  # main() replaces it by the --root directories
 
 
 def _guard(fn, *args, **kwargs):
@@ -31,43 +43,76 @@ def _guard(fn, *args, **kwargs):
         raise ToolError(str(exc)) from None
 
 
+async def _roots(ctx: Context | None) -> AllowedRoots:
+    """The allowed roots, with the ones the client declares right now."""
+    if ctx is not None:
+        await ROOTS.refresh_client_roots(ctx.session)
+    return ROOTS
+
+
+async def _inputs(ctx: Context | None, paths: list[str]) -> list[Path]:
+    """The trajectory files `paths` name (a directory: its .jsonl files), all inside the roots."""
+    return _guard((await _roots(ctx)).expand, paths, [".jsonl"])
+
+
 @server.tool()
-def export(format: str, trajectories: list[str], output: str, min_margin: float = 0.1) -> dict[str, Any]:
-    """Export trajectory JSONL files as an `sft`, `dpo` or `grpo` dataset at `output`."""
+async def export(
+    format: str, trajectories: list[str], output: str, min_margin: float = 0.1, ctx: Context | None = None
+) -> dict[str, Any]:
+    """Export trajectory JSONL files (or directories of them) as an `sft`, `dpo` or `grpo` dataset
+    at `output` (new, or a file this server wrote)."""
     if format not in ("sft", "dpo", "grpo"):
         raise ToolError(f"format must be sft, dpo or grpo, got {format!r}")
-    exporter = _guard(DatasetExporter, trajectories)
+    exporter = _guard(DatasetExporter, await _inputs(ctx, trajectories))
+    target = _guard(ROOTS.writable, output)
     if format == "sft":
-        report = _guard(exporter.export_sft, output)
+        report = _guard(exporter.export_sft, target)
     elif format == "dpo":
-        report = _guard(exporter.export_dpo, output, min_margin=min_margin)
+        report = _guard(exporter.export_dpo, target, min_margin=min_margin)
     else:
-        report = _guard(exporter.export_grpo, output)
-    return {"output": output, "written": report.written, "skipped": report.skipped}
+        report = _guard(exporter.export_grpo, target)
+    ROOTS.mark_written(target)
+    return {"output": str(target), "written": report.written, "skipped": report.skipped}
 
 
 @server.tool()
-def deduplicate(trajectories: list[str], output: str) -> dict[str, Any]:
+async def deduplicate(trajectories: list[str], output: str, ctx: Context | None = None) -> dict[str, Any]:
     """Write the distinct episodes (by content hash) of the given files to `output`."""
-    items = _guard(lambda: [t for p in trajectories for t in read_trajectories(p)])
+    files = await _inputs(ctx, trajectories)
+    target = _guard(ROOTS.writable, output)
+    items = _guard(lambda: [t for p in files for t in read_trajectories(p)])
     unique = list(dedup(items))
-    _guard(write_trajectories, output, unique)
-    return {"input": len(items), "unique": len(unique), "output": output}
+    _guard(write_trajectories, target, unique)
+    ROOTS.mark_written(target)
+    return {"input": len(items), "unique": len(unique), "output": str(target)}
 
 
 @server.tool()
-def evaluate(trajectories: str) -> dict[str, Any]:
+async def evaluate(trajectories: str, ctx: Context | None = None) -> dict[str, Any]:
     """Success rate, mean reward (95% bootstrap CI) and mean steps of one run."""
-    return _guard(lambda: evaluate_agent(list(read_trajectories(trajectories))).to_dict())
+    path = _guard((await _roots(ctx)).readable, trajectories)
+    return _guard(lambda: evaluate_agent(list(read_trajectories(path))).to_dict())
 
 
 @server.tool()
-def compare(runs: dict[str, str]) -> dict[str, Any]:
+async def compare(runs: dict[str, str], ctx: Context | None = None) -> dict[str, Any]:
     """Compare agents ({name: trajectory file}) with significance tests and a leaderboard."""
-    return _guard(lambda: compare_agents({name: list(read_trajectories(path)) for name, path in runs.items()}))
+    roots = await _roots(ctx)
+    paths = {name: _guard(roots.readable, path) for name, path in runs.items()}
+    return _guard(lambda: compare_agents({name: list(read_trajectories(path)) for name, path in paths.items()}))
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m trajectoryhub.mcp_server", description="MCP server (stdio) for knowlyr-hub"
+    )
+    add_roots_argument(parser)
+    args = parser.parse_args(argv)
+    global ROOTS
+    try:
+        ROOTS = AllowedRoots(args.root)
+    except PathRefusedError as exc:
+        parser.error(str(exc))
     server.run()
 
 
