@@ -1,6 +1,7 @@
 """The MCP server over stdio, driven by the official MCP client, on both backends."""
 
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -20,8 +21,14 @@ def _text(result):
     return "".join(part.text for part in result.content)
 
 
+def _params(backend, roots):
+    roots_args = [a for root in roots for a in ("--root", str(root))]
+    args = ["-m", "agentsandbox.mcp_server", "--backend", backend, *roots_args]
+    return StdioServerParameters(command=sys.executable, args=args)
+
+
 async def _session_flow(backend):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "agentsandbox.mcp_server", "--backend", backend])
+    params = _params(backend, [Path(CALC_TASK["repo"]).parent])
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         names = {tool.name for tool in (await session.list_tools()).tools}
@@ -42,3 +49,33 @@ async def _session_flow(backend):
 def test_mcp_client_drives_an_episode(backend):
     require_backend(backend)
     anyio.run(_session_flow, backend)
+
+
+async def _host_file_flow(backend, root, host):
+    async with stdio_client(_params(backend, [root])) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        results = [
+            await session.call_tool("reset", {"repo": str(host)}),
+            await session.call_tool("reset", {"repo": "/etc"}),
+            await session.call_tool("reset", {"repo": str(root / "link")}),
+            await session.call_tool("reset", {"repo": str(root / ".." / host.name)}),
+        ]
+        after = await session.call_tool("read_file", {"path": "shadow"})
+    return results, after
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_security_reset_refuses_a_host_directory_outside_the_roots(backend, tmp_path):
+    """Before: reset {"repo": "/etc"} copied the host directory in, and read_file shadow returned it."""
+    require_backend(backend)
+    root, host = tmp_path / "root", tmp_path / "host"
+    root.mkdir()
+    host.mkdir()
+    (host / "shadow").write_text("root:SHADOW-HASH:19000:0:99999:7:::\n")
+    (root / "link").symlink_to(host, target_is_directory=True)
+    results, after = anyio.run(_host_file_flow, backend, root, host)
+    for result in results:
+        assert getattr(result, "is_error", getattr(result, "isError", False)), result
+        text = "".join(part.text for part in result.content)
+        assert "outside the allowed roots" in text and "SHADOW-HASH" not in text
+    assert "SHADOW-HASH" not in "".join(part.text for part in after.content)

@@ -9,9 +9,12 @@ the observation text an agent would see. Needs the ``mcp`` extra.
 The tools are ``async`` but do their (short) work inline on the event loop's thread: a stdio
 server has one client, and forking every sandbox process from that one thread keeps
 bubblewrap's parent-death signal tied to the server's lifetime.
-"""
 
-from __future__ import annotations
+``reset`` copies a host directory or archive into the workspace, so its ``repo`` is checked
+against the allowed roots (the working directory, or each ``--root DIR``, plus the roots the
+client declares; ``knowlyrcore.roots``): ``reset {"repo": "/etc"}`` is refused before anything
+is copied. Git URLs are fetched as before.
+"""
 
 import argparse
 import json
@@ -21,19 +24,36 @@ from typing import Any
 
 from agentsandbox.config import SandboxConfig
 from agentsandbox.env import SandboxEnv
+from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
 
 
-def _server_class():
-    try:
-        from mcp.server.mcpserver import MCPServer  # mcp >= 2
-    except ImportError:
-        from mcp.server.fastmcp import FastMCP as MCPServer  # mcp 1.x
-    return MCPServer
+def _mcp_classes():
+    """The server class and the tool ``Context`` of the installed mcp SDK (imported late: the extra)."""
+    try:  # mcp >= 2
+        from mcp.server.mcpserver import Context, MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
+    except ImportError:  # mcp 1.x
+        from mcp.server.fastmcp import Context
+        from mcp.server.fastmcp import FastMCP as MCPServer
+        from mcp.server.fastmcp.exceptions import ToolError
+    return MCPServer, Context, ToolError
 
 
-def build_server(backend: str = "auto", config: SandboxConfig | None = None):
-    """The MCP server object, with its tools bound to one lazily created ``SandboxEnv``."""
-    server = _server_class()("knowlyr-sandbox", instructions="Code-execution sandbox: reset a task, then act in it.")
+def _is_url(repo: str) -> bool:
+    return "://" in repo or repo.startswith("git@")
+
+
+def build_server(backend: str = "auto", config: SandboxConfig | None = None, roots: AllowedRoots | None = None):
+    """The MCP server object, with its tools bound to one lazily created ``SandboxEnv``.
+
+    ``roots`` bounds the host directories ``reset`` may copy in (default: the working directory).
+    """
+    # This module has no `from __future__ import annotations`: the tools' `Context` annotation is a
+    # local name here, so it must be evaluated when the tools are defined, not looked up later.
+    server_class, Context, ToolError = _mcp_classes()
+    server = server_class("knowlyr-sandbox", instructions="Code-execution sandbox: reset a task, then act in it.")
+    allowed = roots if roots is not None else AllowedRoots()
     env = SandboxEnv(backend, config)
     state: dict[str, Any] = {"started": False}
 
@@ -54,8 +74,17 @@ def build_server(backend: str = "auto", config: SandboxConfig | None = None):
         repo: str | None = None,
         setup_commands: list[str] | None = None,
         test_command: str | None = None,
+        ctx: Context | None = None,
     ) -> str:
-        """Start a task: copy `repo` (host directory or archive) into the workspace, run the setup commands."""
+        """Start a task: copy `repo` (host directory or archive inside the allowed roots, or a git URL)
+        into the workspace, run the setup commands."""
+        if repo is not None and not _is_url(repo):
+            if ctx is not None:
+                await allowed.refresh_client_roots(ctx.session)
+            try:
+                repo = str(allowed.readable(repo))
+            except KnowlyrError as exc:
+                raise ToolError(str(exc)) from None
         task = {"description": description, "repo": repo, "setup_commands": setup_commands or [],
                 "test_command": test_command}  # fmt: skip
         ts = env.reset(task=task)
@@ -108,6 +137,7 @@ def build_server(backend: str = "auto", config: SandboxConfig | None = None):
         return act("submit", {"summary": summary})
 
     server.sandbox_env = env
+    server.allowed_roots = allowed
     return server
 
 
@@ -115,8 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="knowlyr-sandbox-mcp", description="MCP server (stdio) for knowlyr-sandbox")
     parser.add_argument("--backend", default="auto", choices=["auto", "docker", "local"])
     parser.add_argument("--timeout", type=float, default=60.0, help="per-command timeout in seconds")
+    add_roots_argument(parser)
     args = parser.parse_args(argv)
-    server = build_server(args.backend, SandboxConfig(timeout=args.timeout))
+    try:
+        roots = AllowedRoots(args.root)
+    except PathRefusedError as exc:
+        parser.error(str(exc))
+    server = build_server(args.backend, SandboxConfig(timeout=args.timeout), roots)
     try:
         server.run("stdio")
     finally:
