@@ -2,7 +2,8 @@
 
 Load from YAML with ``SFTConfig.from_yaml(path, **overrides)``; the CLI passes its flags as
 overrides so ``--config`` sets defaults and flags win. Unknown keys and out-of-range values raise
-:class:`ConfigError` with a one-line message.
+:class:`ConfigError` with a one-line message naming the file and line; it never echoes the file's
+text (a config path may come from an MCP client), only field names and short plain values.
 
 Example:
     >>> SFTConfig(train_file="sft.jsonl", batch_size=2).effective_batch_size
@@ -12,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +30,61 @@ class ConfigError(ValueError):
     """An invalid configuration value or file."""
 
 
+# A config file may be any file the caller names (an MCP client, a typo): its errors name the file,
+# the line and what is wrong, and echo only what looks like a field name or a short plain value,
+# never the file's text.
+MAX_CONFIG_BYTES = 1 << 20
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,32}")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: short plain values as they are, anything else described."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        return repr(value)
+    if isinstance(value, str) and _PLAIN_VALUE.fullmatch(value):
+        return repr(value)
+    size = f" of {len(value)} characters" if isinstance(value, str) else ""
+    return f"a {type(value).__name__}{size}"
+
+
+def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """The mapping in the YAML file ``path`` and the line of each top-level key.
+
+    Errors name the file and line, never the file's content."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: cannot read config (larger than {MAX_CONFIG_BYTES} bytes)")
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: cannot read config (not UTF-8 text)") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        loaded = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = _QUOTED.sub("'…'", exc.problem or exc.context or "syntax error")
+        raise ConfigError(f"{where}: not valid YAML ({problem})") from None
+    except (yaml.YAMLError, RecursionError):
+        raise ConfigError(f"{path}: not valid YAML") from None
+    finally:
+        loader.dispose()
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected a mapping of config fields")
+    lines = {}
+    if isinstance(node, yaml.MappingNode):
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                lines.setdefault(key.value, key.start_mark.line + 1)
+    return dict(loaded or {}), lines
+
+
 def _coerce(name: str, type_name: str, value: Any, source: str) -> Any:
     """Numbers written as strings (YAML 1.1 reads ``2e-5`` as text) become numbers."""
     for prefix, convert in (("float", float), ("int", int)):
@@ -35,7 +92,7 @@ def _coerce(name: str, type_name: str, value: Any, source: str) -> Any:
             try:
                 return convert(value)
             except ValueError:
-                raise ConfigError(f"{source}: {name} must be a number, got {value!r}") from None
+                raise ConfigError(f"{source}: {name} must be a number, got {_shown(value)}") from None
     if type_name.startswith("float") and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
@@ -155,11 +212,22 @@ class TrainConfig:
         return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
     @classmethod
-    def from_dict(cls: type[C], values: dict[str, Any], *, source: str = "config") -> C:
+    def from_dict(
+        cls: type[C], values: dict[str, Any], *, source: str = "config", lines: dict[str, int] | None = None
+    ) -> C:
+        """A config from ``values``; ``lines`` (a key's line in ``source``) places the errors."""
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
+        unknown = [k for k in values if k not in names]
         if unknown:
-            raise ConfigError(f"{source}: unknown {cls.__name__} field(s) {unknown}")
+            lines = lines or {}
+            first = min((lines[k] for k in unknown if isinstance(k, str) and k in lines), default=None)
+            where = source if first is None else f"{source}:{first}"
+            shown = sorted(k for k in unknown if isinstance(k, str) and _IDENTIFIER.fullmatch(k))
+            hidden = len(unknown) - len(shown)
+            if not shown:
+                raise ConfigError(f"{where}: {hidden} key(s) that are not {cls.__name__} field names")
+            rest = f" and {hidden} key(s) that are not field names" if hidden else ""
+            raise ConfigError(f"{where}: {len(unknown)} unknown {cls.__name__} field(s) {shown}{rest}")
         types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         values = {k: _coerce(k, types[k], v, source) for k, v in values.items()}
         try:
@@ -171,16 +239,11 @@ class TrainConfig:
     def from_yaml(cls: type[C], path: str | Path | None = None, **overrides: Any) -> C:
         """Fields from a YAML mapping, then ``overrides`` (``None`` values are ignored)."""
         values: dict[str, Any] = {}
+        lines: dict[str, int] = {}
         if path is not None:
-            try:
-                loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                raise ConfigError(f"{path}: cannot read config ({exc})") from None
-            if loaded is not None and not isinstance(loaded, dict):
-                raise ConfigError(f"{path}: expected a mapping of config fields")
-            values.update(loaded or {})
+            values, lines = read_config_file(path)
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.from_dict(values, source=str(path or "config"))
+        return cls.from_dict(values, source=str(path or "config"), lines=lines)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -8,48 +8,89 @@ and returns its metrics. Runs live in ``$KNOWLYR_TRAINER_RUNS`` (default
 ``<knowlyr cache>/runs/<run id>/``: ``run.json``, ``stdout.log``, ``stderr.log``, ``exit.json``),
 so ``status`` keeps working after the MCP server restarts.
 
-Run it with ``python -m agenttrainer.mcp_server``; it needs the ``mcp`` extra.
+The caller is not trusted with the host: every path (the config, the files and models it names,
+``output_dir``, ``cwd``, ``eval``'s model and data) must lie inside the allowed roots (the working
+directory, or each ``--root DIR``, plus the roots the client declares; ``knowlyrcore.roots``); a
+config is validated before the run starts and its errors never echo its text; ``output_dir`` must
+be new, empty, or one this server trained into before (``.knowlyr-trainer`` marker). Runs are
+jobs with limits: at most ``--max-runs`` at once (default 1), each killed (its whole process
+group) after ``--max-run-seconds``, which ``exit.json`` records as ``"timed_out": true``.
+
+Run it with ``python -m agenttrainer.mcp_server [--root DIR ...]``; it needs the ``mcp`` extra.
 Works with the mcp SDK 1.x (``FastMCP``) and 2.x (``MCPServer``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 try:  # mcp >= 2
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as _Server
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import Context
     from mcp.server.fastmcp import FastMCP as _Server
     from mcp.server.fastmcp.exceptions import ToolError
 
+from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig, read_config_file
 from agenttrainer.models.aliases import cache_root
+from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
 
-METHODS = ("sft", "dpo", "grpo")
+METHODS = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig}
 STDERR_TAIL_LINES = 20
 EVAL_TIMEOUT_SECONDS = 3600
+OUTPUT_MARKER = ".knowlyr-trainer"  # in an output_dir this server trained into: it may train there again
 
-# The process train() starts: it runs the trainer, then records the exit code atomically, so how a
-# run ended is known from disk even if this MCP server is gone by then.
+# The process train() starts: it runs the trainer in a process group of its own, kills that group
+# (SIGTERM, then SIGKILL after 10 s) when the wall-clock limit passes, then records the exit
+# atomically, so how a run ended is known from disk even if this MCP server is gone by then.
 _WRAPPER = """
-import json, os, subprocess, sys, time
-run_dir, command = sys.argv[1], sys.argv[2:]
+import json, os, signal, subprocess, sys, time
+run_dir, limit, command = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+timed_out = False
 with open(os.path.join(run_dir, "stdout.log"), "wb") as out, open(os.path.join(run_dir, "stderr.log"), "wb") as err:
-    code = subprocess.call(command, stdout=out, stderr=err)
+    child = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
+    try:
+        code = child.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+            try:
+                os.killpg(child.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                code = child.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        err.write(b"\\nknowlyr-trainer mcp: killed after the wall-clock limit of %g s\\n" % limit)
+    try:
+        os.killpg(child.pid, signal.SIGKILL)  # whatever the trainer left running in its group
+    except ProcessLookupError:
+        pass
 tmp = os.path.join(run_dir, "exit.json.tmp")
 with open(tmp, "w") as fh:
-    json.dump({"exit_code": code, "finished_at": time.time()}, fh)
+    json.dump({"exit_code": code, "finished_at": time.time(), "timed_out": timed_out, "time_limit_seconds": limit}, fh)
 os.replace(tmp, os.path.join(run_dir, "exit.json"))
 """
 
 server = _Server("knowlyr-trainer", instructions="Start and monitor SFT/DPO/GRPO training runs; evaluate models.")
+# main() replaces these from its command line
+ROOTS = AllowedRoots()
+MAX_RUNS = 1
+MAX_RUN_SECONDS = 24 * 3600.0
 
 
 def runs_root() -> Path:
@@ -68,41 +109,103 @@ def _flag(key: str, value: Any) -> list[str]:
     return [name, str(value)]
 
 
-def _config_output_dir(config: Path) -> str | None:
-    import yaml
+async def _roots(ctx: Context | None) -> AllowedRoots:
+    """The allowed roots, with the ones the client declares right now."""
+    if ctx is not None:
+        await ROOTS.refresh_client_roots(ctx.session)
+    return ROOTS
 
+
+def _guard(fn, *args, **kwargs):
     try:
-        data = yaml.safe_load(config.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ToolError(f"{config}: not valid YAML: {exc}") from None
-    if data is not None and not isinstance(data, dict):
-        raise ToolError(f"{config}: the config must be a mapping of field: value")
-    return (data or {}).get("output_dir")
+        return fn(*args, **kwargs)
+    except KnowlyrError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _check_model(roots: AllowedRoots, model: str | None, workdir: Path) -> None:
+    """A model given as a path (absolute, ./ or ../, or existing) must be inside the roots; an alias
+    or a Hugging Face id is left to the model loader."""
+    if model and (os.path.isabs(model) or model.startswith(".") or (workdir / model).exists()):
+        _guard(roots.readable, model, workdir)
+
+
+def _claim_output_dir(roots: AllowedRoots, output_dir: str, workdir: Path, run_id: str) -> Path:
+    """``output_dir`` inside the roots, and new, empty or marked as trained into by this server."""
+    target = _guard(roots.writable_dir, output_dir, workdir)
+    if target.is_dir() and not (target / OUTPUT_MARKER).is_file() and any(target.iterdir()):
+        raise ToolError(
+            f"output_dir {target} already holds files the trainer did not write; name a new or empty directory"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    (target / OUTPUT_MARKER).write_text(json.dumps({"run_id": run_id}) + "\n")
+    return target
+
+
+def _running_runs() -> list[str]:
+    running = []
+    for run_dir in runs_root().glob("*"):
+        try:
+            if _run_status(run_dir)["state"] == "running":
+                running.append(run_dir.name)
+        except ToolError:  # not a run (no readable run.json)
+            continue
+    return running
 
 
 @server.tool()
-def train(method: str, config: str, overrides: dict[str, Any] | None = None, cwd: str | None = None) -> dict[str, Any]:
+async def train(
+    method: str,
+    config: str,
+    overrides: dict[str, Any] | None = None,
+    cwd: str | None = None,
+    ctx: Context | None = None,
+) -> dict[str, Any]:
     """Start `knowlyr-trainer <method> --config <config>` in the background; returns its run id.
 
     `method` is sft, dpo or grpo. `overrides` are config fields that win over the YAML
     (e.g. {"num_epochs": 1, "use_lora": true}). Relative paths are resolved against `cwd`
     (default: this server's working directory). Without an output_dir in the overrides or the
-    config, the run writes to <run dir>/output.
+    config, the run writes to <run dir>/output. Every path must be inside the allowed roots; the
+    server runs a limited number of runs at once, each for a limited time.
     """
     if method not in METHODS:
         raise ToolError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    workdir = Path(cwd or os.getcwd()).resolve()
+    roots = await _roots(ctx)
+    # the server's own working directory is the operator's choice; a cwd from the client must be in the roots
+    workdir = _guard(roots.readable, cwd) if cwd is not None else Path.cwd()
     if not workdir.is_dir():
         raise ToolError(f"cwd {workdir} is not a directory")
-    config_path = (workdir / config).resolve()
+    config_path = _guard(roots.readable, config, workdir)
     if not config_path.is_file():
         raise ToolError(f"config file {config_path} does not exist")
+    running = _running_runs()
+    if len(running) >= MAX_RUNS:
+        raise ToolError(
+            f"{len(running)} training run(s) already running ({', '.join(running)}); this server runs at most "
+            f"{MAX_RUNS} at once (--max-runs): wait for one to finish"
+        )
     overrides = dict(overrides or {})
+    try:
+        values, _ = read_config_file(config_path)
+        # The whole config is checked now, so a bad one fails here (with the same clean message)
+        # rather than as a failed run, and the paths it names can be checked against the roots.
+        checked = METHODS[method].from_yaml(config_path, **{**overrides, "output_dir": "."})
+    except ConfigError as exc:
+        raise ToolError(str(exc)) from None
+    for name in ("train_file", "eval_file", "continual_buffer_path"):
+        if getattr(checked, name, None):
+            _guard(roots.readable, getattr(checked, name), workdir)
+    if checked.resume_from_checkpoint not in (None, "latest"):
+        _guard(roots.readable, checked.resume_from_checkpoint, workdir)
+    for name in ("model_name_or_path", "ref_model_name_or_path"):
+        _check_model(roots, getattr(checked, name, None), workdir)
+
     run_id = time.strftime("%Y%m%d-%H%M%S-") + f"{method}-{secrets.token_hex(3)}"
     run_dir = runs_root() / run_id
+    chosen = overrides.pop("output_dir", None) or values.get("output_dir")
+    output_dir = str(_claim_output_dir(roots, str(chosen), workdir, run_id)) if chosen else str(run_dir / "output")
     run_dir.mkdir(parents=True)
-    output_dir = overrides.pop("output_dir", None) or _config_output_dir(config_path) or str(run_dir / "output")
-    output_dir = str((workdir / output_dir).resolve())
 
     command = [
         sys.executable,
@@ -117,7 +220,7 @@ def train(method: str, config: str, overrides: dict[str, Any] | None = None, cwd
     for key, value in overrides.items():
         command += _flag(key, value)
     process = subprocess.Popen(
-        [sys.executable, "-c", _WRAPPER, str(run_dir), *command],
+        [sys.executable, "-c", _WRAPPER, str(run_dir), str(MAX_RUN_SECONDS), *command],
         cwd=workdir,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -126,9 +229,9 @@ def train(method: str, config: str, overrides: dict[str, Any] | None = None, cwd
     )
     record = {"run_id": run_id, "method": method, "config": str(config_path), "overrides": overrides,
               "cwd": str(workdir), "output_dir": output_dir, "command": command, "pid": process.pid,
-              "started_at": time.time()}  # fmt: skip
+              "started_at": time.time(), "time_limit_seconds": MAX_RUN_SECONDS}  # fmt: skip
     (run_dir / "run.json").write_text(json.dumps(record, indent=2))
-    return {"run_id": run_id, "output_dir": output_dir, "pid": process.pid}
+    return {"run_id": run_id, "output_dir": output_dir, "pid": process.pid, "time_limit_seconds": MAX_RUN_SECONDS}
 
 
 def _read_json(path: Path) -> Any:
@@ -191,6 +294,7 @@ def _run_status(run_dir: Path) -> dict[str, Any]:
         "method": record["method"],
         "state": state,
         "exit_code": finished["exit_code"] if finished else None,
+        "timed_out": bool(finished.get("timed_out")) if finished else False,
         "pid": record["pid"],
         "started_at": record["started_at"],
         "finished_at": finished["finished_at"] if finished else None,
@@ -226,17 +330,22 @@ def status(run_id: str | None = None) -> dict[str, Any]:
 
 
 @server.tool(name="eval")
-def eval_model(eval_file: str, model: str | None = None, run_id: str | None = None, batch_size: int = 4,
-         max_length: int = 2048) -> dict[str, Any]:  # fmt: skip
+async def eval_model(eval_file: str, model: str | None = None, run_id: str | None = None, batch_size: int = 4,
+                     max_length: int = 2048, ctx: Context | None = None) -> dict[str, Any]:  # fmt: skip
     """Evaluate `model` (a checkpoint dir or alias) or run `run_id`'s final model on `eval_file`
-    (SFT, DPO or GRPO JSONL): loss/perplexity/token accuracy, preference accuracy or group top-1."""
+    (SFT, DPO or GRPO JSONL): loss/perplexity/token accuracy, preference accuracy or group top-1.
+    Paths must be inside the allowed roots."""
     if (model is None) == (run_id is None):
         raise ToolError("pass exactly one of model or run_id")
+    roots = await _roots(ctx)
+    eval_file = str(_guard(roots.readable, eval_file))
     if run_id is not None:
         final = status(run_id)["final_model"]
         if final is None:
             raise ToolError(f"run {run_id} has no final model yet")
-        model = final
+        model = final  # a run of this server wrote it
+    else:
+        _check_model(roots, model, Path.cwd())
     command = [sys.executable, "-m", "agenttrainer.cli", "eval", "--model", model, "--eval-file", eval_file,
                "--batch-size", str(batch_size), "--max-length", str(max_length)]  # fmt: skip
     try:
@@ -250,7 +359,27 @@ def eval_model(eval_file: str, model: str | None = None, run_id: str | None = No
     return {"model": model, "eval_file": eval_file, "metrics": metrics}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    global ROOTS, MAX_RUNS, MAX_RUN_SECONDS
+    parser = argparse.ArgumentParser(
+        prog="python -m agenttrainer.mcp_server", description="MCP server (stdio) for knowlyr-trainer"
+    )
+    add_roots_argument(parser)
+    parser.add_argument("--max-runs", type=int, default=MAX_RUNS, help="training runs at once (default 1)")
+    parser.add_argument(
+        "--max-run-seconds",
+        type=float,
+        default=MAX_RUN_SECONDS,
+        help="wall-clock limit of a run; its process group is killed after it (default 24 h)",
+    )
+    args = parser.parse_args(argv)
+    if args.max_runs < 1 or not 0 < args.max_run_seconds < float("inf"):
+        parser.error("--max-runs must be >= 1 and --max-run-seconds a positive number")
+    try:
+        ROOTS = AllowedRoots(args.root)
+    except PathRefusedError as exc:
+        parser.error(str(exc))
+    MAX_RUNS, MAX_RUN_SECONDS = args.max_runs, args.max_run_seconds
     server.run("stdio")
 
 
