@@ -14,9 +14,12 @@ outside them are refused, directories and globs are walked only inside them and 
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import anyio.to_thread
 
 try:  # mcp >= 2
     from mcp.server.mcpserver import Context
@@ -44,19 +47,22 @@ server = _Server("knowlyr-recorder", instructions="Convert agent framework logs 
 ROOTS = AllowedRoots()  # main() replaces it by the --root directories
 
 
-async def _roots(ctx: Context | None) -> AllowedRoots:
-    """The allowed roots, with the ones the client declares right now."""
+async def _refresh_roots(ctx: Context | None) -> None:
+    """Add the roots the client declares right now (on the event loop: it asks the client)."""
     if ctx is not None:
         await ROOTS.refresh_client_roots(ctx.session)
-    return ROOTS
 
 
-async def _files(ctx: Context | None, inputs: list[str]) -> list[Path]:
+def _files(inputs: list[str]) -> list[Path]:
     """The files `inputs` name, all inside the roots; a missing one is an error naming it."""
     try:
-        return expand_inputs((await _roots(ctx)).expand(inputs, LOG_SUFFIXES))
+        return expand_inputs(ROOTS.expand(inputs, LOG_SUFFIXES))
     except KnowlyrError as exc:
         raise ToolError(str(exc)) from None
+
+
+# Each tool asks the client for its roots, then does the file work in a worker thread (as the SDK
+# runs synchronous tools), so a long conversion never stalls the session.
 
 
 @server.tool()
@@ -69,7 +75,12 @@ async def convert(
     files are reported in `failed` and the good ones still converted. `output` must be new or
     a file this server wrote.
     """
-    files = await _files(ctx, inputs)
+    await _refresh_roots(ctx)
+    return await anyio.to_thread.run_sync(functools.partial(_convert, inputs, output, format, skip_invalid))
+
+
+def _convert(inputs: list[str], output: str, format: str, skip_invalid: bool) -> dict[str, Any]:
+    files = _files(inputs)
     try:
         target = ROOTS.writable(output)
         report, _ = convert_paths(files, target, format, skip_invalid=skip_invalid)
@@ -90,8 +101,13 @@ async def convert(
 @server.tool()
 async def validate(path: str, format: str = "auto", ctx: Context | None = None) -> dict[str, Any]:
     """Check a trajectory JSONL file against the schema (or that a framework log converts)."""
+    await _refresh_roots(ctx)
+    return await anyio.to_thread.run_sync(functools.partial(_validate, path, format))
+
+
+def _validate(path: str, format: str) -> dict[str, Any]:
     results = []
-    for file in await _files(ctx, [path]):
+    for file in _files([path]):
         try:
             if format == "auto" and is_trajectory_file(file):
                 trajectories = list(read_trajectories(file))
@@ -109,7 +125,12 @@ async def validate(path: str, format: str = "auto", ctx: Context | None = None) 
 @server.tool()
 async def stats(path: str, format: str = "auto", ctx: Context | None = None) -> dict[str, Any]:
     """Steps, tool histogram, success rate and token totals of trajectories or logs at `path`."""
-    files = await _files(ctx, [path])
+    await _refresh_roots(ctx)
+    return await anyio.to_thread.run_sync(functools.partial(_stats, path, format))
+
+
+def _stats(path: str, format: str) -> dict[str, Any]:
+    files = _files([path])
     try:
         return summarize(t for file in files for t in load_trajectories(file, format))
     except KnowlyrError as exc:
