@@ -13,8 +13,11 @@ refused, and an output never replaces a file this server did not write.
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 from typing import Any
+
+import anyio.to_thread
 
 try:  # mcp >= 2
     from mcp.server.mcpserver import Context
@@ -37,21 +40,34 @@ server = _Server("knowlyr-reward", instructions="Score agent trajectories step b
 ROOTS = AllowedRoots()  # main() replaces it by the --root directories
 
 
-async def _paths(ctx: Context | None, input: str, output: str) -> tuple[str, str]:
-    """`input` and `output` resolved inside the allowed roots (with the ones the client declares now)."""
+async def _refresh_roots(ctx: Context | None) -> None:
+    """Add the roots the client declares right now (on the event loop: it asks the client)."""
     if ctx is not None:
         await ROOTS.refresh_client_roots(ctx.session)
+
+
+def _paths(input: str, output: str) -> tuple[str, str]:
+    """`input` and `output` resolved inside the allowed roots; `output` new or written by this server."""
     try:
         return str(ROOTS.readable(input)), str(ROOTS.writable(output))
     except KnowlyrError as exc:
         raise ToolError(str(exc)) from None
 
 
+# Each tool asks the client for its roots, then does the file (and judge) work in a worker thread,
+# as the SDK runs synchronous tools, so a long scoring never stalls the session.
+
+
 @server.tool()
 async def score(input: str, output: str, domain: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
     """Score every trajectory of the JSONL file `input` into `output` (new, or a file this server
     wrote); returns each total reward."""
-    source, target = await _paths(ctx, input, output)
+    await _refresh_roots(ctx)
+    return await anyio.to_thread.run_sync(functools.partial(_score, input, output, domain))
+
+
+def _score(input: str, output: str, domain: str | None) -> dict[str, Any]:
+    source, target = _paths(input, output)
     try:
         engine = RewardEngine(domain=domain)
         scored = list(engine.score_many(read_trajectories(source)))
@@ -65,7 +81,12 @@ async def score(input: str, output: str, domain: str | None = None, ctx: Context
 @server.tool()
 async def pairs(input: str, output: str, min_margin: float = 0.1, ctx: Context | None = None) -> dict[str, Any]:
     """Build DPO preference pairs from the scored trajectories in `input` into `output`."""
-    source, target = await _paths(ctx, input, output)
+    await _refresh_roots(ctx)
+    return await anyio.to_thread.run_sync(functools.partial(_pairs, input, output, min_margin))
+
+
+def _pairs(input: str, output: str, min_margin: float) -> dict[str, Any]:
+    source, target = _paths(input, output)
     try:
         built = build_preference_pairs(read_trajectories(source), min_margin=min_margin)
         write_jsonl(target, built)
