@@ -13,9 +13,12 @@ so far, and an output never replaces a file this server did not write.
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import anyio.to_thread
 
 try:  # mcp >= 2
     from mcp.server.mcpserver import Context
@@ -43,16 +46,24 @@ def _guard(fn, *args, **kwargs):
         raise ToolError(str(exc)) from None
 
 
-async def _roots(ctx: Context | None) -> AllowedRoots:
-    """The allowed roots, with the ones the client declares right now."""
+async def _refresh_roots(ctx: Context | None) -> None:
+    """Add the roots the client declares right now (on the event loop: it asks the client)."""
     if ctx is not None:
         await ROOTS.refresh_client_roots(ctx.session)
-    return ROOTS
 
 
-async def _inputs(ctx: Context | None, paths: list[str]) -> list[Path]:
+def _inputs(paths: list[str]) -> list[Path]:
     """The trajectory files `paths` name (a directory: its .jsonl files), all inside the roots."""
-    return _guard((await _roots(ctx)).expand, paths, [".jsonl"])
+    return _guard(ROOTS.expand, paths, [".jsonl"])
+
+
+# Each tool asks the client for its roots, then does the file work in a worker thread (as the SDK
+# runs synchronous tools), so a long export never stalls the session.
+
+
+async def _threaded(ctx: Context | None, fn, *args) -> Any:
+    await _refresh_roots(ctx)
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args))
 
 
 @server.tool()
@@ -63,7 +74,11 @@ async def export(
     at `output` (new, or a file this server wrote)."""
     if format not in ("sft", "dpo", "grpo"):
         raise ToolError(f"format must be sft, dpo or grpo, got {format!r}")
-    exporter = _guard(DatasetExporter, await _inputs(ctx, trajectories))
+    return await _threaded(ctx, _export, format, trajectories, output, min_margin)
+
+
+def _export(format: str, trajectories: list[str], output: str, min_margin: float) -> dict[str, Any]:
+    exporter = _guard(DatasetExporter, _inputs(trajectories))
     target = _guard(ROOTS.writable, output)
     if format == "sft":
         report = _guard(exporter.export_sft, target)
@@ -78,7 +93,11 @@ async def export(
 @server.tool()
 async def deduplicate(trajectories: list[str], output: str, ctx: Context | None = None) -> dict[str, Any]:
     """Write the distinct episodes (by content hash) of the given files to `output`."""
-    files = await _inputs(ctx, trajectories)
+    return await _threaded(ctx, _deduplicate, trajectories, output)
+
+
+def _deduplicate(trajectories: list[str], output: str) -> dict[str, Any]:
+    files = _inputs(trajectories)
     target = _guard(ROOTS.writable, output)
     items = _guard(lambda: [t for p in files for t in read_trajectories(p)])
     unique = list(dedup(items))
@@ -90,15 +109,22 @@ async def deduplicate(trajectories: list[str], output: str, ctx: Context | None 
 @server.tool()
 async def evaluate(trajectories: str, ctx: Context | None = None) -> dict[str, Any]:
     """Success rate, mean reward (95% bootstrap CI) and mean steps of one run."""
-    path = _guard((await _roots(ctx)).readable, trajectories)
+    return await _threaded(ctx, _evaluate, trajectories)
+
+
+def _evaluate(trajectories: str) -> dict[str, Any]:
+    path = _guard(ROOTS.readable, trajectories)
     return _guard(lambda: evaluate_agent(list(read_trajectories(path))).to_dict())
 
 
 @server.tool()
 async def compare(runs: dict[str, str], ctx: Context | None = None) -> dict[str, Any]:
     """Compare agents ({name: trajectory file}) with significance tests and a leaderboard."""
-    roots = await _roots(ctx)
-    paths = {name: _guard(roots.readable, path) for name, path in runs.items()}
+    return await _threaded(ctx, _compare, runs)
+
+
+def _compare(runs: dict[str, str]) -> dict[str, Any]:
+    paths = {name: _guard(ROOTS.readable, path) for name, path in runs.items()}
     return _guard(lambda: compare_agents({name: list(read_trajectories(path)) for name, path in paths.items()}))
 
 
