@@ -23,6 +23,7 @@ Works with the mcp SDK 1.x (``FastMCP``) and 2.x (``MCPServer``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import secrets
@@ -32,6 +33,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import anyio.to_thread
 
 try:  # mcp >= 2
     from mcp.server.mcpserver import Context
@@ -349,7 +352,9 @@ async def eval_model(eval_file: str, model: str | None = None, run_id: str | Non
     command = [sys.executable, "-m", "agenttrainer.cli", "eval", "--model", model, "--eval-file", eval_file,
                "--batch-size", str(batch_size), "--max-length", str(max_length)]  # fmt: skip
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=EVAL_TIMEOUT_SECONDS)
+        # in a worker thread (as the SDK runs synchronous tools): `status` stays answerable meanwhile
+        run = functools.partial(subprocess.run, command, capture_output=True, text=True, timeout=EVAL_TIMEOUT_SECONDS)
+        done = await anyio.to_thread.run_sync(run)
     except subprocess.TimeoutExpired:
         raise ToolError(f"evaluation did not finish within {EVAL_TIMEOUT_SECONDS} s") from None
     metrics = _last_json_line(done.stdout)
