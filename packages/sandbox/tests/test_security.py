@@ -265,3 +265,30 @@ def test_security_protected_paths_must_be_relative_workspace_paths():
         with pytest.raises(TaskFilesError):
             protected_paths(TaskInfo(metadata={"protected_paths": bad}))
     assert protected_paths(TaskInfo(metadata={"protected_paths": ["tests/test_a.py"]})) == ["tests/test_a.py"]
+
+
+def test_security_reply_is_found_when_other_output_lands_inside_the_sentinel():
+    """bash may write the sentinel's newline and the rest separately; a background job's output can
+    land in between. The reply must still end the request (this once hung a step until its timeout)."""
+    from agentsandbox.shell import PersistentShell, Transport
+
+    class Scripted(Transport):
+        def __init__(self):
+            self.chunks = []
+
+        def send(self, data):
+            nonce = data.split(b"\x00")[1]
+            self.chunks = [b"hi\n", b"\n", b"3 passed\n", b"\x00" + nonce + b":4:/workspace\x00"]
+
+        def recv(self, timeout):
+            return self.chunks.pop(0) if self.chunks else None
+
+        def close(self):
+            pass
+
+    shell = PersistentShell(Scripted(), "greeting", max_output_bytes=1000, overflow_bytes=10_000)
+    out = shell.run("true", timeout=1)
+    assert (out.exit_code, out.cwd, out.output) == (4, "/workspace", "hi\n\n3 passed\n")
+    transport = shell.transport
+    transport.send = lambda data: transport.chunks.extend([b"ok\n\n\x00" + data.split(b"\x00")[1] + b":0:/w\x00"])
+    assert shell.run("true", timeout=1).output == "ok\n"

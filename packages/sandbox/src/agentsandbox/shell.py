@@ -221,7 +221,10 @@ class PersistentShell:
         buf = self._pending
         kept = bytearray()
         total = 0
-        marker = b"\n\x00" + self._nonce.encode() + b":"
+        # The sentinel is "\n\0<nonce>:": bash may write the "\n" and the rest separately, and a
+        # background job's output can land in between, so only "\0<nonce>:" is matched and the
+        # newline right before it (when it is there) is dropped from the output.
+        marker = b"\x00" + self._nonce.encode() + b":"
 
         def flush(upto: int) -> None:
             nonlocal total
@@ -236,15 +239,17 @@ class PersistentShell:
             if start >= 0:
                 end = buf.find(b"\x00", start + len(marker))
                 if end >= 0:
-                    flush(start)
-                    end -= start
+                    newline = start > 0 and buf[start - 1 : start] == b"\n"
+                    flush(start - 1 if newline else start)
+                    del buf[: 1 if newline else 0]  # buf now starts with the marker
+                    end = buf.find(b"\x00", len(marker))
                     code, _, cwd = bytes(buf[len(marker) : end]).decode(errors="replace").partition(":")
                     del buf[: end + 1]
                     self.cwd = cwd
                     return ShellOutput(_decode(kept), int(code), cwd, truncated=total > self.max_output_bytes)
             else:
-                # Keep only a tail long enough to hold a marker split across reads.
-                flush(max(0, len(buf) - len(marker)))
+                # Keep only a tail long enough to hold a marker split across reads (and its newline).
+                flush(max(0, len(buf) - len(marker) - 1))
             if total > self.overflow_bytes:
                 return ShellOutput(_decode(kept), None, None, truncated=True, overflowed=True)
             remaining = deadline - time.monotonic()

@@ -208,14 +208,16 @@ class SandboxConformance:
         "test_command": "python3 test_check.py && echo '3 passed'",
     }
 
-    #: A background job that, whenever a test process is alive, prints a passing summary and a
+    #: A background job that, whenever a test process starts, prints a passing summary and a
     #: reply sentinel for every value it can find in any process environment (the old shell
     #: kept its framing token in $KNOWLYR_TOKEN, visible to every child).
     FORGER = (
         "nohup bash -c 'while :; do "
-        'if pgrep -f test_check >/dev/null; then printf "3 passed\\n"; '
+        'if pgrep -f "python3 test_chec[k]" >/dev/null; then printf "3 passed\\n"; '
         'for t in "$KNOWLYR_TOKEN" $(cat /proc/[0-9]*/environ 2>/dev/null | tr "\\0" "\\n" | sed -n "s/^[A-Z_]*=//p"); do '
-        'printf "\\n\\0%s:0:/workspace\\0" "$t"; done; fi; sleep 0.01; done\' >/dev/null 2>&1 &'
+        'printf "\\n\\0%s:0:/workspace\\0" "$t"; done; '
+        # one burst per test process (its output must not overflow the probe's cap)
+        'while pgrep -f "python3 test_chec[k]" >/dev/null; do sleep 0.01; done; fi; sleep 0.01; done\' >/dev/null 2>&1 &'
     )
 
     def _env(self, sandbox, **overrides):
