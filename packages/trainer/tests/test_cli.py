@@ -132,3 +132,20 @@ def test_plain_install_without_the_serve_extra_runs_the_cli():
                             capture_output=True, text=True)  # fmt: skip
     assert served.returncode == 1 and "Traceback" not in served.stderr
     assert served.stderr.strip() == "Error: serving needs the serve extra: pip install 'knowlyr-trainer[serve]'"
+
+
+@pytest.mark.parametrize("command", ["sft", "dpo", "grpo"])
+def test_security_config_errors_never_echo_the_file(tmp_path, command):
+    """A host file passed as --config (YAML error, unknown keys) is named, never printed."""
+    from click.testing import CliRunner
+
+    from agenttrainer.cli import main
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text('lr: [unclosed\n  "root:secret-hash-line"\n')
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("root:secret-hash-line: 1\nlearning_rate: 0.1\n")
+    for path in (broken, keys):
+        result = CliRunner().invoke(main, [command, "--config", str(path)])
+        assert result.exit_code != 0 and str(path) in result.output
+        assert "secret-hash-line" not in result.output, result.output

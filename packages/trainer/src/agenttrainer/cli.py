@@ -13,12 +13,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig, TrainConfig
+from agenttrainer.config import (
+    ConfigError,
+    DPOConfig,
+    GRPOConfig,
+    OnlineRLConfig,
+    SFTConfig,
+    TrainConfig,
+    read_config_file,
+)
 from agenttrainer.serving.cli import serve
 
 
@@ -157,7 +164,11 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
         _run(OnlineRLTrainer, config)
         return
     offline = {f.name for f in dataclasses.fields(GRPOConfig)}
-    online_only = sorted(k for k, v in {**values, **flags}.items() if v is not None and k not in offline)
+    online_fields = {f.name for f in dataclasses.fields(OnlineRLConfig)}
+    # keys that are no field at all are left to the config's own (content-safe) unknown-field error
+    online_only = sorted(
+        k for k, v in {**values, **flags}.items() if v is not None and k not in offline and k in online_fields
+    )
     if online_only:
         given = ", ".join("--" + k.replace("_", "-") for k in online_only)
         raise click.UsageError(f"{given}: online RL options; add --online (or online: true in the config)")
@@ -169,15 +180,11 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
 def _yaml_values(config_file: str | None) -> dict[str, Any]:
     if config_file is None:
         return {}
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise click.UsageError(f"{config_file}: cannot read config ({exc})") from None
-    if loaded is not None and not isinstance(loaded, dict):
-        raise click.UsageError(f"{config_file}: expected a mapping of config fields")
-    return dict(loaded or {})
+    try:  # errors name the file and line, never echo its content
+        values, _lines = read_config_file(config_file)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    return dict(values)
 
 
 @main.command("eval")

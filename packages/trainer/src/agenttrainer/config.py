@@ -435,7 +435,8 @@ class OnlineRLConfig(GRPOConfig):
     generation_url: str | None = field(
         default=None,
         metadata={
-            "help": "OpenAI-compatible server to sample from (vLLM, SGLang, knowlyr-trainer serve); default in-process."
+            "help": "OpenAI-compatible server to sample from (vLLM, SGLang, knowlyr-trainer serve); default in-process. "
+            "Its API key is read from $KNOWLYR_GENERATION_API_KEY (or $KNOWLYR_SERVE_API_KEY)."
         },
     )
     served_model_name: str | None = field(
