@@ -116,3 +116,15 @@ def test_security_an_integer_past_the_digit_limit_is_one_line(tmp_path):
 
     with pytest.raises(DataFormatError, match=r"f.jsonl:3: invalid JSON: .*digits"):
         loads_record('{"reward": ' + "9" * 5000 + "}", "f.jsonl", 3)
+
+
+def test_security_domain_profile_errors_never_echo_the_file(tmp_path):
+    from knowlyrcore.domain import load_domain_profile
+    from knowlyrcore.errors import DomainError
+
+    for name, text in (("d.yaml", "name: x\n  bad: [secret-line\n"), ("d.json", '{"name": "secret-line"')):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(DomainError) as info:
+            load_domain_profile(path)
+        assert f"{path}:" in str(info.value) and "secret" not in str(info.value), str(info.value)

@@ -143,3 +143,17 @@ def test_security_rubric_weights_must_be_finite():
     for bad in (float("inf"), float("nan")):
         with pytest.raises(RewardError, match="finite"):
             normalise({"goal_progress": bad})
+
+
+def test_security_weights_errors_never_echo_the_file(tmp_path):
+    from agentreward.errors import RewardError
+    from agentreward.rubrics import load_weights
+
+    broken = tmp_path / "w.yaml"
+    broken.write_text("root:x:0:0:secret-line\nfoo: [bar\n")
+    keys = tmp_path / "k.yaml"
+    keys.write_text("root:secret-key: 1\ngoal_progress: 1\n")
+    for path in (broken, keys):
+        with pytest.raises(RewardError) as info:
+            load_weights(path)
+        assert str(path) in str(info.value) and "secret" not in str(info.value)

@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from knowlyrcore.errors import DomainError, InvalidActionError
+from knowlyrcore.errors import DomainError, InvalidActionError, describe_parse_error
 
 RUBRICS = ("goal_progress", "tool_selection", "param_correctness", "info_utilization", "non_redundancy")
 
@@ -235,7 +235,9 @@ def load_domain_profile(path: str | Path, *, register: bool = False) -> DomainPr
         else:
             data = json.loads(text)
     except Exception as exc:  # yaml.YAMLError and json.JSONDecodeError carry the position
-        raise DomainError(f"{path}: not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from None
+        line, problem = describe_parse_error(exc)  # never the file's text: it may be any host file
+        where = f"{path}:{line}" if line else str(path)
+        raise DomainError(f"{where}: not valid {path.suffix.lstrip('.') or 'JSON'} ({problem})") from None
     if not isinstance(data, dict):
         raise DomainError(f"{path}: a domain profile is a mapping, got {type(data).__name__}")
     try:

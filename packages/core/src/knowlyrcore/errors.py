@@ -6,6 +6,29 @@ can catch the whole family in one ``except`` while still telling the cases apart
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def describe_parse_error(exc: BaseException) -> tuple[int | None, str]:
+    """(1-based line or None, problem) of a YAML/JSON parse error, without the file's content.
+
+    PyYAML's messages quote the offending text and print the line under a caret; an error about
+    a file a caller named (a host file passed as a config) must not echo it. Quoted text in the
+    problem is replaced by '…'.
+    """
+    mark: Any = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None:
+        problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "syntax error"
+        return mark.line + 1, _QUOTED.sub("'…'", problem)
+    if hasattr(exc, "lineno") and hasattr(exc, "msg"):  # json.JSONDecodeError
+        return exc.lineno, f"{exc.msg} (column {exc.colno})"
+    if isinstance(exc, RecursionError):
+        return None, "nested too deeply"
+    return None, "syntax error"
+
 
 class KnowlyrError(Exception):
     """Base class of every error raised deliberately by knowlyr packages."""

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentreward.errors import RewardError
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,12 @@ def domain_weights(domain: str) -> dict[str, float]:
 def normalise(weights: dict[str, float]) -> dict[str, float]:
     unknown = set(weights) - set(RUBRICS)
     if unknown:
-        raise RewardError(f"unknown rubric(s) {sorted(unknown)}; known: {', '.join(RUBRICS)}")
+        # only name-like keys are echoed: the file may be any host file passed as --weights
+        named = sorted(k for k in unknown if _NAME.fullmatch(k))
+        others = (
+            f" and {len(unknown) - len(named)} key(s) that are not rubric names" if len(named) < len(unknown) else ""
+        )
+        raise RewardError(f"unknown rubric(s) {named}{others}; known: {', '.join(RUBRICS)}")
     if not all(math.isfinite(w) for w in weights.values()):
         raise RewardError("rubric weights must be finite numbers (no NaN/Infinity)")
     if any(w < 0 for w in weights.values()):
@@ -95,8 +103,14 @@ def load_weights(path: str | Path) -> dict[str, float]:
             data = yaml.safe_load(text)
         else:
             data = json.loads(text)
-    except Exception as exc:
-        raise RewardError(f"{path}: cannot read weights: {exc}") from None
+    except OSError as exc:
+        raise RewardError(f"{path}: cannot read weights ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise RewardError(f"{path}: cannot read weights (not UTF-8 text)") from None
+    except Exception as exc:  # a YAML/JSON error: name the line, never echo the file's text
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else getattr(exc, "lineno", None)
+        raise RewardError(f"{path}{f':{line}' if line else ''}: weights are not valid YAML/JSON") from None
     if isinstance(data, dict) and isinstance(data.get("rubric_weights"), dict):
         data = data["rubric_weights"]
     if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):

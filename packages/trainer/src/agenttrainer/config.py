@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from knowlyrcore.errors import describe_parse_error
+
 C = TypeVar("C", bound="TrainConfig")
 
 SCHEDULERS = ("cosine", "linear", "constant")
@@ -36,7 +38,6 @@ class ConfigError(ValueError):
 MAX_CONFIG_BYTES = 1 << 20
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,32}")
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 def _shown(value: Any) -> str:
@@ -67,9 +68,8 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, int]]:
         node = loader.get_single_node()
         loaded = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = _QUOTED.sub("'…'", exc.problem or exc.context or "syntax error")
+        line, problem = describe_parse_error(exc)
+        where = f"{path}:{line}" if line else str(path)
         raise ConfigError(f"{where}: not valid YAML ({problem})") from None
     except (yaml.YAMLError, RecursionError):
         raise ConfigError(f"{path}: not valid YAML") from None
