@@ -34,7 +34,7 @@ import glob
 import os
 import stat
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -234,6 +234,21 @@ class AllowedRoots:
                 if path.is_dir():
                     declared.append(path)
         self.client_roots = tuple(dict.fromkeys(declared))
+
+
+def parse_server_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> tuple[argparse.Namespace, AllowedRoots]:
+    """Add ``--root`` to a server's ``parser``, parse ``argv`` and build its roots.
+
+    A root that does not exist is a usage error (exit 2, one line), as any bad flag is.
+    """
+    add_roots_argument(parser)
+    args = parser.parse_args(argv)
+    try:
+        return args, AllowedRoots(args.root)
+    except PathRefusedError as exc:
+        parser.error(str(exc))
 
 
 def add_roots_argument(parser: argparse.ArgumentParser) -> None:

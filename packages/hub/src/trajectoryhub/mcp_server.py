@@ -30,7 +30,7 @@ except ImportError:  # mcp 1.x
     from mcp.server.fastmcp.exceptions import ToolError
 
 from knowlyrcore import KnowlyrError, read_trajectories, write_trajectories
-from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
+from knowlyrcore.roots import AllowedRoots, parse_server_args
 from trajectoryhub.dedup import dedup
 from trajectoryhub.evaluate import compare_agents, evaluate_agent
 from trajectoryhub.export import DatasetExporter
@@ -132,13 +132,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m trajectoryhub.mcp_server", description="MCP server (stdio) for knowlyr-hub"
     )
-    add_roots_argument(parser)
-    args = parser.parse_args(argv)
     global ROOTS
-    try:
-        ROOTS = AllowedRoots(args.root)
-    except PathRefusedError as exc:
-        parser.error(str(exc))
+    _, ROOTS = parse_server_args(parser, argv)
     server.run()
 
 

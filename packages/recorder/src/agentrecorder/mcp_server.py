@@ -41,7 +41,7 @@ from agentrecorder.convert import (
 from agentrecorder.stats import summarize
 from knowlyrcore.errors import KnowlyrError
 from knowlyrcore.jsonl import read_trajectories
-from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
+from knowlyrcore.roots import AllowedRoots, parse_server_args
 
 server = _Server("knowlyr-recorder", instructions="Convert agent framework logs into knowlyr trajectory JSONL.")
 ROOTS = AllowedRoots()  # main() replaces it by the --root directories
@@ -139,13 +139,8 @@ def _stats(path: str, format: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="knowlyr-recorder mcp", description="MCP server (stdio) for knowlyr-recorder")
-    add_roots_argument(parser)
-    args = parser.parse_args(argv)
     global ROOTS
-    try:
-        ROOTS = AllowedRoots(args.root)
-    except PathRefusedError as exc:
-        parser.error(str(exc))
+    _, ROOTS = parse_server_args(parser, argv)
     server.run("stdio")
 
 

@@ -34,7 +34,7 @@ from agentreward.preferences import build_preference_pairs
 from agentreward.rubrics import RUBRICS, domain_weights
 from agentreward.trajectories import read_trajectories, write_jsonl
 from knowlyrcore.errors import KnowlyrError
-from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
+from knowlyrcore.roots import AllowedRoots, parse_server_args
 
 server = _Server("knowlyr-reward", instructions="Score agent trajectories step by step with a process reward model.")
 ROOTS = AllowedRoots()  # main() replaces it by the --root directories
@@ -108,13 +108,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m agentreward.mcp_server", description="MCP server (stdio) for knowlyr-reward"
     )
-    add_roots_argument(parser)
-    args = parser.parse_args(argv)
     global ROOTS
-    try:
-        ROOTS = AllowedRoots(args.root)
-    except PathRefusedError as exc:
-        parser.error(str(exc))
+    _, ROOTS = parse_server_args(parser, argv)
     server.run()
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from agentsandbox.config import SandboxConfig
 from agentsandbox.env import SandboxEnv
 from knowlyrcore.errors import KnowlyrError
-from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
+from knowlyrcore.roots import AllowedRoots, parse_server_args
 
 
 def _mcp_classes():
@@ -145,12 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="knowlyr-sandbox-mcp", description="MCP server (stdio) for knowlyr-sandbox")
     parser.add_argument("--backend", default="auto", choices=["auto", "docker", "local"])
     parser.add_argument("--timeout", type=float, default=60.0, help="per-command timeout in seconds")
-    add_roots_argument(parser)
-    args = parser.parse_args(argv)
-    try:
-        roots = AllowedRoots(args.root)
-    except PathRefusedError as exc:
-        parser.error(str(exc))
+    args, roots = parse_server_args(parser, argv)
     server = build_server(args.backend, SandboxConfig(timeout=args.timeout), roots)
     try:
         server.run("stdio")

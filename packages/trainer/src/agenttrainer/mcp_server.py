@@ -48,7 +48,7 @@ except ImportError:  # mcp 1.x
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig, read_config_file
 from agenttrainer.models.aliases import cache_root
 from knowlyrcore.errors import KnowlyrError
-from knowlyrcore.roots import AllowedRoots, PathRefusedError, add_roots_argument
+from knowlyrcore.roots import AllowedRoots, parse_server_args
 
 METHODS = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig}
 STDERR_TAIL_LINES = 20
@@ -369,7 +369,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m agenttrainer.mcp_server", description="MCP server (stdio) for knowlyr-trainer"
     )
-    add_roots_argument(parser)
     parser.add_argument("--max-runs", type=int, default=MAX_RUNS, help="training runs at once (default 1)")
     parser.add_argument(
         "--max-run-seconds",
@@ -377,13 +376,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=MAX_RUN_SECONDS,
         help="wall-clock limit of a run; its process group is killed after it (default 24 h)",
     )
-    args = parser.parse_args(argv)
+    args, ROOTS = parse_server_args(parser, argv)
     if args.max_runs < 1 or not 0 < args.max_run_seconds < float("inf"):
         parser.error("--max-runs must be >= 1 and --max-run-seconds a positive number")
-    try:
-        ROOTS = AllowedRoots(args.root)
-    except PathRefusedError as exc:
-        parser.error(str(exc))
     MAX_RUNS, MAX_RUN_SECONDS = args.max_runs, args.max_run_seconds
     server.run("stdio")
 
