@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from agentrecorder.adapters.base import Adapter
 from agentrecorder.detect import detect
 from agentrecorder.errors import ConversionError, FieldError
-from agentrecorder.loading import _decode, _json_error, _looks_like_jsonl, _sniff, load_records
+from agentrecorder.loading import _iter_jsonl, _looks_like_jsonl, _sniff, load_records
 from agentrecorder.registry import get_adapter
 from knowlyrcore.errors import DataFormatError
 from knowlyrcore.jsonl import format_field_path, write_trajectories
@@ -145,22 +145,7 @@ def _records(path: Path, on_error: Callable[[DataFormatError], None] | None) -> 
     if on_error is None or not _looks_like_jsonl(path, _sniff(path)):
         yield from load_records(path)
         return
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                text = _decode(raw, path, number).rstrip("\r\n")
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise _json_error(path, exc, line_offset=number - 1) from None
-                except RecursionError:
-                    raise ConversionError(str(path), number, "JSON nested too deeply to read") from None
-            except ConversionError as exc:
-                on_error(exc)
-                continue
-            yield number, record
+    yield from _iter_jsonl(path, on_error)
 
 
 def convert_file(path: str | os.PathLike, fmt: str = "auto") -> list[Trajectory]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,18 +66,25 @@ def _json_error(path: Path, exc: json.JSONDecodeError, line_offset: int = 0) -> 
     )
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+def _iter_jsonl(path: Path, on_error: Callable[[ConversionError], None] | None = None) -> Iterator[tuple[int, Any]]:
+    """(line, record) of each non-blank line; with ``on_error`` a bad line is reported and skipped."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue
-            text = _decode(raw, path, number).rstrip("\r\n")
             try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _json_error(path, exc, line_offset=number - 1) from None
-            except RecursionError:
-                raise ConversionError(str(path), number, "JSON nested too deeply to read") from None
+                text = _decode(raw, path, number).rstrip("\r\n")
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise _json_error(path, exc, line_offset=number - 1) from None
+                except RecursionError:
+                    raise ConversionError(str(path), number, "JSON nested too deeply to read") from None
+            except ConversionError as exc:
+                if on_error is None:
+                    raise
+                on_error(exc)
+                continue
             yield number, record
 
 
