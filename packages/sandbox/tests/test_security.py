@@ -293,3 +293,12 @@ def test_security_reply_is_found_when_other_output_lands_inside_the_sentinel():
     transport = shell.transport
     transport.send = lambda data: transport.chunks.extend([b"ok\n\n\x00" + data.split(b"\x00")[1] + b":0:/w\x00"])
     assert shell.run("true", timeout=1).output == "ok\n"
+
+
+def test_security_host_side_writes_are_bounded_like_writes_from_inside(sandbox):
+    # the host writes write_file/edit_file content itself, so RLIMIT_FSIZE would not stop it
+    big = "x" * (HOSTILE.max_file_mb * 1024 * 1024 + 1)
+    result = tools.call_tool(sandbox, "write_file", {"path": "big.txt", "content": big})
+    assert result.error and "max_file_mb" in result.error
+    assert not (sandbox.host_workspace / "big.txt").exists()
+    assert_usable(sandbox)

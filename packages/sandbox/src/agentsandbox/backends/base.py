@@ -20,6 +20,7 @@ Every live sandbox is closed at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import errno
 import itertools
 import os
 import shutil
@@ -393,8 +394,15 @@ class Sandbox(ABC):
         return self.workspace.read_bytes(path, max_bytes)
 
     def write_file(self, path: str, data: bytes | str) -> None:
-        """Create or overwrite a workspace file, creating parent directories."""
-        self.workspace.write_bytes(path, data.encode() if isinstance(data, str) else data)
+        """Create or overwrite a workspace file, creating parent directories.
+
+        Bounded like a write from inside (``max_file_mb``): the host writes it, so no rlimit would.
+        """
+        data = data.encode() if isinstance(data, str) else data
+        limit = self.config.max_file_mb * 1024 * 1024
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"file larger than max_file_mb ({self.config.max_file_mb} MiB)", path)
+        self.workspace.write_bytes(path, data)
 
     def upload(self, host_dir: str | os.PathLike, dest: str = ".") -> int:
         """Copy a host directory (or archive) into the workspace; return the number of files."""
