@@ -101,15 +101,19 @@ def runs_root() -> Path:
 
 
 def _flag(key: str, value: Any) -> list[str]:
-    """A config override as CLI flags: ``{"num_epochs": 2}`` -> ``--num-epochs 2``."""
+    """A config override as one CLI flag: ``{"num_epochs": 2}`` -> ``--num-epochs=2``.
+
+    Joined with ``=``, a value can never be parsed as another option (``"--output-dir=/etc"``);
+    the key was already checked to be a config field.
+    """
     name = "--" + key.replace("_", "-")
     if isinstance(value, bool):
         return [name if value else "--no-" + key.replace("_", "-")]
     if isinstance(value, (list, tuple)):
-        return [name, ",".join(str(v) for v in value)]
+        return [f"{name}={','.join(str(v) for v in value)}"]
     if isinstance(value, dict):
-        return [name, json.dumps(value)]
-    return [name, str(value)]
+        return [f"{name}={json.dumps(value)}"]
+    return [f"{name}={value}"]
 
 
 async def _roots(ctx: Context | None) -> AllowedRoots:
