@@ -20,11 +20,17 @@ pytestmark = pytest.mark.integration
 
 
 def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
-    (tmp_path / "broken.json").write_text('{"trajectory": [')
-    assert main(["pipeline", str(real_logs_folder), str(tmp_path / "broken.json"), "-o", str(tmp_path / "out")]) == 0
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"trajectory": [')
+    # by default the first bad file stops the run, with nothing written
+    assert main(["pipeline", str(real_logs_folder), str(broken), "-o", str(tmp_path / "strict")]) == 1
+    assert f"{broken}:" in capsys.readouterr().err and not list((tmp_path / "strict").glob("run-*"))
+    # --skip-invalid reports it and converts the rest
+    args = ["pipeline", str(real_logs_folder), str(broken), "-o", str(tmp_path / "out"), "--skip-invalid"]
+    assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["converted"]["files"] == 16
-    assert list(report["converted"]["failed"]) == [str(tmp_path / "broken.json")]
+    assert [e.split(":")[0] for e in report["errors"]] == [str(broken)]
     assert set(report["converted"]["formats"]) == {
         "swe-agent",
         "mini-swe-agent",
@@ -38,14 +44,14 @@ def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
     assert report["exports"]["grpo"]["written"] == 5
     assert report["exports"]["dpo"]["written"] >= 2
 
-    scored = [json.loads(line) for line in (tmp_path / "out" / "scored.jsonl").read_text().splitlines()]
+    scored = [json.loads(line) for line in (tmp_path / "out" / "latest" / "scored.jsonl").read_text().splitlines()]
     assert all(s["reward"] is not None and 0 <= s["reward"] <= 1 for s in scored)
     assert all("rubric_scores" in step for t in scored for step in t["steps"])
 
     agenttrainer = pytest.importorskip("agenttrainer.data.readers")
     for name, reader in (("sft", agenttrainer.sft_conversation), ("dpo", agenttrainer.dpo_pair),
                          ("grpo", agenttrainer.grpo_group)):  # fmt: skip
-        records = list(agenttrainer.read_jsonl(tmp_path / "out" / f"{name}.jsonl"))
+        records = list(agenttrainer.read_jsonl(tmp_path / "out" / "latest" / f"{name}.jsonl"))
         assert records, name
         for where, record in records:
             reader(record, where)

@@ -124,7 +124,7 @@ def iter_convert(
             result.format = adapter.name
             converted = list(convert_record(adapter, record, path=path, line=line))
         except ConversionError as exc:
-            if on_error is None:
+            if on_error is None or line is None:  # a one-document file fails as a whole, once
                 raise
             on_error(exc)
             continue
