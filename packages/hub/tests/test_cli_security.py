@@ -29,7 +29,15 @@ def hub(*args, timeout=300):
 
 
 @pytest.fixture
-def trajectories(tmp_path) -> Path:
+def stages():
+    """The pipeline's convert and score stages are optional siblings (knowlyr-hub[recorder,reward]),
+    absent when the hub is tested alone."""
+    pytest.importorskip("agentrecorder", reason="the pipeline needs knowlyr-recorder (knowlyr-hub[recorder])")
+    pytest.importorskip("agentreward", reason="the pipeline needs knowlyr-reward (knowlyr-hub[reward])")
+
+
+@pytest.fixture
+def trajectories(tmp_path, stages) -> Path:
     """Real agent logs converted by knowlyr-recorder: a knowlyr trajectory JSONL file."""
     if not REAL.exists():
         pytest.skip(f"real agent logs not found at {REAL.resolve()}")
@@ -55,7 +63,7 @@ def test_security_pipeline_accepts_a_trajectory_file(tmp_path, trajectories):
 
 @pytest.mark.parametrize("content", ["", "garbage\n", '{"neither": "a log nor a trajectory"}\n', "[" * 10_000])
 @pytest.mark.parametrize("skip_invalid", [False, True])
-def test_security_pipeline_with_nothing_usable_exits_1(tmp_path, content, skip_invalid):
+def test_security_pipeline_with_nothing_usable_exits_1(tmp_path, content, skip_invalid, stages):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     done = hub("pipeline", bad, "-o", tmp_path / "out", *(["--skip-invalid"] if skip_invalid else []))
@@ -84,7 +92,7 @@ def test_security_pipeline_skip_invalid_keeps_good_records(tmp_path, trajectorie
     assert f"skipped {mixed}:2: invalid JSON" in done.stderr and f"skipped {mixed}:3: metadata.loss" in done.stderr
 
 
-def test_security_pipeline_skip_invalid_per_record_in_a_jsonl_log(tmp_path):
+def test_security_pipeline_skip_invalid_per_record_in_a_jsonl_log(tmp_path, stages):
     """A framework log in JSONL (OpenAI chats, one per line): a bad line costs only that line."""
     chat = {"messages": [{"role": "user", "content": "list files"},
                          {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
