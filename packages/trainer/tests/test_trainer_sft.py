@@ -1,5 +1,6 @@
 """SFT recipe on a tiny random model: invariants, options, checkpoints, logging."""
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import torch
 
 from agenttrainer.config import SFTConfig
 from agenttrainer.trainers.sft import SFTTrainer
+from knowlyrcore.testing import require
 
 
 def _config(tmp_path, train_file, **kw):
@@ -132,24 +134,71 @@ def test_coreset_and_replay(tmp_path, tiny, rows):
     assert result2["num_examples"] == 6 + 3  # 50% replay from the first run's records
 
 
-def test_chunking_and_task_weights_run(tmp_path, tiny, rows):
+def test_chunking_splits_long_trajectories_and_trains(tmp_path, tiny, rows):
     model, tok = tiny
     data = rows.sft(6)
-    for i, r in enumerate(data):
-        r["task_type"] = "a" if i < 2 else "b"
+    for r in data:
         r["steps"] = r["steps"] * 4
     path = rows.write(tmp_path / "long.jsonl", data)
-    config = _config(
-        tmp_path, str(path), chunk_long_trajectories=True, max_length=120, task_weights={"a": 0.5, "b": 0.5}
-    )
+    config = _config(tmp_path, str(path), chunk_long_trajectories=True, max_length=120)
     trainer = SFTTrainer(config, model=model, tokenizer=tok)
     examples, _ = trainer.load_examples(str(path))
     assert len(examples) > 6 and max(len(e) for e in examples) <= 120
-    assert trainer.train()["global_step"] > 0
+    assert trainer.train()["global_step"] == -(-len(examples) // 2)  # ceil(examples / batch_size 2)
+
+
+def _typed_rows(rows, types):
+    data = rows.sft(len(types))
+    for r, task_type in zip(data, types):
+        r["task_type"] = task_type
+    return data
+
+
+def test_task_weights_set_each_epochs_task_proportions(tmp_path, tiny, rows):
+    """8 examples, 2 of type a and 6 of type b; weights a:3, b:1 -> each epoch has
+    round(8 * 3/4) = 6 draws of a (with replacement from its 2) and round(8 * 1/4) = 2 of b."""
+    model, tok = tiny
+    path = rows.write(tmp_path / "typed.jsonl", _typed_rows(rows, "aabbbbbb"))
+    config = _config(tmp_path, str(path), num_epochs=2, task_weights={"a": 3.0, "b": 1.0})
+    trainer = SFTTrainer(config, model=model, tokenizer=tok)
+    examples, _ = trainer.load_examples(str(path))
+    for epoch in trainer._epoch_plan(examples):
+        drawn = [i for window in epoch for batch in window for i in batch]
+        types = [examples[i].meta["task_type"] for i in drawn]
+        assert (types.count("a"), types.count("b")) == (6, 2)
+        assert set(drawn) >= {0, 1}  # both a examples, each drawn about 3 times
+
+
+def test_a_task_with_weight_zero_contributes_nothing(tmp_path, rows):
+    """Rewriting the type-b examples changes nothing when b's weight is 0, and changes the
+    trained weights when it is not: the weights really choose what is trained on."""
+    from agenttrainer.models import build_tiny_model
+
+    types = "aabbbb"
+    original = _typed_rows(rows, types)
+    rewritten = _typed_rows(rows, types)
+    for r in rewritten[2:]:
+        r["steps"] = [{**s, "action": "rm -rf nothing at all", "thought": "something else"} for s in r["steps"]]
+
+    def trained(data, weights, name):
+        path = rows.write(tmp_path / f"{name}.jsonl", data)
+        model, tok = build_tiny_model(seed=0)
+        config = _config(tmp_path / name, str(path), num_epochs=2, warmup_ratio=0.0, task_weights=weights)
+        SFTTrainer(config, model=model, tokenizer=tok).train()
+        return [p.detach().clone() for p in model.parameters()]
+
+    only_a = {"a": 1.0, "b": 0.0}
+    for a, b in zip(trained(original, only_a, "orig_a"), trained(rewritten, only_a, "new_a")):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    both = {"a": 1.0, "b": 1.0}
+    changed = [
+        not torch.equal(a, b) for a, b in zip(trained(original, both, "orig_ab"), trained(rewritten, both, "new_ab"))
+    ]
+    assert any(changed)
 
 
 def test_lora_trains_only_adapters(tmp_path, tiny, sft_file):
-    pytest.importorskip("peft")
+    require(importlib.util.find_spec("peft") is not None, "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
     model, tok = tiny
     config = _config(tmp_path, sft_file, use_lora=True, lora_preset="minimal", lora_r=4, learning_rate=1e-2)
     trainer = SFTTrainer(config, model=model, tokenizer=tok)
