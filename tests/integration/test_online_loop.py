@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("agentreward")
-pytest.importorskip("agenttrainer")
+from knowlyrcore.testing import require_module
 
-from agentreward import RewardEngine
-from knowlyrcore import AgentEnv, InvalidActionError, TimeStep, Trajectory, read_jsonl, write_trajectories
-from trajectoryhub import DatasetExporter, collect, make_reward_fn
+# `make test` installs every package: the loop's reward and trainer are both there
+require_module("agentreward", "the process reward is knowlyr-reward's")
+require_module("agenttrainer", "the loop trains with knowlyr-trainer")
+
+from agentreward import RewardEngine  # noqa: E402
+from knowlyrcore import AgentEnv, InvalidActionError, TimeStep, Trajectory, read_jsonl, write_trajectories  # noqa: E402
+from trajectoryhub import DatasetExporter, collect, make_reward_fn  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,13 @@ import json
 
 import pytest
 
-pytest.importorskip("agentrecorder")
-pytest.importorskip("agentreward")
+from knowlyrcore.testing import require_module
 
-from trajectoryhub.cli import main
+# `make test` installs every package: the pipeline's optional stages are all there
+require_module("agentrecorder", "the pipeline converts logs with knowlyr-recorder")
+require_module("agentreward", "the pipeline scores with knowlyr-reward")
+
+from trajectoryhub.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +51,7 @@ def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
     assert all(s["reward"] is not None and 0 <= s["reward"] <= 1 for s in scored)
     assert all("rubric_scores" in step for t in scored for step in t["steps"])
 
-    agenttrainer = pytest.importorskip("agenttrainer.data.readers")
+    agenttrainer = require_module("agenttrainer.data.readers", "the exports are read with knowlyr-trainer's readers")
     for name, reader in (("sft", agenttrainer.sft_conversation), ("dpo", agenttrainer.dpo_pair),
                          ("grpo", agenttrainer.grpo_group)):  # fmt: skip
         records = list(agenttrainer.read_jsonl(tmp_path / "out" / "latest" / f"{name}.jsonl"))

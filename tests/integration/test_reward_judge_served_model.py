@@ -17,12 +17,15 @@ import urllib.request
 
 import pytest
 
-pytest.importorskip("agentreward")
-pytest.importorskip("agenttrainer")
-pytest.importorskip("openai")
+from knowlyrcore.testing import require_module
 
-from agentreward import Judge, RewardEngine
-from agentreward.judge import SYSTEM_PROMPT, build_prompt
+# `make test` installs every package with its dev extras: nothing here is legitimately absent
+require_module("agentreward", "the judge is knowlyr-reward's")
+require_module("agenttrainer", "the served model is knowlyr-trainer's `serve`")
+require_module("openai", "the judge needs the openai SDK (knowlyr-reward[llm])")
+
+from agentreward import Judge, RewardEngine  # noqa: E402
+from agentreward.judge import SYSTEM_PROMPT, build_prompt  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -15,6 +15,7 @@ import pytest
 from agentsandbox.testing import require_backend
 from knowlyrcore import make
 from knowlyrcore.jsonl import read_trajectories
+from knowlyrcore.testing import require_module
 from knowlyrcore.wrappers import RecorderWrapper
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ def test_recorded_episode_validates_and_replays(backend, tmp_path):
 
 
 def test_hub_collects_sandbox_episodes_concurrently(tmp_path):
-    hub = pytest.importorskip("trajectoryhub")
+    hub = require_module("trajectoryhub", "collect() is knowlyr-hub's (`make test` installs every package)")
     require_backend("local")
     task = _task(tmp_path)
 

@@ -1,9 +1,11 @@
 """The standard suite every environment runs, applied to the test environment here."""
 
+import json
+
 import pytest
 
 from knowlyrcore import AgentEnv, TimeStep
-from knowlyrcore.testing import REQUIRE_ENV_VAR, EnvConformance, require
+from knowlyrcore.testing import REQUIRE_ENV_VAR, EnvConformance, require, require_module
 
 
 class SmallEnv(AgentEnv):
@@ -48,3 +50,13 @@ def test_require_fails_under_ci(monkeypatch):
     monkeypatch.setenv(REQUIRE_ENV_VAR, "1")
     with pytest.raises(pytest.fail.Exception, match="required component missing"):
         require(False, "no daemon")
+
+
+def test_require_module_returns_the_module_skips_or_fails(monkeypatch):
+    monkeypatch.delenv(REQUIRE_ENV_VAR, raising=False)
+    assert require_module("json", "unused") is json
+    with pytest.raises(pytest.skip.Exception, match="needs the extra"):
+        require_module("knowlyr_no_such_module", "needs the extra")
+    monkeypatch.setenv(REQUIRE_ENV_VAR, "1")
+    with pytest.raises(pytest.fail.Exception, match="required component missing.*needs the extra"):
+        require_module("knowlyr_no_such_module", "needs the extra")

@@ -7,6 +7,7 @@ import pkgutil
 import pytest
 
 import knowlyrcore
+from knowlyrcore.testing import require_module
 
 MODULES = sorted(
     m.name for m in pkgutil.walk_packages(knowlyrcore.__path__, "knowlyrcore.") if m.name != "knowlyrcore.testing"
@@ -16,7 +17,7 @@ MODULES = sorted(
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name, clean_registry):
     if name == "knowlyrcore.gymnasium_adapter":
-        pytest.importorskip("gymnasium")
+        require_module("gymnasium", "the gymnasium adapter needs gymnasium (knowlyr-core[gymnasium], in [dev])")
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"{result.failed} doctest(s) failed in {name}"

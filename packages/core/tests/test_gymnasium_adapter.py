@@ -1,6 +1,8 @@
 import pytest
 
-gymnasium = pytest.importorskip("gymnasium")
+from knowlyrcore.testing import require_module
+
+gymnasium = require_module("gymnasium", "the gymnasium adapter needs gymnasium (knowlyr-core[gymnasium], in [dev])")
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env  # noqa: E402
 
 from knowlyrcore.gymnasium_adapter import ToolCallSpace, to_gymnasium  # noqa: E402

@@ -7,9 +7,10 @@ import sys
 import pytest
 
 from knowlyrcore import write_trajectories
+from knowlyrcore.testing import require_module
 
 pytestmark = pytest.mark.integration
-pytest.importorskip("mcp")
+require_module("mcp", "the MCP server needs mcp (knowlyr-hub[mcp], in [dev])")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 

@@ -3,14 +3,13 @@ policy suite, plus what the SDK path adds (request options, tools, collect()).""
 
 import pytest
 
-pytest.importorskip("openai", reason="OpenAIPolicy needs the openai SDK (knowlyr-hub[llm])")
-
 from knowlyrcore import AgentEnv, TimeStep
 from knowlyrcore.domain import get_domain_profile
-from knowlyrcore.testing import PolicyConformance, ScriptedChatServer
+from knowlyrcore.testing import PolicyConformance, ScriptedChatServer, require_module
 from trajectoryhub.policy import OpenAIPolicy
 from trajectoryhub.rollout import collect
 
+require_module("openai", "OpenAIPolicy needs the openai SDK (knowlyr-hub[llm], in [dev])")
 TOOLS = [t.to_openai_tool() for t in get_domain_profile("engineering").tools]  # bash, ..., submit, finish
 
 

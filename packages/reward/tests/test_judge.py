@@ -12,8 +12,10 @@ import time
 
 import pytest
 
-pytest.importorskip("openai")
-uvicorn = pytest.importorskip("uvicorn")
+from knowlyrcore.testing import require_module
+
+require_module("openai", "the judge needs the openai SDK (knowlyr-reward[llm], in [dev])")
+uvicorn = require_module("uvicorn", "the scripted judge server needs uvicorn and starlette (in [dev])")
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402

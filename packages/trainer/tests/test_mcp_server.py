@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from knowlyrcore.testing import require_module
+
 pytestmark = pytest.mark.integration
 
-mcp = pytest.importorskip("mcp", reason="the 'mcp' extra is not installed")
+mcp = require_module("mcp", "the MCP server needs mcp (knowlyr-trainer[mcp], in [dev])")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 

@@ -11,6 +11,7 @@ from agenttrainer.generation import GenerationError, LocalGenerator, ServerGener
 from agenttrainer.losses import gae, group_baseline_advantages, grpo_loss, spread_over_steps, value_loss
 from agenttrainer.online import ChatTokens, OnlineRLTrainer, collect_rollouts
 from knowlyrcore import AgentEnv, InfrastructureError, InvalidActionError, TimeStep, register, unregister
+from knowlyrcore.testing import require_module
 
 SYSTEM = "You are a test agent."
 
@@ -340,7 +341,7 @@ def test_each_algorithm_updates_the_policy(tiny, tmp_path, algorithm):
 
 
 def test_lora_reference_is_the_adapter_disabled_base(tiny, tmp_path):
-    pytest.importorskip("peft")
+    require_module("peft", "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
     trainer = OnlineRLTrainer(config(tmp_path, tasks_file, use_lora=True, lora_preset="minimal", kl_coef=0.1,
@@ -460,7 +461,7 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
     from agenttrainer.serving.background import ServerProcess
 
     if use_lora:
-        pytest.importorskip("peft")
+        require_module("peft", "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
 
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}, {"metadata": {"n": 3}}])
     monkeypatch.setenv("KNOWLYR_GENERATION_API_KEY", "s3cret-key")

@@ -1,6 +1,5 @@
 """SFT recipe on a tiny random model: invariants, options, checkpoints, logging."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import torch
 
 from agenttrainer.config import SFTConfig
 from agenttrainer.trainers.sft import SFTTrainer
-from knowlyrcore.testing import require
+from knowlyrcore.testing import require_module
 
 
 def _config(tmp_path, train_file, **kw):
@@ -198,7 +197,7 @@ def test_a_task_with_weight_zero_contributes_nothing(tmp_path, rows):
 
 
 def test_lora_trains_only_adapters(tmp_path, tiny, sft_file):
-    require(importlib.util.find_spec("peft") is not None, "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
+    require_module("peft", "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
     model, tok = tiny
     config = _config(tmp_path, sft_file, use_lora=True, lora_preset="minimal", lora_r=4, learning_rate=1e-2)
     trainer = SFTTrainer(config, model=model, tokenizer=tok)

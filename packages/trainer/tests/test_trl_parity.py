@@ -14,9 +14,10 @@ import torch
 from agenttrainer.data import Example
 from agenttrainer.losses import dpo_loss, grpo_loss
 from agenttrainer.trainers.common import HiddenStates
+from knowlyrcore.testing import require_module
 
-trl = pytest.importorskip("trl")
-datasets = pytest.importorskip("datasets")
+trl = require_module("trl", "the parity reference is TRL (in knowlyr-trainer[dev])")
+datasets = require_module("datasets", "TRL needs datasets (in knowlyr-trainer[dev], through trl)")
 
 
 def _examples(input_ids, attention_mask, completion_mask):

@@ -41,17 +41,22 @@ every request body, for testing endpoint clients without a model.
 
 ``require(available, reason)`` skips a test whose component (Docker, a model) is missing, and
 fails it instead when ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI sets it) so nothing is silently
-skipped there.
+skipped there. ``require_module(name, reason)`` does the same for an importable component (an
+extra the dev install brings: mcp, openai, peft) and returns the module; at a test file's top
+it skips or fails the whole file. Optional *sibling* packages, absent when a package is tested
+alone, stay with ``pytest.importorskip``.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import ModuleType
 from typing import Any, ClassVar
 
 import pytest
@@ -74,7 +79,19 @@ def require(available: bool, reason: str) -> None:
         return
     if os.environ.get(REQUIRE_ENV_VAR, "") not in ("", "0", "false", "no"):
         pytest.fail(f"required component missing ({REQUIRE_ENV_VAR} is set): {reason}")
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str, reason: str) -> ModuleType:
+    """Import and return module ``name``; when it cannot be imported, ``require(False, reason)``.
+
+    Called at a test file's top level it skips (or, under strict mode, fails) the whole file.
+    """
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        require(False, f"{reason} ({exc})")
+        raise  # unreachable: require skipped or failed
 
 
 class _ChatHandler(BaseHTTPRequestHandler):
