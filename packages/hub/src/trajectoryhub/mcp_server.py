@@ -1,8 +1,8 @@
 """MCP server (stdio) exposing dataset export, deduplication and agent comparison as tools.
 
-Run it with ``python -m trajectoryhub.mcp_server`` (extra ``mcp``). Works with the mcp SDK
-1.x (``FastMCP``) and 2.x (``MCPServer``). Bad input comes back as a tool error carrying the
-same one-line ``file:line: field: problem`` message as the CLI.
+Run it with ``knowlyr-hub mcp`` or ``python -m trajectoryhub.mcp_server`` (extra ``mcp``; the
+SDK shim, error rule and launcher are ``knowlyrcore.mcp``). Bad input comes back as a tool error
+carrying the same one-line ``file:line: field: problem`` message as the CLI.
 
 Paths are the client's, so every one is checked against the allowed roots (the working
 directory, or each ``--root DIR``, plus the roots the client declares; ``knowlyrcore.roots``):
@@ -12,7 +12,6 @@ so far, and an output never replaces a file this server did not write.
 
 from __future__ import annotations
 
-import argparse
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,41 +19,21 @@ from typing import Any
 
 import anyio.to_thread
 
-try:  # mcp >= 2
-    from mcp.server.mcpserver import Context
-    from mcp.server.mcpserver import MCPServer as _Server
-    from mcp.server.mcpserver.exceptions import ToolError
-except ImportError:  # mcp 1.x
-    from mcp.server.fastmcp import Context
-    from mcp.server.fastmcp import FastMCP as _Server
-    from mcp.server.fastmcp.exceptions import ToolError
-
-from knowlyrcore import KnowlyrError, read_trajectories, write_trajectories
-from knowlyrcore.roots import AllowedRoots, parse_server_args
+from knowlyrcore import read_trajectories, write_trajectories
+from knowlyrcore.mcp import Context, ToolError, guard, new_server, refresh_roots, run_server
 from trajectoryhub.dedup import dedup
 from trajectoryhub.evaluate import compare_agents, evaluate_agent
 from trajectoryhub.export import DatasetExporter
 
-server = _Server("knowlyr-hub", instructions="Export agent trajectories as SFT/DPO/GRPO datasets and compare agents.")
-ROOTS = AllowedRoots()  # main() replaces it by the --root directories
-
-
-def _guard(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except (KnowlyrError, ValueError) as exc:
-        raise ToolError(str(exc)) from None
-
-
-async def _refresh_roots(ctx: Context | None) -> None:
-    """Add the roots the client declares right now (on the event loop: it asks the client)."""
-    if ctx is not None:
-        await ROOTS.refresh_client_roots(ctx.session)
+server = new_server(
+    "knowlyr-hub", instructions="Export agent trajectories as SFT/DPO/GRPO datasets and compare agents."
+)
 
 
 def _inputs(paths: list[str]) -> list[Path]:
     """The trajectory files `paths` name (a directory: its .jsonl files), all inside the roots."""
-    return _guard(ROOTS.expand, paths, [".jsonl"])
+    with guard():
+        return server.roots.expand(paths, [".jsonl"])
 
 
 # Each tool asks the client for its roots, then does the file work in a worker thread (as the SDK
@@ -62,7 +41,7 @@ def _inputs(paths: list[str]) -> list[Path]:
 
 
 async def _threaded(ctx: Context | None, fn, *args) -> Any:
-    await _refresh_roots(ctx)
+    await refresh_roots(server, ctx)
     return await anyio.to_thread.run_sync(functools.partial(fn, *args))
 
 
@@ -78,15 +57,17 @@ async def export(
 
 
 def _export(format: str, trajectories: list[str], output: str, min_margin: float) -> dict[str, Any]:
-    exporter = _guard(DatasetExporter, _inputs(trajectories))
-    target = _guard(ROOTS.writable, output)
-    if format == "sft":
-        report = _guard(exporter.export_sft, target)
-    elif format == "dpo":
-        report = _guard(exporter.export_dpo, target, min_margin=min_margin)
-    else:
-        report = _guard(exporter.export_grpo, target)
-    ROOTS.mark_written(target)
+    files = _inputs(trajectories)
+    with guard():
+        exporter = DatasetExporter(files)
+        target = server.roots.writable(output)
+        if format == "sft":
+            report = exporter.export_sft(target)
+        elif format == "dpo":
+            report = exporter.export_dpo(target, min_margin=min_margin)
+        else:
+            report = exporter.export_grpo(target)
+    server.roots.mark_written(target)
     return {"output": str(target), "written": report.written, "skipped": report.skipped}
 
 
@@ -98,11 +79,12 @@ async def deduplicate(trajectories: list[str], output: str, ctx: Context | None 
 
 def _deduplicate(trajectories: list[str], output: str) -> dict[str, Any]:
     files = _inputs(trajectories)
-    target = _guard(ROOTS.writable, output)
-    items = _guard(lambda: [t for p in files for t in read_trajectories(p)])
-    unique = list(dedup(items))
-    _guard(write_trajectories, target, unique)
-    ROOTS.mark_written(target)
+    with guard():
+        target = server.roots.writable(output)
+        items = [t for p in files for t in read_trajectories(p)]
+        unique = list(dedup(items))
+        write_trajectories(target, unique)
+    server.roots.mark_written(target)
     return {"input": len(items), "unique": len(unique), "output": str(target)}
 
 
@@ -113,8 +95,8 @@ async def evaluate(trajectories: str, ctx: Context | None = None) -> dict[str, A
 
 
 def _evaluate(trajectories: str) -> dict[str, Any]:
-    path = _guard(ROOTS.readable, trajectories)
-    return _guard(lambda: evaluate_agent(list(read_trajectories(path))).to_dict())
+    with guard():
+        return evaluate_agent(list(read_trajectories(server.roots.readable(trajectories)))).to_dict()
 
 
 @server.tool()
@@ -124,18 +106,14 @@ async def compare(runs: dict[str, str], ctx: Context | None = None) -> dict[str,
 
 
 def _compare(runs: dict[str, str]) -> dict[str, Any]:
-    paths = {name: _guard(ROOTS.readable, path) for name, path in runs.items()}
-    return _guard(lambda: compare_agents({name: list(read_trajectories(path)) for name, path in paths.items()}))
+    with guard():
+        paths = {name: server.roots.readable(path) for name, path in runs.items()}
+        return compare_agents({name: list(read_trajectories(path)) for name, path in paths.items()})
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m trajectoryhub.mcp_server", description="MCP server (stdio) for knowlyr-hub"
-    )
-    global ROOTS
-    _, ROOTS = parse_server_args(parser, argv)
-    server.run()
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_server(server, argv, prog="knowlyr-hub mcp")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

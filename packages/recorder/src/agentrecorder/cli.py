@@ -165,13 +165,9 @@ def cmd_formats(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    try:
-        from agentrecorder.mcp_server import main as serve
-    except ImportError as exc:
-        _err(f"the MCP server needs the 'mcp' extra: pip install 'knowlyr-recorder[mcp]' ({exc})")
-        return 1
-    serve([arg for root in args.root or [] for arg in ("--root", root)])
-    return 0
+    from knowlyrcore.mcp import run_module
+
+    return run_module("knowlyr-recorder", "agentrecorder.mcp_server", args.server_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,10 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_formats)
 
-    p = sub.add_parser("mcp", help="run the MCP server over stdio")
-    p.add_argument(
-        "--root", action="append", metavar="DIR", help="directory the server may use (repeatable; default: cwd)"
-    )
+    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
+    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
+    p.add_argument("server_args", nargs="*")
     p.set_defaults(run=cmd_mcp)
     return parser
 

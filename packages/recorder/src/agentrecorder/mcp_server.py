@@ -1,7 +1,7 @@
 """MCP server (stdio) exposing convert, validate and stats as tools for agents.
 
 Run it with ``knowlyr-recorder mcp`` or ``python -m agentrecorder.mcp_server``; it needs the
-``mcp`` extra. Works with the mcp SDK 1.x (``FastMCP``) and 2.x (``MCPServer``). Tools
+``mcp`` extra (the SDK shim, error rule and launcher are ``knowlyrcore.mcp``). Tools
 return JSON objects; bad input comes back as a tool error carrying the same one-line
 ``file[:line]: field: problem`` message as the CLI.
 
@@ -13,22 +13,12 @@ outside them are refused, directories and globs are walked only inside them and 
 
 from __future__ import annotations
 
-import argparse
 import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-
-try:  # mcp >= 2
-    from mcp.server.mcpserver import Context
-    from mcp.server.mcpserver import MCPServer as _Server
-    from mcp.server.mcpserver.exceptions import ToolError
-except ImportError:  # mcp 1.x
-    from mcp.server.fastmcp import Context
-    from mcp.server.fastmcp import FastMCP as _Server
-    from mcp.server.fastmcp.exceptions import ToolError
 
 from agentrecorder.convert import (
     LOG_SUFFIXES,
@@ -41,24 +31,15 @@ from agentrecorder.convert import (
 from agentrecorder.stats import summarize
 from knowlyrcore.errors import KnowlyrError
 from knowlyrcore.jsonl import read_trajectories
-from knowlyrcore.roots import AllowedRoots, parse_server_args
+from knowlyrcore.mcp import Context, guard, new_server, refresh_roots, run_server
 
-server = _Server("knowlyr-recorder", instructions="Convert agent framework logs into knowlyr trajectory JSONL.")
-ROOTS = AllowedRoots()  # main() replaces it by the --root directories
-
-
-async def _refresh_roots(ctx: Context | None) -> None:
-    """Add the roots the client declares right now (on the event loop: it asks the client)."""
-    if ctx is not None:
-        await ROOTS.refresh_client_roots(ctx.session)
+server = new_server("knowlyr-recorder", instructions="Convert agent framework logs into knowlyr trajectory JSONL.")
 
 
 def _files(inputs: list[str]) -> list[Path]:
     """The files `inputs` name, all inside the roots; a missing one is an error naming it."""
-    try:
-        return expand_inputs(ROOTS.expand(inputs, LOG_SUFFIXES))
-    except KnowlyrError as exc:
-        raise ToolError(str(exc)) from None
+    with guard():
+        return expand_inputs(server.roots.expand(inputs, LOG_SUFFIXES))
 
 
 # Each tool asks the client for its roots, then does the file work in a worker thread (as the SDK
@@ -75,18 +56,16 @@ async def convert(
     files are reported in `failed` and the good ones still converted. `output` must be new or
     a file this server wrote.
     """
-    await _refresh_roots(ctx)
+    await refresh_roots(server, ctx)
     return await anyio.to_thread.run_sync(functools.partial(_convert, inputs, output, format, skip_invalid))
 
 
 def _convert(inputs: list[str], output: str, format: str, skip_invalid: bool) -> dict[str, Any]:
     files = _files(inputs)
-    try:
-        target = ROOTS.writable(output)
+    with guard():
+        target = server.roots.writable(output)
         report, _ = convert_paths(files, target, format, skip_invalid=skip_invalid)
-    except KnowlyrError as exc:
-        raise ToolError(str(exc)) from None
-    ROOTS.mark_written(target)
+    server.roots.mark_written(target)
     return {
         "output": str(target),
         "written": report.written,
@@ -101,7 +80,7 @@ def _convert(inputs: list[str], output: str, format: str, skip_invalid: bool) ->
 @server.tool()
 async def validate(path: str, format: str = "auto", ctx: Context | None = None) -> dict[str, Any]:
     """Check a trajectory JSONL file against the schema (or that a framework log converts)."""
-    await _refresh_roots(ctx)
+    await refresh_roots(server, ctx)
     return await anyio.to_thread.run_sync(functools.partial(_validate, path, format))
 
 
@@ -125,24 +104,19 @@ def _validate(path: str, format: str) -> dict[str, Any]:
 @server.tool()
 async def stats(path: str, format: str = "auto", ctx: Context | None = None) -> dict[str, Any]:
     """Steps, tool histogram, success rate and token totals of trajectories or logs at `path`."""
-    await _refresh_roots(ctx)
+    await refresh_roots(server, ctx)
     return await anyio.to_thread.run_sync(functools.partial(_stats, path, format))
 
 
 def _stats(path: str, format: str) -> dict[str, Any]:
     files = _files([path])
-    try:
+    with guard():
         return summarize(t for file in files for t in load_trajectories(file, format))
-    except KnowlyrError as exc:
-        raise ToolError(str(exc)) from None
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="knowlyr-recorder mcp", description="MCP server (stdio) for knowlyr-recorder")
-    global ROOTS
-    _, ROOTS = parse_server_args(parser, argv)
-    server.run("stdio")
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_server(server, argv, prog="knowlyr-recorder mcp")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

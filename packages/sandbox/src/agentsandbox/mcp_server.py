@@ -1,10 +1,12 @@
 """An MCP server (stdio) exposing a sandbox's coding tools to any MCP client.
 
-``knowlyr-sandbox-mcp`` (or ``python -m agentsandbox.mcp_server --backend local``) serves one
+``knowlyr-sandbox mcp`` (or ``knowlyr-sandbox-mcp``, or ``python -m agentsandbox.mcp_server --backend
+local``) serves one
 ``SandboxEnv``: ``reset`` starts a task (repository, setup and test commands), then ``bash``,
 ``read_file``, ``write_file``, ``edit_file``, ``grep``, ``list_files``, ``git``, ``run_tests`` act
 in it and ``submit`` ends the episode with the test outcome and the patch. Each tool returns
-the observation text an agent would see. Needs the ``mcp`` extra.
+the observation text an agent would see. Needs the ``mcp`` extra (the SDK shim, error rule and
+launcher are ``knowlyrcore.mcp``).
 
 The tools are ``async`` but do their (short) work inline on the event loop's thread: a stdio
 server has one client, and forking every sandbox process from that one thread keeps
@@ -24,20 +26,8 @@ from typing import Any
 
 from agentsandbox.config import SandboxConfig
 from agentsandbox.env import SandboxEnv
-from knowlyrcore.errors import KnowlyrError
-from knowlyrcore.roots import AllowedRoots, parse_server_args
-
-
-def _mcp_classes():
-    """The server class and the tool ``Context`` of the installed mcp SDK (imported late: the extra)."""
-    try:  # mcp >= 2
-        from mcp.server.mcpserver import Context, MCPServer
-        from mcp.server.mcpserver.exceptions import ToolError
-    except ImportError:  # mcp 1.x
-        from mcp.server.fastmcp import Context
-        from mcp.server.fastmcp import FastMCP as MCPServer
-        from mcp.server.fastmcp.exceptions import ToolError
-    return MCPServer, Context, ToolError
+from knowlyrcore.mcp import guard, new_server, refresh_roots, run_server
+from knowlyrcore.roots import AllowedRoots
 
 
 def _is_url(repo: str) -> bool:
@@ -45,19 +35,22 @@ def _is_url(repo: str) -> bool:
 
 
 def build_server(backend: str = "auto", config: SandboxConfig | None = None, roots: AllowedRoots | None = None):
-    """The MCP server object, with its tools bound to one lazily created ``SandboxEnv``.
+    """The MCP server object, with its tools bound to one lazily started ``server.sandbox_env``.
 
     ``roots`` bounds the host directories ``reset`` may copy in (default: the working directory).
     """
-    # This module has no `from __future__ import annotations`: the tools' `Context` annotation is a
-    # local name here, so it must be evaluated when the tools are defined, not looked up later.
-    server_class, Context, ToolError = _mcp_classes()
-    server = server_class("knowlyr-sandbox", instructions="Code-execution sandbox: reset a task, then act in it.")
-    allowed = roots if roots is not None else AllowedRoots()
-    env = SandboxEnv(backend, config)
+    # This module has no `from __future__ import annotations`: the tools' `Context` annotation is
+    # evaluated when the tools are defined, so it is imported (the SDK's, from the extra) here.
+    from knowlyrcore.mcp import Context
+
+    server = new_server("knowlyr-sandbox", instructions="Code-execution sandbox: reset a task, then act in it.")
+    if roots is not None:
+        server.roots = roots
+    server.sandbox_env = SandboxEnv(backend, config)
     state: dict[str, Any] = {"started": False}
 
     def act(tool: str, params: dict[str, Any]) -> str:
+        env = server.sandbox_env
         if not state["started"]:
             env.reset(task="interactive session")
             state["started"] = True
@@ -79,15 +72,12 @@ def build_server(backend: str = "auto", config: SandboxConfig | None = None, roo
         """Start a task: copy `repo` (host directory or archive inside the allowed roots, or a git URL)
         into the workspace, run the setup commands."""
         if repo is not None and not _is_url(repo):
-            if ctx is not None:
-                await allowed.refresh_client_roots(ctx.session)
-            try:
-                repo = str(allowed.readable(repo))
-            except KnowlyrError as exc:
-                raise ToolError(str(exc)) from None
+            roots = await refresh_roots(server, ctx)
+            with guard():
+                repo = str(roots.readable(repo))
         task = {"description": description, "repo": repo, "setup_commands": setup_commands or [],
                 "test_command": test_command}  # fmt: skip
-        ts = env.reset(task=task)
+        ts = server.sandbox_env.reset(task=task)
         state["started"] = True
         return ts.observation
 
@@ -136,22 +126,22 @@ def build_server(backend: str = "auto", config: SandboxConfig | None = None, roo
         """End the episode; returns the test outcome and the patch."""
         return act("submit", {"summary": summary})
 
-    server.sandbox_env = env
-    server.allowed_roots = allowed
     return server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="knowlyr-sandbox-mcp", description="MCP server (stdio) for knowlyr-sandbox")
+    parser = argparse.ArgumentParser(prog="knowlyr-sandbox mcp", description="MCP server (stdio) for knowlyr-sandbox")
     parser.add_argument("--backend", default="auto", choices=["auto", "docker", "local"])
     parser.add_argument("--timeout", type=float, default=60.0, help="per-command timeout in seconds")
-    args, roots = parse_server_args(parser, argv)
-    server = build_server(args.backend, SandboxConfig(timeout=args.timeout), roots)
+    server = build_server()
+
+    def configure(args: argparse.Namespace) -> None:
+        server.sandbox_env = SandboxEnv(args.backend, SandboxConfig(timeout=args.timeout))
+
     try:
-        server.run("stdio")
+        return run_server(server, argv, prog=parser.prog, parser=parser, configure=configure)
     finally:
         server.sandbox_env.close()
-    return 0
 
 
 if __name__ == "__main__":
