@@ -104,6 +104,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from knowlyrcore.mcp import run_module
+
+    return run_module("knowlyr-core", "knowlyrcore.mcp_server", args.server_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="knowlyr-core", description="Inspect knowlyr environments, domains and schemas."
@@ -137,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="validate trajectory JSONL files")
     p.add_argument("files", nargs="+")
     p.set_defaults(func=_cmd_validate)
+
+    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
+    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
+    p.add_argument("server_args", nargs="*")
+    p.set_defaults(func=_cmd_mcp)
     return parser
 
 

@@ -104,7 +104,7 @@ def run_server(
     A bad option or a root that is not a directory is a usage error (one line, exit 2).
     """
     if parser is None:
-        parser = argparse.ArgumentParser(prog=prog, description=f"MCP server (stdio) for {server.name}")
+        parser = argparse.ArgumentParser(prog=prog, description=f"MCP server (stdio) for {prog.split()[0]}")
     args, server.roots = parse_server_args(parser, argv)
     if configure is not None:
         configure(args)

@@ -304,6 +304,12 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from knowlyrcore.mcp import run_module
+
+    return run_module("knowlyr-hub", "trajectoryhub.mcp_server", args.server_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="knowlyr-hub", description="Rollouts, datasets and evaluation for agents.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -387,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reward-domain", help="score steps with knowlyr-reward's rules for this domain")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=_cmd_collect)
+
+    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
+    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
+    p.add_argument("server_args", nargs="*")
+    p.set_defaults(func=_cmd_mcp)
     return parser
 
 

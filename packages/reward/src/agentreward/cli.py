@@ -116,6 +116,15 @@ def _cmd_rubrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from knowlyrcore.mcp import run_module
+    except ModuleNotFoundError:  # knowlyr-core comes with the mcp extra
+        print("knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'", file=sys.stderr)
+        return 2
+    return run_module("knowlyr-reward", "agentreward.mcp_server", args.server_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="knowlyr-reward", description="Process reward model for agent trajectories.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -150,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rubrics", help="list rubrics and a domain's weights")
     p.add_argument("--domain", default="generic")
     p.set_defaults(func=_cmd_rubrics)
+
+    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
+    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
+    p.add_argument("server_args", nargs="*")
+    p.set_defaults(func=_cmd_mcp)
     return parser
 
 

@@ -159,6 +159,12 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     return 1 if report.errors and not report.containers and not report.directories else 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from knowlyrcore.mcp import run_module
+
+    return run_module("knowlyr-sandbox", "agentsandbox.mcp_server", args.server_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="knowlyr-sandbox", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -200,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="remove every sandbox, not only orphans")
     p.add_argument("--dry-run", action="store_true")
     p.set_defaults(func=_cmd_gc)
+
+    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
+    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
+    p.add_argument("server_args", nargs="*")
+    p.set_defaults(func=_cmd_mcp)
     return parser
 
 

@@ -214,6 +214,15 @@ def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> Non
     click.echo(json.dumps(evaluate_model(model, tokenizer, data, **options)))
 
 
+@main.command("mcp", add_help_option=False, context_settings={"ignore_unknown_options": True})
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+def mcp_command(server_args: tuple[str, ...]) -> None:
+    """Run the MCP server over stdio (extra: mcp); `mcp --help` lists its options."""
+    from knowlyrcore.mcp import run_module
+
+    sys.exit(run_module("knowlyr-trainer", "agenttrainer.mcp_server", server_args))
+
+
 # `serve` needs the serve extra only when it runs (it says so then); listing it needs nothing.
 main.add_command(serve)
 

@@ -16,8 +16,8 @@ be new, empty, or one this server trained into before (``.knowlyr-trainer`` mark
 jobs with limits: at most ``--max-runs`` at once (default 1), each killed (its whole process
 group) after ``--max-run-seconds``, which ``exit.json`` records as ``"timed_out": true``.
 
-Run it with ``python -m agenttrainer.mcp_server [--root DIR ...]``; it needs the ``mcp`` extra.
-Works with the mcp SDK 1.x (``FastMCP``) and 2.x (``MCPServer``).
+Run it with ``knowlyr-trainer mcp [--root DIR ...]`` or ``python -m agenttrainer.mcp_server``; it
+needs the ``mcp`` extra (the SDK shim, error rule and launcher are ``knowlyrcore.mcp``).
 """
 
 from __future__ import annotations
@@ -36,19 +36,10 @@ from typing import Any
 
 import anyio.to_thread
 
-try:  # mcp >= 2
-    from mcp.server.mcpserver import Context
-    from mcp.server.mcpserver import MCPServer as _Server
-    from mcp.server.mcpserver.exceptions import ToolError
-except ImportError:  # mcp 1.x
-    from mcp.server.fastmcp import Context
-    from mcp.server.fastmcp import FastMCP as _Server
-    from mcp.server.fastmcp.exceptions import ToolError
-
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig, read_config_file
 from agenttrainer.models.aliases import cache_root
-from knowlyrcore.errors import KnowlyrError
-from knowlyrcore.roots import AllowedRoots, parse_server_args
+from knowlyrcore.mcp import Context, ToolError, guard, new_server, refresh_roots, run_server
+from knowlyrcore.roots import AllowedRoots
 
 METHODS = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig}
 STDERR_TAIL_LINES = 20
@@ -89,9 +80,8 @@ with open(tmp, "w") as fh:
 os.replace(tmp, os.path.join(run_dir, "exit.json"))
 """
 
-server = _Server("knowlyr-trainer", instructions="Start and monitor SFT/DPO/GRPO training runs; evaluate models.")
+server = new_server("knowlyr-trainer", instructions="Start and monitor SFT/DPO/GRPO training runs; evaluate models.")
 # main() replaces these from its command line
-ROOTS = AllowedRoots()
 MAX_RUNS = 1
 MAX_RUN_SECONDS = 24 * 3600.0
 
@@ -116,18 +106,9 @@ def _flag(key: str, value: Any) -> list[str]:
     return [f"{name}={value}"]
 
 
-async def _roots(ctx: Context | None) -> AllowedRoots:
-    """The allowed roots, with the ones the client declares right now."""
-    if ctx is not None:
-        await ROOTS.refresh_client_roots(ctx.session)
-    return ROOTS
-
-
 def _guard(fn, *args, **kwargs):
-    try:
+    with guard():
         return fn(*args, **kwargs)
-    except KnowlyrError as exc:
-        raise ToolError(str(exc)) from None
 
 
 def _check_model(roots: AllowedRoots, model: str | None, workdir: Path) -> None:
@@ -178,7 +159,7 @@ async def train(
     """
     if method not in METHODS:
         raise ToolError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    roots = await _roots(ctx)
+    roots = await refresh_roots(server, ctx)
     # the server's own working directory is the operator's choice; a cwd from the client must be in the roots
     workdir = _guard(roots.readable, cwd) if cwd is not None else Path.cwd()
     if not workdir.is_dir():
@@ -344,7 +325,7 @@ async def eval_model(eval_file: str, model: str | None = None, run_id: str | Non
     Paths must be inside the allowed roots."""
     if (model is None) == (run_id is None):
         raise ToolError("pass exactly one of model or run_id")
-    roots = await _roots(ctx)
+    roots = await refresh_roots(server, ctx)
     eval_file = str(_guard(roots.readable, eval_file))
     if run_id is not None:
         final = status(run_id)["final_model"]
@@ -368,11 +349,8 @@ async def eval_model(eval_file: str, model: str | None = None, run_id: str | Non
     return {"model": model, "eval_file": eval_file, "metrics": metrics}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    global ROOTS, MAX_RUNS, MAX_RUN_SECONDS
-    parser = argparse.ArgumentParser(
-        prog="python -m agenttrainer.mcp_server", description="MCP server (stdio) for knowlyr-trainer"
-    )
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="knowlyr-trainer mcp", description="MCP server (stdio) for knowlyr-trainer")
     parser.add_argument("--max-runs", type=int, default=MAX_RUNS, help="training runs at once (default 1)")
     parser.add_argument(
         "--max-run-seconds",
@@ -380,12 +358,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=MAX_RUN_SECONDS,
         help="wall-clock limit of a run; its process group is killed after it (default 24 h)",
     )
-    args, ROOTS = parse_server_args(parser, argv)
-    if args.max_runs < 1 or not 0 < args.max_run_seconds < float("inf"):
-        parser.error("--max-runs must be >= 1 and --max-run-seconds a positive number")
-    MAX_RUNS, MAX_RUN_SECONDS = args.max_runs, args.max_run_seconds
-    server.run("stdio")
+
+    def configure(args: argparse.Namespace) -> None:
+        global MAX_RUNS, MAX_RUN_SECONDS
+        if args.max_runs < 1 or not 0 < args.max_run_seconds < float("inf"):
+            parser.error("--max-runs must be >= 1 and --max-run-seconds a positive number")
+        MAX_RUNS, MAX_RUN_SECONDS = args.max_runs, args.max_run_seconds
+
+    return run_server(server, argv, prog=parser.prog, parser=parser, configure=configure)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
