@@ -15,9 +15,9 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
 
-async def session_calls(calls, roots=()):
+async def session_calls(calls, roots=(), command=("-m", "trajectoryhub.mcp_server")):
     roots_args = [a for root in roots for a in ("--root", str(root))]
-    params = StdioServerParameters(command=sys.executable, args=["-m", "trajectoryhub.mcp_server", *roots_args])
+    params = StdioServerParameters(command=sys.executable, args=[*command, *roots_args])
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         tools = {t.name for t in (await session.list_tools()).tools}
@@ -90,3 +90,18 @@ def test_security_paths_outside_the_roots_and_overwrites_are_refused(traj, tmp_p
     assert not (outside / "o.jsonl").exists() and not (root / "o.jsonl").exists()
     assert (root / "notes.jsonl").read_text() == "precious\n"
     assert payload(first) == payload(again)
+
+
+def test_knowlyr_hub_mcp_starts_the_same_server_with_its_roots(traj, tmp_path):
+    """`knowlyr-hub mcp --root DIR` is `python -m trajectoryhub.mcp_server --root DIR`."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_trajectories(root / "a.jsonl", [traj("a1", "x", reward=0.9)])
+    write_trajectories(tmp_path / "b.jsonl", [traj("b1", "x", reward=0.1)])
+    tools, (inside, outside) = asyncio.run(session_calls([
+        ("evaluate", {"trajectories": str(root / "a.jsonl")}),
+        ("evaluate", {"trajectories": str(tmp_path / "b.jsonl")}),
+    ], roots=[root], command=("-m", "trajectoryhub.cli", "mcp")))  # fmt: skip
+    assert tools == {"export", "deduplicate", "evaluate", "compare"}
+    assert payload(inside)["episodes"] == 1
+    assert is_error(outside) and "outside the allowed roots" in outside.content[0].text

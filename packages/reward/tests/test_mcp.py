@@ -14,9 +14,9 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
 
-async def session_calls(calls, roots=()):
+async def session_calls(calls, roots=(), command=("-m", "agentreward.mcp_server")):
     roots_args = [a for root in roots for a in ("--root", str(root))]
-    params = StdioServerParameters(command=sys.executable, args=["-m", "agentreward.mcp_server", *roots_args])
+    params = StdioServerParameters(command=sys.executable, args=[*command, *roots_args])
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         tools = {t.name for t in (await session.list_tools()).tools}
@@ -81,3 +81,17 @@ def test_security_paths_outside_the_roots_and_overwrites_are_refused(tmp_path):
     assert not (outside / "out.jsonl").exists() and not (root / "a.jsonl").exists()
     assert (root / "notes.jsonl").read_text() == "precious\n"
     assert not is_error(first) and not is_error(again), again.content[0].text
+
+
+def test_knowlyr_reward_mcp_starts_the_same_server_with_its_roots(tmp_path):
+    """`knowlyr-reward mcp --root DIR` is `python -m agentreward.mcp_server --root DIR`."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "in.jsonl").write_text('{"id": "t", "task": {"id": "t"}, "steps": []}\n')
+    tools, (weights, outside) = asyncio.run(session_calls([
+        ("rubrics", {"domain": "coding"}),
+        ("score", {"input": str(tmp_path / "in.jsonl"), "output": str(root / "s.jsonl")}),
+    ], roots=[root], command=("-m", "agentreward.cli", "mcp")))  # fmt: skip
+    assert tools == {"score", "pairs", "rubrics"}
+    assert json.loads(weights.content[0].text)["goal_progress"]["weight"] == pytest.approx(0.30)
+    assert is_error(outside) and "outside the allowed roots" in outside.content[0].text

@@ -80,3 +80,21 @@ def test_security_reset_refuses_a_host_directory_outside_the_roots(backend, tmp_
         text = "".join(part.text for part in result.content)
         assert "outside the allowed roots" in text and "SHADOW-HASH" not in text
     assert "SHADOW-HASH" not in "".join(part.text for part in after.content)
+
+
+def test_knowlyr_sandbox_mcp_starts_the_same_server_with_its_options(tmp_path):
+    """`knowlyr-sandbox mcp --backend local --root DIR` is `python -m agentsandbox.mcp_server` with them."""
+    require_backend("local")
+    args = ["-m", "agentsandbox.cli", "mcp", "--backend", "local", "--root", str(tmp_path)]
+
+    async def flow():
+        params = StdioServerParameters(command=sys.executable, args=args)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            names = {tool.name for tool in (await session.list_tools()).tools}
+            return names, await session.call_tool("reset", {"repo": "/etc"})
+
+    names, refused = anyio.run(flow)
+    assert {"reset", "bash", "submit"} <= names
+    assert getattr(refused, "is_error", getattr(refused, "isError", False))
+    assert "outside the allowed roots" in refused.content[0].text and str(tmp_path) in refused.content[0].text

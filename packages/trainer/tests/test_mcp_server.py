@@ -36,9 +36,9 @@ def _payload(result) -> dict:
     return json.loads(result.content[0].text)
 
 
-def _server(runs_dir, roots=(), extra=()) -> StdioServerParameters:
+def _server(runs_dir, roots=(), extra=(), command=("-m", "agenttrainer.mcp_server")) -> StdioServerParameters:
     env = {**os.environ, "KNOWLYR_TRAINER_RUNS": str(runs_dir)}
-    args = ["-m", "agenttrainer.mcp_server", *(a for root in roots for a in ("--root", str(root))), *extra]
+    args = [*command, *(a for root in roots for a in ("--root", str(root))), *extra]
     return StdioServerParameters(command=sys.executable, args=args, env=env)
 
 
@@ -222,3 +222,23 @@ def test_security_train_is_a_job_with_limits(host, tiny_path):
     exit_record = json.loads((root / "runs" / first["run_id"] / "exit.json").read_text())
     assert exit_record["timed_out"] is True and exit_record["time_limit_seconds"] == 3
     assert _processes_mentioning(str(out)) == []  # the trainer's whole process group is gone
+
+
+def test_knowlyr_trainer_mcp_starts_the_same_server_with_its_options(host):
+    """`knowlyr-trainer mcp --root DIR --max-runs N` is `python -m agenttrainer.mcp_server` with them."""
+    root, outside = host
+
+    async def scenario():
+        server = _server(
+            root / "runs", roots=[root], extra=["--max-runs", "2"], command=("-m", "agenttrainer.cli", "mcp")
+        )
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            tools = {t.name for t in (await session.list_tools()).tools}
+            refused = await session.call_tool("train", {"method": "sft", "config": str(outside / "shadow")})
+            return tools, refused, _payload(await session.call_tool("status", {}))
+
+    tools, refused, listing = asyncio.run(scenario())
+    assert tools == {"train", "status", "eval"}
+    assert _is_error(refused) and "outside the allowed roots" in _text(refused) and str(root) in _text(refused)
+    assert listing == {"runs_dir": str(root / "runs"), "runs": []}
