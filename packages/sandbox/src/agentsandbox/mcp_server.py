@@ -146,3 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def script() -> None:
+    """The ``knowlyr-sandbox-mcp`` console script: ``main``, or one line naming the extra without the SDK."""
+    from knowlyrcore.mcp import run_module
+
+    sys.exit(run_module("knowlyr-sandbox", "agentsandbox.mcp_server", sys.argv[1:]))
