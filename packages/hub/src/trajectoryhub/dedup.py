@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from knowlyrcore import Trajectory
+from knowlyrcore.jsonl import write_bytes_atomic
 
 
 def content_hash(t: Trajectory) -> str:
@@ -63,11 +63,7 @@ class ContentStore:
         path = self._path(key)
         if path.exists():
             return key, False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(t.model_dump_json())
-        os.replace(tmp, path)
+        write_bytes_atomic(path, t.model_dump_json().encode("utf-8"))
         return key, True
 
     def get(self, key: str) -> Trajectory:

@@ -134,19 +134,9 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
+    from knowlyrcore.jsonl import write_bytes_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def cmd_formats(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttrainer.config import GRPOConfig, SFTConfig
+from agenttrainer.data.readers import read_jsonl
 
 
 def _rows(dataset: Any) -> list[dict[str, Any]]:
@@ -186,7 +187,7 @@ class GRPOTrainerWrapper:
         for epoch in range(self.num_epochs):
             self.trainer.config.train_file = str(self._rollouts(epoch))
             self.trainer.config.resume_from_checkpoint = None
-            groups = [json.loads(line) for line in Path(self.trainer.config.train_file).read_text().splitlines()]
+            groups = [record for _, record in read_jsonl(self.trainer.config.train_file)]
             rewards.append(
                 sum(t["reward"] for g in groups for t in g["trajectories"])
                 / sum(len(g["trajectories"]) for g in groups)
