@@ -32,28 +32,65 @@ from agenttrainer.data import (
     sft_conversation,
     tokenize_conversation,
 )
-from agenttrainer.trainers.common import HiddenStates, sequence_sums
+from agenttrainer.losses import chunked_token_logps
+from agenttrainer.models.attention import HiddenStates
+from agenttrainer.packed import sequence_sums, to_device
+
+
+def eval_device(model: Any, device: str | torch.device | None = None) -> torch.device:
+    """``device`` if given; else the model's device when it is an accelerator, else CUDA when
+    available, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    current = next(model.parameters()).device
+    if current.type != "cpu":
+        return current
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` when asked for and supported (CPU, or a bf16-capable GPU), as in training."""
+    if bf16 and (device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_bf16_supported())):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _chunked_hits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor, chunk_size: int
+) -> torch.Tensor:
+    """``(B, T-1)``: 1.0 where the label token is the argmax prediction; logits for one chunk of
+    label positions at a time, as in :func:`~agenttrainer.losses.chunked_token_logps`."""
+    mask = labels[:, 1:] != -100
+    h, y = hidden[:, :-1][mask], labels[:, 1:][mask]  # (n, H), (n,)
+    hits = []
+    for start in range(0, y.numel(), chunk_size):
+        logits = h[start : start + chunk_size] @ weight.t()  # (chunk, V)
+        if bias is not None:
+            logits = logits + bias
+        hits.append((logits.argmax(-1) == y[start : start + chunk_size]).float())
+    flat = torch.cat(hits) if hits else hidden.new_zeros(0, dtype=torch.float32)
+    return torch.zeros(mask.shape, device=hidden.device).masked_scatter(mask, flat)
 
 
 @torch.no_grad()
-def _score(module: HiddenStates, examples: list, bf16: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per example: summed label log-prob, label count, correct argmax predictions."""
-    batch = collate(examples, packing=True, pad_token_id=0)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    with autocast:
-        hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
-    weight, bias = module.lm_head()
-    labels = batch["labels"][:, 1:]
-    mask = labels != -100
-    h, y = hidden[:, :-1][mask].float(), labels[mask]  # (n, H), (n,)
-    logits = h @ weight.float().t() + (0 if bias is None else bias.float())  # label positions only
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, y[:, None]).squeeze(-1)
-    flat = torch.zeros(mask.shape)
-    n = len(examples)
-    sums = sequence_sums(flat.masked_scatter(mask, logp), mask, batch["seq_ids"], n)
-    counts = sequence_sums(mask.float(), mask, batch["seq_ids"], n)
-    correct = sequence_sums(flat.masked_scatter(mask, (logits.argmax(-1) == y).float()), mask, batch["seq_ids"], n)
-    return sums, counts, correct
+def _score(
+    module: HiddenStates, examples: list, device: torch.device, bf16: bool, chunk_size: int, *, hits: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per example: summed label log-prob, label count and (``hits``) correct argmax predictions.
+
+    The LM head runs at label positions only, ``chunk_size`` positions at a time (the trainers'
+    path), so no ``(tokens, vocabulary)`` logits exist for the whole batch.
+    """
+    batch = to_device(collate(examples, packing=True, pad_token_id=0), device)
+    n, seq_ids = len(examples), batch["seq_ids"]
+    with _autocast(device, bf16):
+        hidden = module(batch["input_ids"], batch["position_ids"], seq_ids)  # (1, N, H)
+        weight, bias = module.lm_head()
+        logps, mask = chunked_token_logps(hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=chunk_size)
+        correct = _chunked_hits(hidden, weight, bias, batch["labels"], chunk_size) if hits else None
+    sums = sequence_sums(logps, mask, seq_ids, n)
+    counts = sequence_sums(mask.float(), mask, seq_ids, n)
+    return sums, counts, None if correct is None else sequence_sums(correct, mask, seq_ids, n)
 
 
 @dataclass
@@ -94,20 +131,28 @@ def evaluate_model(
     bf16: bool = True,
     agent_format: bool = True,
     mask_observations: bool = True,
+    device: str | torch.device | None = None,
+    chunk_size: int = 1024,
 ) -> dict[str, float]:
     """Metrics (``eval/…``) of ``model`` on ``eval_file`` (a path, or :func:`read_eval_data`'s result,
-    which then already fixed ``agent_format``/``mask_observations``)."""
+    which then already fixed ``agent_format``/``mask_observations``).
+
+    The model is moved to ``device`` (default :func:`eval_device`: its own accelerator, else CUDA
+    when available, else the CPU) and every batch with it; ``bf16`` autocasts where the device
+    supports it; the LM head runs on ``chunk_size`` label positions at a time.
+    """
     data = eval_file
     if not isinstance(data, EvalData):
         data = read_eval_data(eval_file, agent_format=agent_format, mask_observations=mask_observations)
-    module = HiddenStates(model).eval()
+    device = eval_device(model, device)
+    module = HiddenStates(model.to(device)).eval()
     if data.kind == "dpo":
         pairs = data.items
         margins = []
         for i in range(0, len(pairs), batch_size):
             part = pairs[i : i + batch_size]
             exs = [tokenize_conversation(tokenizer, c, max_length=max_length) for p in part for c in p]
-            sums = _score(module, exs, bf16)[0].view(-1, 2)
+            sums = _score(module, exs, device, bf16, chunk_size)[0].view(-1, 2)
             margins += (sums[:, 0] - sums[:, 1]).tolist()
         return {
             "eval/preference_accuracy": sum(m > 0 for m in margins) / len(margins),
@@ -117,9 +162,8 @@ def evaluate_model(
     if data.kind == "grpo":
         agree, mean_logps = 0, []
         for group in data.items:
-            sums, counts, _ = _score(
-                module, [tokenize_conversation(tokenizer, c, max_length=max_length) for c in group], bf16
-            )
+            exs = [tokenize_conversation(tokenizer, c, max_length=max_length) for c in group]
+            sums, counts, _ = _score(module, exs, device, bf16, chunk_size)
             per_token = sums / counts
             mean_logps += per_token.tolist()
             agree += int(per_token.argmax()) == max(range(len(group)), key=lambda i: group[i].reward)
@@ -132,8 +176,8 @@ def evaluate_model(
     convs = data.items
     for i in range(0, len(convs), batch_size):
         exs = [tokenize_conversation(tokenizer, c, max_length=max_length) for c in convs[i : i + batch_size]]
-        sums, counts, correct = _score(module, exs, bf16)
-        total += torch.stack([-sums.sum(), counts.sum(), correct.sum()])
+        sums, counts, correct = _score(module, exs, device, bf16, chunk_size, hits=True)
+        total += torch.stack([-sums.sum(), counts.sum(), correct.sum()]).cpu()
     loss = float(total[0] / total[1])
     return {
         "eval/loss": loss,
