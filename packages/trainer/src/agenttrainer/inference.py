@@ -99,11 +99,21 @@ class AgentInference:
         self.end_token_ids = end_token_ids(tokenizer)
 
     @classmethod
-    def from_pretrained(cls, path_or_alias: str, *, torch_dtype: Any = None, **gen_kwargs: Any) -> AgentInference:
-        """Load a checkpoint directory, alias (``smollm2-135m``) or Hub id; ``gen_kwargs`` are the
-        defaults ``max_new_tokens``, ``temperature`` (0 = greedy) and ``top_p``."""
+    def from_pretrained(
+        cls,
+        path_or_alias: str,
+        *,
+        torch_dtype: Any = None,
+        device: str | torch.device | None = None,
+        **gen_kwargs: Any,
+    ) -> AgentInference:
+        """Load a checkpoint directory, alias (``smollm2-135m``) or Hub id onto ``device`` (default
+        CUDA when available, else the CPU); ``gen_kwargs`` are the defaults ``max_new_tokens``,
+        ``temperature`` (0 = greedy) and ``top_p``. Prompts are encoded onto the model's device."""
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = load_model_and_tokenizer(path_or_alias, torch_dtype=torch_dtype)
-        return cls(model, tokenizer, **gen_kwargs)
+        return cls(model.to(device), tokenizer, **gen_kwargs)
 
     # -- generation -----------------------------------------------------------------------
 
