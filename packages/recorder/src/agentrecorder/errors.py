@@ -7,10 +7,14 @@
 
 from __future__ import annotations
 
-from knowlyrcore.errors import DataFormatError
+from knowlyrcore.errors import DataFormatError, KnowlyrError
 
 
-class ConversionError(DataFormatError):
+class RecorderError(KnowlyrError):
+    """Base class of every error knowlyr-recorder raises on purpose."""
+
+
+class ConversionError(RecorderError, DataFormatError):
     """A log could not be read or mapped onto the trajectory schema."""
 
 

@@ -1,9 +1,19 @@
-"""Errors of knowlyr-reward, each naming the file, line and field when input is at fault."""
+"""Errors of knowlyr-reward, each naming the file, line and field when input is at fault.
+
+knowlyr-reward does not depend on knowlyr-core; where core is installed (every install with
+another knowlyr package, or the ``mcp`` extra) ``RewardError`` derives from its
+``KnowlyrError``, so one ``except KnowlyrError`` catches the whole family as core promises.
+"""
 
 from __future__ import annotations
 
+try:
+    from knowlyrcore.errors import KnowlyrError as _Base
+except ImportError:  # reward installed alone
+    _Base = Exception
 
-class RewardError(Exception):
+
+class RewardError(_Base):
     """Base class of every error knowlyr-reward raises on purpose."""
 
 

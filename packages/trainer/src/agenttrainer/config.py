@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from agenttrainer.errors import TrainerError
 from knowlyrcore.errors import describe_parse_error
 
 C = TypeVar("C", bound="TrainConfig")
@@ -28,7 +29,7 @@ SCHEDULERS = ("cosine", "linear", "constant")
 REPORT_TO = ("wandb", "tensorboard")
 
 
-class ConfigError(ValueError):
+class ConfigError(TrainerError, ValueError):
     """An invalid configuration value or file."""
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agenttrainer.errors import TrainerError
 from agenttrainer.losses.sft import step_weights
 from knowlyrcore.errors import DataFormatError
 from knowlyrcore.jsonl import loads_record
@@ -42,7 +43,7 @@ MAX_LINE_BYTES_ENV = "KNOWLYR_TRAINER_MAX_LINE_BYTES"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
-class DataError(ValueError):
+class DataError(TrainerError, ValueError):
     """A training record that cannot be used; the message names file, line and field."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agenttrainer.errors import TrainerError
 
-class ModelLoadError(RuntimeError):
+
+class ModelLoadError(TrainerError, RuntimeError):
     """A model or tokenizer could not be resolved, converted or loaded; the message says why."""

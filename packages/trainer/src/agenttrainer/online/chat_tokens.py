@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agenttrainer.errors import TrainerError
 from agenttrainer.generation import end_token_ids
 from agenttrainer.inference import tool_schemas
 
@@ -24,7 +25,7 @@ Message = dict[str, Any]
 _PROBE = "probe"
 
 
-class TemplateError(ValueError):
+class TemplateError(TrainerError, ValueError):
     """The chat template does not render a chat as an append-only token sequence."""
 
 

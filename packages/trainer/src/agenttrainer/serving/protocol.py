@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agenttrainer.errors import TrainerError
 from agenttrainer.generation import TokenSample
 from agenttrainer.inference import Completion
 from agenttrainer.models.tool_calls import ToolCall
@@ -33,7 +34,7 @@ SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 MAX_COMPLETION_PROMPTS = 256  # prompts in one /v1/completions batch (one generate call)
 
 
-class RequestError(ValueError):
+class RequestError(TrainerError, ValueError):
     """A request the server refuses; ``status`` is the HTTP status, ``param`` the offending field."""
 
     def __init__(self, message: str, *, param: str | None = None, status: int = 400, code: str | None = None) -> None:

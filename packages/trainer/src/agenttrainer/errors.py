@@ -1,0 +1,14 @@
+"""The base of every error knowlyr-trainer raises on purpose.
+
+``TrainerError`` derives from knowlyr-core's ``KnowlyrError``; each concrete error also keeps the
+built-in type callers already catch (``ConfigError`` is a ``ValueError``, ``ModelLoadError`` a
+``RuntimeError``), so ``except KnowlyrError``, ``except TrainerError`` and the old handlers all work.
+"""
+
+from __future__ import annotations
+
+from knowlyrcore.errors import KnowlyrError
+
+
+class TrainerError(KnowlyrError):
+    """Base class of every error knowlyr-trainer raises on purpose."""
