@@ -5,17 +5,20 @@ Kept flat on purpose — each recipe reads top to bottom and calls these by name
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import random
-import shutil
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from agenttrainer.checkpoints import (  # noqa: F401  (re-exported for the recipes and online/)
+    CHECKPOINT_PREFIX,
+    list_checkpoints,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+    trainable_state,
+)
 from agenttrainer.config import TrainConfig
 from agenttrainer.models.attention import (  # noqa: F401  (re-exported for the recipes and online/)
     _EXPLICIT_ATTENTION_MAX_LEN,
@@ -26,8 +29,6 @@ from agenttrainer.models.attention import (  # noqa: F401  (re-exported for the 
 )
 from agenttrainer.models.attention import base_model as _base  # noqa: F401
 from agenttrainer.packed import sequence_sums, to_device, unpack_tokens  # noqa: F401
-
-CHECKPOINT_PREFIX = "checkpoint-"
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -136,91 +137,6 @@ def make_optimizer_and_scheduler(model: nn.Module, config: TrainConfig, total_st
     warmup = math.ceil(total_steps * config.warmup_ratio)
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
     return optimizer, scheduler
-
-
-def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "torch": torch.get_rng_state()}
-
-
-def save_checkpoint(
-    accelerator: Any, model: nn.Module, optimizer: Any, scheduler: Any, config: TrainConfig, state: dict[str, Any]
-) -> Path:
-    """Write ``checkpoint-<step>`` atomically: a temp directory renamed into place when complete.
-
-    Holds the trainable weights, optimizer, scheduler, each process's RNG state and the trainer
-    state (step, data position, best eval). Old checkpoints beyond ``save_total_limit`` are removed.
-    """
-    root = Path(config.output_dir)
-    final = root / f"{CHECKPOINT_PREFIX}{state['global_step']}"
-    tmp = root / f".tmp-{CHECKPOINT_PREFIX}{state['global_step']}"
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    torch.save(_rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
-    if accelerator.is_main_process:
-        torch.save(trainable_state(accelerator.unwrap_model(model)), tmp / "trainable.pt")
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        for f in tmp.iterdir():  # data reaches the disk before the rename makes it visible
-            with f.open("rb") as fh:
-                os.fsync(fh.fileno())
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        kept = sorted(list_checkpoints(root), key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
-        for old in kept[: max(len(kept) - config.save_total_limit, 0)] if config.save_total_limit else []:
-            shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    return final
-
-
-def list_checkpoints(root: Path) -> list[Path]:
-    return [
-        p
-        for p in root.glob(f"{CHECKPOINT_PREFIX}*")
-        if p.is_dir() and p.name[len(CHECKPOINT_PREFIX) :].isdigit() and (p / "trainer_state.json").is_file()
-    ]
-
-
-def resolve_checkpoint(config: TrainConfig) -> Path | None:
-    if not config.resume_from_checkpoint:
-        return None
-    if config.resume_from_checkpoint == "latest":
-        found = list_checkpoints(Path(config.output_dir))
-        return max(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :])) if found else None
-    path = Path(config.resume_from_checkpoint)
-    if not (path / "trainer_state.json").is_file():
-        raise FileNotFoundError(f"resume_from_checkpoint={path}: not a checkpoint (no trainer_state.json)")
-    return path
-
-
-def load_checkpoint(path: Path, accelerator: Any, model: nn.Module, optimizer: Any, scheduler: Any) -> dict[str, Any]:
-    """Restore what :func:`save_checkpoint` wrote; returns the trainer state."""
-    weights = torch.load(path / "trainable.pt", map_location="cpu")
-    params = dict(accelerator.unwrap_model(model).named_parameters())
-    missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
-    if missing:
-        raise ValueError(
-            f"{path}: checkpoint lacks trainable parameters {missing[:3]} (different model or LoRA setup?)"
-        )
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
-    rng_file = path / f"rng-{accelerator.process_index}.pt"
-    if rng_file.exists():
-        rng = torch.load(rng_file, weights_only=False)
-        random.setstate(rng["python"])
-        torch.set_rng_state(rng["torch"])
-    return json.loads((path / "trainer_state.json").read_text())
 
 
 def epoch_windows(batches: list[list[int]], accumulation: int) -> list[list[list[int]]]:

@@ -252,7 +252,16 @@ class DPOTrainer:
                         state["bad_evals"] += 1
                     done = bool(c.early_stopping_patience) and state["bad_evals"] >= c.early_stopping_patience
                 if c.save_steps and step % c.save_steps == 0:
-                    common.save_checkpoint(acc, model, optimizer, scheduler, c, {**state, "epoch": epoch})
+                    common.save_checkpoint(
+                        acc,
+                        model,
+                        optimizer,
+                        scheduler,
+                        c,
+                        {**state, "epoch": epoch},
+                        lm=self.model,
+                        tokenizer=self.tokenizer,
+                    )
                 if done or step >= total_steps:
                     done = True
                     break

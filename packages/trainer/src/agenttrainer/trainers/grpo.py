@@ -260,7 +260,16 @@ class GRPOTrainer:
                         break
                 state["windows_done"] = window_no
                 if c.save_steps and window_no % c.save_steps == 0:
-                    common.save_checkpoint(acc, model, optimizer, scheduler, c, {**state, "epoch": epoch})
+                    common.save_checkpoint(
+                        acc,
+                        model,
+                        optimizer,
+                        scheduler,
+                        c,
+                        {**state, "epoch": epoch},
+                        lm=self.model,
+                        tokenizer=self.tokenizer,
+                    )
                 if done:
                     break
             if done:

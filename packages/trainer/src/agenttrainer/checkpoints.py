@@ -1,0 +1,125 @@
+"""Training checkpoints: ``checkpoint-<step>`` directories to resume from and to load as models.
+
+A checkpoint holds what resuming needs (trainable weights, optimizer, scheduler, RNG states,
+trainer state) and, when the recipe passes its model, the model itself in ``save_pretrained``
+form, so every checkpoint is also a model directory. Writes are atomic (temp directory, fsync,
+rename); ``save_total_limit`` prunes the oldest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agenttrainer.config import TrainConfig
+from agenttrainer.models.saving import save_model
+
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+
+
+def save_checkpoint(
+    accelerator: Any,
+    model: nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    config: TrainConfig,
+    state: dict[str, Any],
+    *,
+    lm: Any = None,
+    tokenizer: Any = None,
+) -> Path:
+    """Write ``checkpoint-<step>`` atomically: a temp directory renamed into place when complete.
+
+    Holds the trainable weights, optimizer, scheduler, each process's RNG state and the trainer
+    state (step, data position, best eval) for resuming. Given the causal LM ``lm`` and its
+    ``tokenizer``, it is also a model directory: ``save_pretrained`` weights (for LoRA the adapter,
+    loaded onto its base) and tokenizer, so ``load_model_and_tokenizer(checkpoint)`` and
+    ``knowlyr-trainer eval --model checkpoint-N`` work. Old checkpoints beyond
+    ``save_total_limit`` are removed.
+    """
+    root = Path(config.output_dir)
+    final = root / f"{CHECKPOINT_PREFIX}{state['global_step']}"
+    tmp = root / f".tmp-{CHECKPOINT_PREFIX}{state['global_step']}"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    torch.save(_rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
+    if accelerator.is_main_process:
+        torch.save(trainable_state(accelerator.unwrap_model(model)), tmp / "trainable.pt")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
+        if lm is not None:
+            save_model(lm, tokenizer, tmp, merge_lora=False)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        for f in tmp.iterdir():  # data reaches the disk before the rename makes it visible
+            if not f.is_file():
+                continue
+            with f.open("rb") as fh:
+                os.fsync(fh.fileno())
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        kept = sorted(list_checkpoints(root), key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
+        for old in kept[: max(len(kept) - config.save_total_limit, 0)] if config.save_total_limit else []:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    return [
+        p
+        for p in root.glob(f"{CHECKPOINT_PREFIX}*")
+        if p.is_dir() and p.name[len(CHECKPOINT_PREFIX) :].isdigit() and (p / "trainer_state.json").is_file()
+    ]
+
+
+def resolve_checkpoint(config: TrainConfig) -> Path | None:
+    if not config.resume_from_checkpoint:
+        return None
+    if config.resume_from_checkpoint == "latest":
+        found = list_checkpoints(Path(config.output_dir))
+        return max(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :])) if found else None
+    path = Path(config.resume_from_checkpoint)
+    if not (path / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"resume_from_checkpoint={path}: not a checkpoint (no trainer_state.json)")
+    return path
+
+
+def load_checkpoint(path: Path, accelerator: Any, model: nn.Module, optimizer: Any, scheduler: Any) -> dict[str, Any]:
+    """Restore what :func:`save_checkpoint` wrote; returns the trainer state."""
+    weights = torch.load(path / "trainable.pt", map_location="cpu")
+    params = dict(accelerator.unwrap_model(model).named_parameters())
+    missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
+    if missing:
+        raise ValueError(
+            f"{path}: checkpoint lacks trainable parameters {missing[:3]} (different model or LoRA setup?)"
+        )
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
+    rng_file = path / f"rng-{accelerator.process_index}.pt"
+    if rng_file.exists():
+        rng = torch.load(rng_file, weights_only=False)
+        random.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
+    return json.loads((path / "trainer_state.json").read_text())
