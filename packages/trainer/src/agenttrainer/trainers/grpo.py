@@ -216,6 +216,7 @@ class GRPOTrainer:
                 num_items = sum(len(groups[g]) for b in window for g in b) / acc.num_processes
                 micro = [common.shard(b, acc) for b in window]
                 old_logps: list[torch.Tensor | None] = [None] * len(micro)
+                steps_before = state["global_step"]
                 for _ in range(c.grpo_iterations):
                     model.train()
                     step_loss, sums, n_seq = torch.zeros((), device=acc.device), {}, 0
@@ -259,7 +260,10 @@ class GRPOTrainer:
                         done = True
                         break
                 state["windows_done"] = window_no
-                if c.save_steps and window_no % c.save_steps == 0:
+                # save_steps counts optimizer steps, as in SFT and DPO. Resuming replays whole batches of
+                # groups, so the checkpoint is written after the batch whose updates reach a multiple of
+                # save_steps (with grpo_iterations == 1 that is exactly every save_steps steps).
+                if c.save_steps and state["global_step"] // c.save_steps > steps_before // c.save_steps:
                     common.save_checkpoint(
                         acc,
                         model,
