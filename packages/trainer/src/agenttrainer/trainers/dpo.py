@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import DPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -39,7 +40,11 @@ from agenttrainer.data import (
 )
 from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.losses import chunked_token_logps, dpo_loss
-from agenttrainer.trainers import common
+from agenttrainer.models.attention import HiddenStates
+from agenttrainer.packed import sequence_sums, to_device
+from agenttrainer.trainers.guards import check_finite
+from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
+from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
 
 Pair = tuple[Example, Example]
 
@@ -50,9 +55,9 @@ class DPOTrainer:
     def __init__(self, config: DPOConfig, *, model: Any = None, tokenizer: Any = None):
         self.config = config
         self.data = self.read_data() if config.train_file else None  # before the (slow) model load
-        self.accelerator = common.make_accelerator(config)
-        self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
-        self.wrapped = common.HiddenStates(self.model)
+        self.accelerator = make_accelerator(config)
+        self.model, self.tokenizer = load_policy(config, model, tokenizer)
+        self.wrapped = HiddenStates(self.model)
 
     @staticmethod
     def read_pairs(path: str | Path) -> list[tuple[Conversation, Conversation]]:
@@ -80,14 +85,14 @@ class DPOTrainer:
     def sequence_logps(self, module: Any, pairs: list[Pair]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(chosen, rejected)`` summed completion log-probs ``(P,)`` under ``module`` (a HiddenStates)."""
         examples = [p[0] for p in pairs] + [p[1] for p in pairs]
-        batch = common.to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        batch = to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
         with self.accelerator.autocast():
             hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
-            weight, bias = common.HiddenStates.lm_head(self.accelerator.unwrap_model(module))
+            weight, bias = HiddenStates.lm_head(self.accelerator.unwrap_model(module))
             logps, mask = chunked_token_logps(
                 hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
             )
-        sums = common.sequence_sums(logps, mask, batch["seq_ids"], len(examples))  # (2P,)
+        sums = sequence_sums(logps, mask, batch["seq_ids"], len(examples))  # (2P,)
         return sums[: len(pairs)], sums[len(pairs) :]
 
     @torch.no_grad()
@@ -107,7 +112,7 @@ class DPOTrainer:
         if c.ref_model_name_or_path:
             from agenttrainer.models import load_model_and_tokenizer
 
-            ref = common.HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
+            ref = HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
             ref.to(self.accelerator.device)
         else:
             ref = self.wrapped  # the policy before its first update is the reference
@@ -172,18 +177,18 @@ class DPOTrainer:
             batches = shuffled_batches(
                 len(pairs), c.batch_size * acc.num_processes, random.Random(c.seed * 1000 + epoch)
             )
-            plan.append(common.epoch_windows(common.global_batches(batches, acc), c.gradient_accumulation_steps))
+            plan.append(epoch_windows(global_batches(batches, acc), c.gradient_accumulation_steps))
         total_steps = sum(len(w) for w in plan)
         if c.max_steps > 0:
             total_steps = min(total_steps, c.max_steps)
-        optimizer, scheduler = common.make_optimizer_and_scheduler(self.wrapped, c, total_steps)
+        optimizer, scheduler = make_optimizer_and_scheduler(self.wrapped, c, total_steps)
         model, optimizer = acc.prepare(self.wrapped, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
 
         state = {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0}
-        resume = common.resolve_checkpoint(c)
+        resume = resolve_checkpoint(c)
         if resume is not None:
-            state.update(common.load_checkpoint(resume, acc, model, optimizer, scheduler))
+            state.update(load_checkpoint(resume, acc, model, optimizer, scheduler))
         logger = MetricsLogger(
             c.output_dir,
             c.report_to,
@@ -208,7 +213,7 @@ class DPOTrainer:
                 num_items = sum(len(b) for b in window) / acc.num_processes  # pairs in the step, per process
                 step_loss, sums = torch.zeros((), device=acc.device), {}
                 for k, batch_idx in enumerate(window):
-                    mine = common.shard(batch_idx, acc)
+                    mine = shard(batch_idx, acc)
                     sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
                     with sync:
                         loss, metrics = self._loss(
@@ -220,9 +225,9 @@ class DPOTrainer:
                         sums[key] = sums.get(key, 0.0) + v * len(mine)
                     state["tokens"] += sum(len(pairs[i][0]) + len(pairs[i][1]) for i in mine)
                 last_loss = float(acc.reduce(step_loss, reduction="mean"))
-                common.check_finite(step, last_loss)
+                check_finite(step, last_loss)
                 grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
-                common.check_finite(step, last_loss, grad_norm)
+                check_finite(step, last_loss, grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -230,7 +235,7 @@ class DPOTrainer:
                 bar.update(1)
                 bar.set_postfix(loss=f"{last_loss:.4f}")
                 if step % c.logging_steps == 0:
-                    n = sum(len(common.shard(b, acc)) for b in window)
+                    n = sum(len(shard(b, acc)) for b in window)
                     log = {
                         "loss/train": last_loss,
                         "train/learning_rate": scheduler.get_last_lr()[0],
@@ -252,7 +257,7 @@ class DPOTrainer:
                         state["bad_evals"] += 1
                     done = bool(c.early_stopping_patience) and state["bad_evals"] >= c.early_stopping_patience
                 if c.save_steps and step % c.save_steps == 0:
-                    common.save_checkpoint(
+                    save_checkpoint(
                         acc,
                         model,
                         optimizer,

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -42,7 +43,11 @@ from agenttrainer.data import (
 )
 from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.losses import chunked_token_logps, group_advantages, grpo_loss
-from agenttrainer.trainers import common
+from agenttrainer.models.attention import HiddenStates
+from agenttrainer.packed import to_device, unpack_tokens
+from agenttrainer.trainers.guards import check_finite
+from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
+from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
 
 
 class GRPOTrainer:
@@ -51,9 +56,9 @@ class GRPOTrainer:
     def __init__(self, config: GRPOConfig, *, model: Any = None, tokenizer: Any = None):
         self.config = config
         self.data = self.read_groups(config.train_file) if config.train_file else None  # before the model load
-        self.accelerator = common.make_accelerator(config)
-        self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
-        self.wrapped = common.HiddenStates(self.model)
+        self.accelerator = make_accelerator(config)
+        self.model, self.tokenizer = load_policy(config, model, tokenizer)
+        self.wrapped = HiddenStates(self.model)
 
     def read_groups(self, path: str | Path) -> list[tuple[list[Conversation], list[float]]]:
         """Every group of ``path``, checked, with its group-normalised advantages; no model needed."""
@@ -95,15 +100,15 @@ class GRPOTrainer:
         self, module: Any, examples: list[Example]
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Per-token completion log-probs ``(S, L)``, their mask and the packed batch."""
-        batch = common.to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        batch = to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
         with self.accelerator.autocast():
             hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
-            weight, bias = common.HiddenStates.lm_head(self.accelerator.unwrap_model(module))
+            weight, bias = HiddenStates.lm_head(self.accelerator.unwrap_model(module))
             logps, mask = chunked_token_logps(
                 hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
             )
-        per_seq = common.unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
-        token_mask = common.unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
+        per_seq = unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
+        token_mask = unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
         return per_seq, token_mask, batch
 
     @torch.no_grad()
@@ -122,7 +127,7 @@ class GRPOTrainer:
         if c.ref_model_name_or_path:
             from agenttrainer.models import load_model_and_tokenizer
 
-            ref = common.HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
+            ref = HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
             ref.to(self.accelerator.device)
         else:
             ref = self.wrapped  # the policy before its first update is the reference
@@ -141,7 +146,7 @@ class GRPOTrainer:
     def _loss(self, model, examples, ref, old, num_items):
         """GRPO loss of one micro-batch; returns ``(loss, metrics, detached logps)``."""
         logps, mask, batch = self.token_logps(model, examples)
-        weights = common.unpack_tokens(
+        weights = unpack_tokens(
             batch["weights"][:, 1:], batch["labels"][:, 1:] != -100, batch["seq_ids"], len(examples)
         )
         adv = torch.tensor([ex.meta["advantage"] for ex in examples], device=logps.device)[:, None] * weights  # (S, L)
@@ -179,19 +184,19 @@ class GRPOTrainer:
             batches = shuffled_batches(
                 len(groups), c.batch_size * acc.num_processes, random.Random(c.seed * 1000 + epoch)
             )
-            plan.append(common.epoch_windows(common.global_batches(batches, acc), c.gradient_accumulation_steps))
+            plan.append(epoch_windows(global_batches(batches, acc), c.gradient_accumulation_steps))
         total_windows = sum(len(w) for w in plan)
         total_steps = total_windows * c.grpo_iterations
         if c.max_steps > 0:
             total_steps = min(total_steps, c.max_steps)
-        optimizer, scheduler = common.make_optimizer_and_scheduler(self.wrapped, c, total_steps)
+        optimizer, scheduler = make_optimizer_and_scheduler(self.wrapped, c, total_steps)
         model, optimizer = acc.prepare(self.wrapped, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
 
         state = {"global_step": 0, "windows_done": 0, "tokens": 0}
-        resume = common.resolve_checkpoint(c)
+        resume = resolve_checkpoint(c)
         if resume is not None:
-            state.update(common.load_checkpoint(resume, acc, model, optimizer, scheduler))
+            state.update(load_checkpoint(resume, acc, model, optimizer, scheduler))
         logger = MetricsLogger(
             c.output_dir,
             c.report_to,
@@ -214,7 +219,7 @@ class GRPOTrainer:
                     continue  # resuming: these groups were already trained on
                 # Trajectories in the whole step on all processes, per process (DDP averages grads).
                 num_items = sum(len(groups[g]) for b in window for g in b) / acc.num_processes
-                micro = [common.shard(b, acc) for b in window]
+                micro = [shard(b, acc) for b in window]
                 old_logps: list[torch.Tensor | None] = [None] * len(micro)
                 steps_before = state["global_step"]
                 for _ in range(c.grpo_iterations):
@@ -235,9 +240,9 @@ class GRPOTrainer:
                         n_seq += len(examples)
                         state["tokens"] += sum(len(ex) for ex in examples)
                     last_loss = float(acc.reduce(step_loss, reduction="mean"))
-                    common.check_finite(state["global_step"] + 1, last_loss)
+                    check_finite(state["global_step"] + 1, last_loss)
                     grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
-                    common.check_finite(state["global_step"] + 1, last_loss, grad_norm)
+                    check_finite(state["global_step"] + 1, last_loss, grad_norm)
                     optimizer.step()
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
@@ -264,7 +269,7 @@ class GRPOTrainer:
                 # groups, so the checkpoint is written after the batch whose updates reach a multiple of
                 # save_steps (with grpo_iterations == 1 that is exactly every save_steps steps).
                 if c.save_steps and state["global_step"] // c.save_steps > steps_before // c.save_steps:
-                    common.save_checkpoint(
+                    save_checkpoint(
                         acc,
                         model,
                         optimizer,

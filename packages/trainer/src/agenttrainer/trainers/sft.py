@@ -9,7 +9,7 @@ so any split of the same global batch (accumulation, processes) gives the same g
 
 Every record (train, eval, replay buffer) is read and checked before the model is loaded, so
 bad data fails in seconds; the conversations are tokenised once the tokenizer exists. Training
-stops with :class:`~agenttrainer.trainers.common.NonFiniteLossError` naming the step rather than
+stops with :class:`~agenttrainer.trainers.guards.NonFiniteLossError` naming the step rather than
 take an optimizer step on a NaN/Infinity loss.
 
 Simplifications: the data set is tokenised up front in memory; ``max_steps``/``save_steps``
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import SFTConfig
 from agenttrainer.data import (
     Conversation,
@@ -50,7 +51,11 @@ from agenttrainer.data import (
 )
 from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.losses import chunked_token_logps, sft_loss
-from agenttrainer.trainers import common
+from agenttrainer.models.attention import HiddenStates
+from agenttrainer.packed import sequence_sums, to_device
+from agenttrainer.trainers.guards import check_finite
+from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
+from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
 
 
 class SFTTrainer:
@@ -59,9 +64,9 @@ class SFTTrainer:
     def __init__(self, config: SFTConfig, *, model: Any = None, tokenizer: Any = None):
         self.config = config
         self.data = self.read_data() if config.train_file else None  # before the (slow) model load
-        self.accelerator = common.make_accelerator(config)
-        self.model, self.tokenizer = common.load_policy(config, model, tokenizer)
-        self.wrapped = common.HiddenStates(self.model)
+        self.accelerator = make_accelerator(config)
+        self.model, self.tokenizer = load_policy(config, model, tokenizer)
+        self.wrapped = HiddenStates(self.model)
 
     # ----------------------------------------------------------------------------- data
     def read_conversations(self, path: str | Path) -> tuple[list[Conversation], list[dict[str, Any]]]:
@@ -119,14 +124,14 @@ class SFTTrainer:
         device, out = self.accelerator.device, []
         for start in range(0, len(examples), self.config.batch_size):
             chunk = examples[start : start + self.config.batch_size]
-            batch = common.to_device(collate(chunk, packing=True, pad_token_id=0), device)
+            batch = to_device(collate(chunk, packing=True, pad_token_id=0), device)
             with self.accelerator.autocast():
                 hidden = self.wrapped(batch["input_ids"], batch["position_ids"], batch["seq_ids"])
                 weight, bias = self.wrapped.lm_head()
                 logps, mask = chunked_token_logps(
                     hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
                 )
-            sums = common.sequence_sums(-logps, mask, batch["seq_ids"], len(chunk))
+            sums = sequence_sums(-logps, mask, batch["seq_ids"], len(chunk))
             out += (sums / torch.tensor([ex.num_trainable for ex in chunk], device=device)).tolist()
         return out
 
@@ -147,8 +152,8 @@ class SFTTrainer:
                 local = shuffled_batches(len(pool), global_bs, rng)
             else:
                 local = length_grouped_batches([len(examples[i]) for i in pool], global_bs, rng)
-            batches = common.global_batches([[pool[i] for i in b] for b in local], acc)
-            plan.append(common.epoch_windows(batches, c.gradient_accumulation_steps))
+            batches = global_batches([[pool[i] for i in b] for b in local], acc)
+            plan.append(epoch_windows(batches, c.gradient_accumulation_steps))
         return plan
 
     # ----------------------------------------------------------------------------- eval
@@ -160,7 +165,7 @@ class SFTTrainer:
         mine = examples[acc.process_index :: acc.num_processes]
         total = torch.zeros(2, device=acc.device)  # (nll sum, tokens)
         for start in range(0, len(mine), c.batch_size):
-            batch = common.to_device(
+            batch = to_device(
                 collate(mine[start : start + c.batch_size], packing=c.packing, pad_token_id=self._pad_id()), acc.device
             )
             with acc.autocast():
@@ -189,10 +194,8 @@ class SFTTrainer:
         num_items = sum(examples[i].num_trainable for b in window for i in b) / acc.num_processes
         step_loss, tokens = torch.zeros((), device=acc.device), 0
         for k, batch_idx in enumerate(window):
-            batch_examples = [examples[i] for i in common.shard(batch_idx, acc)]
-            batch = common.to_device(
-                collate(batch_examples, packing=c.packing, pad_token_id=self._pad_id()), acc.device
-            )
+            batch_examples = [examples[i] for i in shard(batch_idx, acc)]
+            batch = to_device(collate(batch_examples, packing=c.packing, pad_token_id=self._pad_id()), acc.device)
             sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
             with sync:
                 with acc.autocast():
@@ -233,14 +236,14 @@ class SFTTrainer:
         total_steps = sum(len(w) for w in plan)
         if c.max_steps > 0:
             total_steps = min(total_steps, c.max_steps)
-        optimizer, scheduler = common.make_optimizer_and_scheduler(self.wrapped, c, total_steps)
+        optimizer, scheduler = make_optimizer_and_scheduler(self.wrapped, c, total_steps)
         model, optimizer = acc.prepare(self.wrapped, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
 
         state = {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0}
-        resume = common.resolve_checkpoint(c)
+        resume = resolve_checkpoint(c)
         if resume is not None:
-            state.update(common.load_checkpoint(resume, acc, model, optimizer, scheduler))
+            state.update(load_checkpoint(resume, acc, model, optimizer, scheduler))
         logger = MetricsLogger(
             c.output_dir,
             c.report_to,
@@ -265,9 +268,9 @@ class SFTTrainer:
                 step_loss, tokens = self.backward_window(model, window, examples)
                 state["tokens"] += tokens
                 last_loss = float(acc.reduce(step_loss, reduction="mean"))
-                common.check_finite(step, last_loss)
+                check_finite(step, last_loss)
                 grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
-                common.check_finite(step, last_loss, grad_norm)
+                check_finite(step, last_loss, grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -296,7 +299,7 @@ class SFTTrainer:
                         state["bad_evals"] += 1
                     done = bool(c.early_stopping_patience) and state["bad_evals"] >= c.early_stopping_patience
                 if c.save_steps and step % c.save_steps == 0:
-                    common.save_checkpoint(
+                    save_checkpoint(
                         acc,
                         model,
                         optimizer,
