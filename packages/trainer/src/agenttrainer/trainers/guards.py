@@ -6,8 +6,10 @@ import math
 
 import torch
 
+from agenttrainer.errors import TrainerError
 
-class NonFiniteLossError(FloatingPointError):
+
+class NonFiniteLossError(TrainerError, FloatingPointError):
     """A NaN/Infinity loss or gradient norm, raised before the optimizer step that would apply it."""
 
 
