@@ -1,6 +1,10 @@
-"""``save_steps`` counts optimizer steps in all three recipes (gradient accumulation 2, so a step
-is two micro-batches): ``checkpoint-N`` appears exactly at steps N = save_steps, 2*save_steps, …,
-and holds the state after N optimizer steps (trainer state and the scheduler's step count).
+"""The three recipes (SFT, DPO, GRPO) share save / resume semantics, with gradient accumulation 2
+(an optimizer step is two micro-batches):
+
+* ``save_steps`` counts optimizer steps: ``checkpoint-N`` appears exactly at N = save_steps,
+  2*save_steps, … and holds the state after N optimizer steps (trainer state, scheduler count);
+* resuming from a checkpoint ends with exactly the uninterrupted run's weights;
+* training changes every parameter tensor.
 
 Step counts: SFT 8 conversations and DPO 8 pairs, batch 1 x accumulation 2 -> 4 steps; GRPO 6
 groups, batch 1 x accumulation 2 -> 3 batches of groups, x ``grpo_iterations`` = 2 -> 6 steps.
@@ -22,6 +26,11 @@ RECIPES = {
     "dpo": (DPOConfig, DPOTrainer, {}),
     "grpo": (GRPOConfig, GRPOTrainer, {"grpo_iterations": 2}),
 }
+
+
+@pytest.fixture
+def train_file(request, sft_file, dpo_file, grpo_file):
+    return {"sft": sft_file, "dpo": dpo_file, "grpo": grpo_file}[request.node.callspec.params["recipe"]]
 
 
 def _train(recipe, train_file, out, model, tok, **kw):
@@ -52,9 +61,8 @@ def _checkpoint_steps(out):
 
 
 @pytest.mark.parametrize(("recipe", "total"), [("sft", 4), ("dpo", 4), ("grpo", 6)])
-def test_checkpoints_at_every_save_steps_optimizer_steps(tmp_path, tiny, sft_file, dpo_file, grpo_file, recipe, total):
+def test_checkpoints_at_every_save_steps_optimizer_steps(tmp_path, tiny, train_file, recipe, total):
     model, tok = tiny
-    train_file = {"sft": sft_file, "dpo": dpo_file, "grpo": grpo_file}[recipe]
     result = _train(recipe, train_file, tmp_path / "out", model, tok, save_steps=2)
     assert result["global_step"] == total
     assert _checkpoint_steps(tmp_path / "out") == {n: n for n in range(2, total + 1, 2)}
@@ -66,3 +74,25 @@ def test_grpo_checkpoints_after_the_batch_that_reaches_a_multiple(tmp_path, tiny
     model, tok = tiny
     _train("grpo", grpo_file, tmp_path / "out", model, tok, save_steps=3)
     assert _checkpoint_steps(tmp_path / "out") == {4: 4, 6: 6}
+
+
+@pytest.mark.parametrize("recipe", ["sft", "dpo", "grpo"])
+def test_resume_from_a_checkpoint_is_bit_exact(tmp_path, tiny, train_file, recipe):
+    from agenttrainer.models import build_tiny_model
+
+    model, tok = tiny
+    _train(recipe, train_file, tmp_path / "full", model, tok, save_steps=2)
+    resumed_model, _ = build_tiny_model(seed=0)
+    checkpoint = str(tmp_path / "full" / "checkpoint-2")
+    _train(recipe, train_file, tmp_path / "resumed", resumed_model, tok, resume_from_checkpoint=checkpoint)
+    for (name, a), b in zip(model.named_parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("recipe", ["sft", "dpo", "grpo"])
+def test_training_changes_every_parameter(tmp_path, tiny, train_file, recipe):
+    model, tok = tiny
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _train(recipe, train_file, tmp_path / "out", model, tok)
+    unchanged = [n for n, p in model.named_parameters() if torch.equal(before[n], p)]
+    assert not unchanged
