@@ -358,7 +358,7 @@ class GRPOConfig(TrainConfig):
     grpo_iterations: int = field(
         default=1,
         metadata={
-            "help": "Optimizer updates per batch of groups (ratios differ from 1 after the first); save_steps counts batches."
+            "help": "Optimizer updates per batch of groups (ratios differ from 1 after the first); save_steps counts optimizer steps."
         },
     )
     ref_model_name_or_path: str | None = field(
