@@ -375,6 +375,12 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
                                    save_steps=1), model=model2, tokenizer=tokenizer2)  # fmt: skip
     partial = first.train(stop_after=2)
     assert partial["iterations"] == 2
+    # a checkpoint is also a model directory: it loads and answers like the policy at that iteration
+    from agenttrainer.models import load_model_and_tokenizer
+
+    saved, _ = load_model_and_tokenizer(str(sorted((tmp_path / "b").glob("checkpoint-*"))[-1]))
+    probe = torch.tensor([[1, 2, 3, 4]])
+    assert torch.allclose(saved(probe).logits, model2(probe).logits, atol=1e-5)
     model3, tokenizer3 = build_tiny_model(seed=0)
     resumed = OnlineRLTrainer(config(tmp_path, tasks_file, output_dir=str(tmp_path / "b"), num_iterations=3,
                                      save_steps=1, resume_from_checkpoint="latest"),

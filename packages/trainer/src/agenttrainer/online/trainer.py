@@ -467,7 +467,8 @@ class OnlineRLTrainer:
                     masked=int(metrics["rollout/masked_episodes"]),
                 )
                 if c.save_steps and state["global_step"] % c.save_steps == 0:
-                    common.save_checkpoint(acc, self.trainable, optimizer, scheduler, c, state)
+                    common.save_checkpoint(acc, self.trainable, optimizer, scheduler, c, state,
+                                           lm=self.model, tokenizer=self.tokenizer)  # fmt: skip
         finally:
             bar.close()
             logger.close()
