@@ -68,7 +68,9 @@ def test_eval_command_accepts_a_checkpoint(tmp_path, tiny, sft_file):
     model, tok = tiny
     trainer, checkpoint = _train(tmp_path, sft_file, model, tok)
     result = CliRunner().invoke(
-        main, ["eval", "--model", str(checkpoint), "--eval-file", sft_file, "--no-bf16"], catch_exceptions=False
+        main,
+        ["eval", "--model", str(checkpoint), "--eval-file", sft_file, "--no-bf16", "--device", "cpu"],
+        catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.stdout.strip().splitlines()[-1])

@@ -197,6 +197,7 @@ def _yaml_values(config_file: str | None) -> dict[str, Any]:
 @click.option("--bf16/--no-bf16", default=True, show_default=True, help="bf16 autocast.")
 @click.option("--agent-format/--no-agent-format", default=True, show_default=True)
 @click.option("--mask-observations/--no-mask-observations", default=True, show_default=True)
+@click.option("--device", default=None, help="cpu, cuda, cuda:1, ... (default: CUDA when available, else CPU).")
 def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> None:
     """Evaluate a model: loss/perplexity/token accuracy, preference accuracy or group top-1."""
     import torch
