@@ -2,7 +2,7 @@
 
 One dataclass shared by both backends, so a task or a CLI flag means the same thing on
 Docker and on the local bubblewrap backend. Where a backend cannot enforce a field, its
-docstring says so, and ``sandbox.enforced_limits()`` lists what holds on this host (the local
+docstring says so, and ``sandbox.enforced_limits`` lists what holds on this host (the local
 backend has cgroups only when it runs as root).
 """
 
