@@ -82,6 +82,14 @@ BOOT = 'builtin eval "$KNOWLYR_DRIVER_TEXT"'
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
+#: Bash that empties the scratch directories (made writable first: an episode may have locked a
+#: directory). Run by every reset and before every graded run.
+WIPE_SCRATCH = (
+    f"chmod -R u+w {' '.join(SCRATCH_DIRS)} 2>/dev/null; "
+    f'for __k_d in {" ".join(SCRATCH_DIRS)}; do [ -w "$__k_d" ] && find "$__k_d" -mindepth 1 -delete 2>/dev/null; done; '
+)
+
+
 def reset_script(workdir: str, snapshot_dir: str, env: dict[str, str]) -> str:
     """Bash run in-shell on reset: kill every other process, restore the snapshot, re-exec.
 
@@ -92,15 +100,14 @@ def reset_script(workdir: str, snapshot_dir: str, env: dict[str, str]) -> str:
     one, so no function, alias, trap or variable survives; it greets with the reset's nonce.
     """
     w, s = shlex.quote(workdir), shlex.quote(snapshot_dir)
-    scratch = " ".join(SCRATCH_DIRS)
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
     return (
         # repeated until nothing is left to signal: a fork bomb forks while a sweep runs
         "for __k_i in {1..50}; do builtin kill -9 -1 2>/dev/null || break; done; "
         f"builtin cd {w} || builtin exit 70; "
-        f"chmod -R u+w {w} {scratch} 2>/dev/null; find {w} -mindepth 1 -delete 2>/dev/null; "
-        f'for __k_d in {scratch}; do [ -w "$__k_d" ] && find "$__k_d" -mindepth 1 -delete 2>/dev/null; done; '
-        f"cp -dR --preserve=mode,timestamps {s}/. {w}/ || builtin exit 71; "
+        f"chmod -R u+w {w} 2>/dev/null; find {w} -mindepth 1 -delete 2>/dev/null; "
+        + WIPE_SCRATCH
+        + f"cp -dR --preserve=mode,timestamps {s}/. {w}/ || builtin exit 71; "
         f'builtin exec env -i {assignments} KNOWLYR_GREETING="$__k_nonce" KNOWLYR_RESET="$KNOWLYR_RESET" '
         'KNOWLYR_DRIVER_TEXT="$KNOWLYR_DRIVER_TEXT" KNOWLYR_BOOT="$KNOWLYR_BOOT" bash --noprofile --norc -c "$KNOWLYR_BOOT"'
     )

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from agentsandbox.config import CLEAN_HOME, SandboxConfig, check_timeout
-from agentsandbox.shell import BOOT, DRIVER, SCRATCH_DIRS, PersistentShell, ShellOutput, Transport, reset_script
+from agentsandbox.shell import BOOT, DRIVER, WIPE_SCRATCH, PersistentShell, ShellOutput, Transport, reset_script
 from agentsandbox.workspace import Workspace, chown_tree
 from knowlyrcore.errors import InfrastructureError
 from knowlyrcore.models import ToolResult
@@ -304,8 +304,7 @@ class Sandbox(ABC):
         self._kill_all()
         self.restore(list(restore))
         self._start_shell(self.config.workdir, env=self.config.clean_env())
-        wipe = f'for d in {" ".join(SCRATCH_DIRS)}; do [ -w "$d" ] && find "$d" -mindepth 1 -delete; done; true'
-        self._shell.run(f"chmod -R u+w {' '.join(SCRATCH_DIRS)} 2>/dev/null; {wipe} 2>/dev/null", RESET_TIMEOUT)
+        self._shell.run(WIPE_SCRATCH + "true", RESET_TIMEOUT)
         self._shell.run_argv(["mkdir", "-p", CLEAN_HOME], RESET_TIMEOUT)
         result = self._finish(self._shell.run(command, self._timeout(timeout)), timeout)
         # The agent's next command must not inherit the clean environment's shell state.
