@@ -48,7 +48,7 @@ def test_domain_show_json(capsys):
 
 def test_unknown_domain_is_a_one_line_error(capsys):
     code, out, err = run(capsys, "domain", "show", "astrology")
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert err.startswith("error: unknown domain 'astrology'") and err.count("\n") == 1
 
 
@@ -77,7 +77,7 @@ def test_check_reports_violations(capsys):
 
 def test_check_unknown_env(capsys):
     code, _, err = run(capsys, "check", "nope/nope")
-    assert code == 1 and "unknown environment 'nope/nope'" in err
+    assert code == 2 and "unknown environment 'nope/nope'" in err
 
 
 def test_schema_trajectory_is_json_schema(capsys):
@@ -96,7 +96,7 @@ def test_validate(capsys, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"steps": 1}\n')
     code, _, err = run(capsys, "validate", str(bad))
-    assert code == 1 and f"{bad}:1: steps:" in err
+    assert code == 2 and f"{bad}:1: steps:" in err
 
 
 def test_console_script_help():

@@ -57,7 +57,7 @@ def test_security_validate_refuses_non_finite_numbers(tmp_path, edit, field, tok
     path = tmp_path / "scored.jsonl"
     path.write_text(json.dumps(GOOD) + "\n" + json.dumps(record).replace(f'"@{token}@"', token) + "\n")
     done = validate(path)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert one_line(done.stderr) == f"error: {path}:2: {field}: non-finite number ({token})"
 
 
@@ -66,7 +66,7 @@ def test_security_validate_deep_nesting_is_one_line(tmp_path, depth):
     path = tmp_path / "deep.jsonl"
     path.write_text(json.dumps(GOOD) + "\n" + '{"metadata": ' + "[" * depth + "]" * depth + "}\n")
     done = validate(path)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert one_line(done.stderr) == f"error: {path}:2: nested deeper than 100 levels"
 
 
@@ -74,7 +74,7 @@ def test_security_validate_empty_file_is_an_error(tmp_path):
     path = tmp_path / "empty.jsonl"
     path.write_text("\n")
     done = validate(path)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert one_line(done.stderr) == f"error: {path}: no trajectories (empty file)"
 
 

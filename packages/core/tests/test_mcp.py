@@ -77,7 +77,7 @@ def test_validate_domains_domain_tool_schemas_over_stdio(tmp_path):
 
     report = _payload(invalid)
     assert report["valid"] is False and report["error"].startswith(f"{bad}:2: ")
-    assert cli.returncode == 1 and cli.stderr.strip() == f"error: {report['error']}"  # the CLI's very line
+    assert cli.returncode == 2 and cli.stderr.strip() == f"error: {report['error']}"  # the CLI's very line
 
     assert _payload(task)["records"] == 1
     assert _payload(task_as_trajectory)["valid"] is False

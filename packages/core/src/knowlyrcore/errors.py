@@ -31,10 +31,22 @@ def describe_parse_error(exc: BaseException) -> tuple[int | None, str]:
 
 
 class KnowlyrError(Exception):
-    """Base class of every error raised deliberately by knowlyr packages."""
+    """Base class of every error raised deliberately by knowlyr packages.
+
+    ``exit_code`` is what a ``knowlyr-*`` command exits with when this error ends it
+    (``knowlyrcore.clikit``): 1 for a failure while running, 2 for wrong input.
+    """
+
+    exit_code = 1
 
 
-class InvalidActionError(KnowlyrError, ValueError):
+class InputError(KnowlyrError):
+    """The input is wrong (a file, an argument, an id): fixing it is the user's move. Exit code 2."""
+
+    exit_code = 2
+
+
+class InvalidActionError(InputError, ValueError):
     """An action is not a well-formed tool call, or its parameters break the tool's schema."""
 
 
@@ -43,15 +55,15 @@ class InfrastructureError(KnowlyrError, RuntimeError):
     a model endpoint that is down. Trainers mask such episodes out instead of scoring them zero."""
 
 
-class RegistryError(KnowlyrError, LookupError):
+class RegistryError(InputError, LookupError):
     """An environment id is unknown, malformed, or its entry point failed to load."""
 
 
-class DomainError(KnowlyrError, LookupError):
+class DomainError(InputError, LookupError):
     """A domain profile is unknown or a profile file is invalid."""
 
 
-class DataFormatError(KnowlyrError, ValueError):
+class DataFormatError(InputError, ValueError):
     """A record in a data file is malformed.
 
     The message always names the file, the line (1-based) and, when known, the field, in the

@@ -38,12 +38,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.errors import InputError, KnowlyrError
 
 MAX_FILES = 10_000  # directory entries one expand() may visit
 
 
-class PathRefusedError(KnowlyrError):
+class PathRefusedError(InputError):
     """A path argument a server will not use; the message names the path and why."""
 
 
