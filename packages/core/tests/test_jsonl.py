@@ -98,3 +98,67 @@ def test_written_records_are_one_per_line(tmp_path):
     write_jsonl(path, [{"text": "line1\nline2"}])
     lines = path.read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0]) == {"text": "line1\nline2"}
+
+
+# ------------------------------------------------ encodings, long lines, schema_version (issue 12)
+
+
+def test_utf16_file_is_named_as_such(tmp_path):
+    path = tmp_path / "u16.jsonl"
+    path.write_bytes('{"a": 1}\n'.encode("utf-16"))
+    with pytest.raises(DataFormatError, match=rf"^{path}:1: the file is UTF-16 text; convert it to UTF-8$"):
+        list(read_jsonl(path))
+
+
+def test_latin1_and_binary_name_the_line_and_byte(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"name": "caf\xe9"}\n')
+    with pytest.raises(
+        DataFormatError, match=rf"^{path}:2: not UTF-8 text \(byte 13\); is it a binary, Latin-1 or UTF-16 file\?$"
+    ):
+        list(read_jsonl(path))
+
+
+def test_utf8_byte_order_mark_is_ignored(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\n{"a": 2}\n')
+    assert [r["a"] for r in read_jsonl(path)] == [1, 2]
+
+
+def test_long_line_is_refused_and_skipped_with_on_error(tmp_path, monkeypatch):
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"a": 1}\n{"a": "' + "x" * 5000 + '"}\n{"a": 3}\n')
+    monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "1000")
+    with pytest.raises(
+        DataFormatError, match=rf"^{path}:2: line longer than 1000 bytes \(limit: KNOWLYR_MAX_LINE_BYTES\)$"
+    ):
+        list(read_jsonl(path))
+    problems = []
+    kept = [r["a"] for r in read_jsonl(path, on_error=problems.append)]
+    assert kept == [1, 3] and [p.line for p in problems] == [2]
+    monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "-5")
+    with pytest.raises(DataFormatError, match="KNOWLYR_MAX_LINE_BYTES: expected a positive number of bytes"):
+        list(read_jsonl(path))
+
+
+@pytest.mark.parametrize(
+    ("version", "problem"),
+    [
+        ("2.0", "schema_version: unsupported version '2.0' (this reader accepts 1.x)"),
+        ("0.9", "schema_version: unsupported version '0.9' (this reader accepts 1.x)"),
+        (1.0, "schema_version: must be a string like '1.0', got float"),
+        (None, "schema_version: must be a string like '1.0', got NoneType"),
+    ],
+)
+def test_every_record_with_a_foreign_schema_version_is_refused(tmp_path, version, problem):
+    path = tmp_path / "v.jsonl"
+    path.write_text(json.dumps({"schema_version": "1.3"}) + "\n" + json.dumps({"schema_version": version}) + "\n")
+    with pytest.raises(DataFormatError) as info:
+        list(read_jsonl(path))  # plain records too, not only trajectories
+    assert str(info.value) == f"{path}:2: {problem}"
+
+
+def test_records_without_schema_version_are_the_current_version(tmp_path):
+    path = tmp_path / "plain.jsonl"
+    path.write_text('{"id": "t1"}\n{"schema_version": "1.9", "id": "t2"}\n')
+    assert [r["id"] for r in read_jsonl(path)] == ["t1", "t2"]

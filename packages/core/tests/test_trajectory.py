@@ -54,7 +54,7 @@ def test_round_trip_is_lossless():
 def test_schema_version_is_written_and_checked():
     assert Trajectory().schema_version == SCHEMA_VERSION
     assert Trajectory(schema_version="1.7").schema_version == "1.7"
-    with pytest.raises(ValidationError, match="unsupported schema_version '2.0'"):
+    with pytest.raises(ValidationError, match="unsupported version '2.0'"):
         Trajectory(schema_version="2.0")
 
 

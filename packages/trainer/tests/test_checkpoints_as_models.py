@@ -9,7 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from agenttrainer.cli import main
+from agenttrainer.cli import cli
 from agenttrainer.config import SFTConfig
 from agenttrainer.inference import AgentInference
 from agenttrainer.models import load_model_and_tokenizer
@@ -68,7 +68,7 @@ def test_eval_command_accepts_a_checkpoint(tmp_path, tiny, sft_file):
     model, tok = tiny
     trainer, checkpoint = _train(tmp_path, sft_file, model, tok)
     result = CliRunner().invoke(
-        main,
+        cli,
         ["eval", "--model", str(checkpoint), "--eval-file", sft_file, "--no-bf16", "--device", "cpu"],
         catch_exceptions=False,
     )

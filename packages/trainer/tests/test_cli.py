@@ -7,11 +7,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from agenttrainer.cli import main
+from agenttrainer.cli import cli
 
 
 def _run(args):
-    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
     return result
 
 
@@ -104,8 +104,8 @@ def test_errors_are_one_line(tmp_path, tiny_path, rows):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows.sft(1)[0]) + "\n" + json.dumps({"instruction": "x", "steps": "nope"}) + "\n")
     result = _run(["sft", "--train-file", str(bad), "--model", tiny_path, "--output-dir", str(tmp_path / "o"), *COMMON])
-    assert result.exit_code == 1
-    assert f"Error: {bad}:2: field 'steps' must be a list" in result.output
+    assert result.exit_code == 2
+    assert result.output == f"error: {bad}:2: field 'steps' must be a list\n"
     config = tmp_path / "c.yaml"
     config.write_text("train_file: a.jsonl\nlearning_rat: 1\n")
     result = _run(["sft", "--config", str(config)])
@@ -124,14 +124,14 @@ def test_plain_install_without_the_serve_extra_runs_the_cli():
     import sys
 
     blocked = "import sys; sys.modules['starlette'] = None; sys.modules['uvicorn'] = None; "
-    run = "from agenttrainer.cli import main; main({args})"
+    run = "from agenttrainer.cli import main; raise SystemExit(main({args}))"
     listed = subprocess.run([sys.executable, "-c", blocked + run.format(args="['--help']")],
                             capture_output=True, text=True)  # fmt: skip
     assert listed.returncode == 0 and "serve" in listed.stdout, listed.stderr[-2000:]
     served = subprocess.run([sys.executable, "-c", blocked + run.format(args="['serve', 'smollm2-135m']")],
                             capture_output=True, text=True)  # fmt: skip
     assert served.returncode == 1 and "Traceback" not in served.stderr
-    assert served.stderr.strip() == "Error: serving needs the serve extra: pip install 'knowlyr-trainer[serve]'"
+    assert served.stderr.strip() == "error: serving needs the serve extra: pip install 'knowlyr-trainer[serve]'"
 
 
 @pytest.mark.parametrize("command", ["sft", "dpo", "grpo"])
@@ -139,13 +139,13 @@ def test_security_config_errors_never_echo_the_file(tmp_path, command):
     """A host file passed as --config (YAML error, unknown keys) is named, never printed."""
     from click.testing import CliRunner
 
-    from agenttrainer.cli import main
+    from agenttrainer.cli import cli
 
     broken = tmp_path / "broken.yaml"
     broken.write_text('lr: [unclosed\n  "root:secret-hash-line"\n')
     keys = tmp_path / "keys.yaml"
     keys.write_text("root:secret-hash-line: 1\nlearning_rate: 0.1\n")
     for path in (broken, keys):
-        result = CliRunner().invoke(main, [command, "--config", str(path)])
+        result = CliRunner().invoke(cli, [command, "--config", str(path)])
         assert result.exit_code != 0 and str(path) in result.output
         assert "secret-hash-line" not in result.output, result.output

@@ -3,9 +3,9 @@
 * 7: NaN/Infinity in any number is refused by every reader (``path:line: field: problem``), and
   a training loop never takes an optimizer step on a non-finite loss (nor saves its weights).
 * 8: every record is read and checked before a model is loaded, and a line longer than the
-  bound (``KNOWLYR_TRAINER_MAX_LINE_BYTES``) is refused without reading all of it.
+  bound (``KNOWLYR_MAX_LINE_BYTES``) is refused without reading all of it.
 * 11: UTF-16 and binary files, JSON nested 100,000 deep and empty files are one-line errors
-  with exit status 1, never a traceback or a silent success.
+  with exit status 2, never a traceback or a silent success.
 """
 
 import json
@@ -18,7 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from agenttrainer.cli import main
+from agenttrainer.cli import cli
 from agenttrainer.config import DPOConfig, GRPOConfig, SFTConfig
 from agenttrainer.data import DataError, grpo_group, read_jsonl, sft_conversation
 from agenttrainer.trainers.common import NonFiniteLossError, check_finite
@@ -30,15 +30,16 @@ COMMON = ["--num-epochs", "1", "--batch-size", "2", "--no-bf16", "--no-progress-
 
 
 def _cli(args):
-    return CliRunner().invoke(main, args)
+    return CliRunner().invoke(cli, args)
 
 
-def _one_line_error(result, expected):
-    """Exit 1 with ``expected`` in a one-line ``Error:`` message, no traceback."""
-    assert result.exit_code == 1, result.output
+def _one_line_error(result, expected, code=2):
+    """Exit ``code`` (2: bad input, 1: failed while running) with ``expected`` in the one
+    ``error:`` line, no traceback."""
+    assert result.exit_code == code, result.output
     assert isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and expected in errors[0], result.output
 
 
@@ -164,7 +165,7 @@ def test_security_nan_loss_is_a_one_line_cli_error(tmp_path, tiny, sft_file):
     model_dir = save_model(model, tok, tmp_path / "nan-model")
     out = tmp_path / "out"
     result = _cli(["sft", "--train-file", sft_file, "--model", str(model_dir), "--output-dir", str(out), *COMMON])
-    _one_line_error(result, "step 1: loss is nan; stopped before the optimizer step")
+    _one_line_error(result, "step 1: loss is nan; stopped before the optimizer step", code=1)
     assert not (out / "final").exists()
 
 
@@ -208,7 +209,7 @@ def test_security_long_line_is_refused_without_reading_it_whole(tmp_path, monkey
     Before: the whole line was read and parsed (a 200 MB line took 15 GB in ``sft``).
     """
     limit = 1 << 20
-    monkeypatch.setenv("KNOWLYR_TRAINER_MAX_LINE_BYTES", str(limit))
+    monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", str(limit))
     path = tmp_path / "long.jsonl"
     with path.open("w") as fh:
         fh.write(json.dumps(rows.sft(1)[0]) + "\n")
@@ -230,13 +231,13 @@ def test_security_line_length_bound_is_exact_and_configurable(tmp_path, monkeypa
     assert len(list(read_jsonl(path, max_line_bytes=len(record)))) == 2
     with pytest.raises(DataError, match=rf"^{path}:1: line longer than {len(record) - 1} bytes"):
         list(read_jsonl(path, max_line_bytes=len(record) - 1))
-    monkeypatch.setenv("KNOWLYR_TRAINER_MAX_LINE_BYTES", "lots")
-    with pytest.raises(DataError, match="KNOWLYR_TRAINER_MAX_LINE_BYTES='lots': expected a positive number"):
+    monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "lots")
+    with pytest.raises(DataError, match="KNOWLYR_MAX_LINE_BYTES: expected a positive number of bytes, got 'lots'"):
         list(read_jsonl(path))
 
 
 def test_security_long_line_is_a_one_line_cli_error(tmp_path, monkeypatch, no_model_load):
-    monkeypatch.setenv("KNOWLYR_TRAINER_MAX_LINE_BYTES", "1000")
+    monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "1000")
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"instruction": "t", "response": "x" * 5000}) + "\n")
     result = _cli(["sft", "--train-file", str(path), "--model", str(tmp_path / "none"), *COMMON])

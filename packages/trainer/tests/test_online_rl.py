@@ -433,14 +433,14 @@ def test_groups_that_all_scored_the_same_are_left_out_of_the_update(tiny, tmp_pa
 def test_cli_runs_online_rl(tiny_path, tmp_path):
     from click.testing import CliRunner
 
-    from agenttrainer.cli import main
+    from agenttrainer.cli import cli
 
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "system_prompt": SYSTEM}}])
     args = ["grpo", "--online", "--env", "test/countdown", "--tasks", tasks_file, "--model", tiny_path,
             "--output-dir", str(tmp_path / "out"), "--num-iterations", "2", "--group-size", "2",
             "--tasks-per-iteration", "1", "--max-new-tokens", "4", "--max-turns", "3", "--no-bf16",
             "--process-reward", "none", "--learning-rate", "1e-3", "--no-progress-bar"]  # fmt: skip
-    result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["iterations"] == 2 and len(summary["reward_curve"]) == 2
@@ -448,14 +448,14 @@ def test_cli_runs_online_rl(tiny_path, tmp_path):
     first = json.loads((tmp_path / "out" / "rollouts" / "iteration-00001.jsonl").read_text().splitlines()[0])
     assert first["steps"][0]["token_ids"] and len(first["steps"][0]["logprobs"]) == len(first["steps"][0]["token_ids"])
     # online-only options without --online, and --online without an environment, are refused clearly
-    refused = CliRunner().invoke(main, ["grpo", "--train-file", tasks_file, "--env", "test/countdown"])
+    refused = CliRunner().invoke(cli, ["grpo", "--train-file", tasks_file, "--env", "test/countdown"])
     assert refused.exit_code == 2 and "add --online" in refused.output
-    refused = CliRunner().invoke(main, ["grpo", "--online", "--tasks", tasks_file])
+    refused = CliRunner().invoke(cli, ["grpo", "--online", "--tasks", tasks_file])
     assert refused.exit_code == 2 and "--online needs --env" in refused.output
     missing = CliRunner().invoke(
-        main, ["grpo", "--online", "--env", "test/countdown", "--tasks", str(tmp_path / "no.jsonl")]
+        cli, ["grpo", "--online", "--env", "test/countdown", "--tasks", str(tmp_path / "no.jsonl")]
     )
-    assert missing.exit_code == 1 and "no.jsonl" in missing.output
+    assert missing.exit_code == 2 and "no.jsonl" in missing.output
 
 
 @pytest.mark.integration

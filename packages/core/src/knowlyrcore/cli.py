@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import click
 
-from knowlyrcore.clikit import json_argument, mcp_command, run
+from knowlyrcore.clikit import Group, json_argument, mcp_command, run
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="knowlyr-core")
 def cli() -> None:
     """Inspect knowlyr environments, domains and schemas."""

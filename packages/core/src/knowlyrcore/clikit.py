@@ -17,7 +17,7 @@ A package's CLI reads::
     import click
     from knowlyrcore.clikit import mcp_command, run
 
-    @click.group()
+    @click.group(cls=Group)
     @click.version_option(package_name="knowlyr-x")
     def cli() -> None:
         "The knowlyr-x command."
@@ -30,6 +30,7 @@ A package's CLI reads::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,6 +95,17 @@ def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name:
     return result if isinstance(result, int) else EXIT_OK
 
 
+class Group(click.Group):
+    """A click group whose standalone runs (``cli()``, click's ``CliRunner``) also go through
+    :func:`run`, so they print and exit exactly as ``main([...])`` does."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:  # fmt: skip
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        sys.exit(run(self, args, prog_name=prog_name))
+
+
 def mcp_command(dist: str, module: str) -> click.Command:
     """``<dist> mcp [ARGS]``: run the package's MCP server over stdio; every argument is the
     server's own (``mcp --help`` lists them), so click parses none of them."""
@@ -131,6 +143,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "Group",
     "error_line",
     "exit_code_of",
     "json_argument",

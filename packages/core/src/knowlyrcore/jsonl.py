@@ -9,6 +9,10 @@ float are refused (a reward or score must be a finite number), and so is nesting
 ``MAX_JSON_DEPTH`` levels, which no trajectory needs and which would otherwise end in a
 ``RecursionError`` somewhere downstream. Writers refuse non-finite numbers the same way.
 
+A line longer than ``KNOWLYR_MAX_LINE_BYTES`` (16 MiB unless set) is refused after reading only
+that many bytes, UTF-16 files are named as such, and a record carrying ``schema_version`` must
+be a ``1.x`` one (``check_schema_version``); records without it are taken as the current version.
+
 Writes go to a temporary file in the target directory and are renamed over the target only
 when complete, so a crash never leaves a half-written dataset behind.
 
@@ -39,6 +43,45 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 #: deepest nesting of objects and arrays a record may have
 MAX_JSON_DEPTH = 100
+
+#: the version every record written by knowlyr carries; readers accept any ``1.x``
+SCHEMA_VERSION = "1.0"
+
+#: environment variable bounding one line of a JSONL file, in bytes
+MAX_LINE_BYTES_ENV = "KNOWLYR_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+def default_max_line_bytes() -> int:
+    """``KNOWLYR_MAX_LINE_BYTES`` when set (a positive integer), else 16 MiB."""
+    value = os.environ.get(MAX_LINE_BYTES_ENV)
+    if value is None or not value.strip():
+        return DEFAULT_MAX_LINE_BYTES
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit <= 0:
+        raise DataFormatError(MAX_LINE_BYTES_ENV, None, f"expected a positive number of bytes, got {value[:40]!r}")
+    return limit
+
+
+def schema_version_problem(value: Any) -> str | None:
+    """Why ``value`` is not a ``schema_version`` this reader accepts, or None when it is."""
+    if not isinstance(value, str):
+        return f"must be a string like {SCHEMA_VERSION!r}, got {type(value).__name__}"
+    if value.split(".", 1)[0] != SCHEMA_VERSION.split(".", 1)[0]:
+        return f"unsupported version {value[:20]!r} (this reader accepts 1.x)"
+    return None
+
+
+def check_schema_version(record: dict[str, Any], path: str | os.PathLike, line: int | None) -> dict[str, Any]:
+    """Return ``record``; raise ``DataFormatError`` if it carries a ``schema_version`` not ``1.x``."""
+    if "schema_version" in record:
+        problem = schema_version_problem(record["schema_version"])
+        if problem:
+            raise DataFormatError(str(path), line, problem, field="schema_version")
+    return record
 
 
 class _NonFinite(ValueError):
@@ -156,23 +199,37 @@ def validation_error(path: str | os.PathLike, line: int | None, err: ValidationE
 
 
 def iter_json_lines(
-    path: str | os.PathLike, *, on_error: Callable[[DataFormatError], None] | None = None
+    path: str | os.PathLike,
+    *,
+    on_error: Callable[[DataFormatError], None] | None = None,
+    max_line_bytes: int | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, record)`` for every non-blank line; each record must be an object.
 
     A bad line raises ``DataFormatError``; with ``on_error`` it is passed there instead and
-    reading goes on with the next line (an unreadable file still raises).
+    reading goes on with the next line (an unreadable file still raises). At most
+    ``max_line_bytes`` (default: :func:`default_max_line_bytes`) of a line are held in memory.
     """
     path = Path(path)
+    limit = default_max_line_bytes() if max_line_bytes is None else max_line_bytes
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors need their own message
     except OSError as exc:
         raise DataFormatError(str(path), None, exc.strerror or str(exc)) from None
     with handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
+        number = 0
+        while raw := handle.readline(limit + 1):  # the buffered reader fills it chunk by chunk
+            number += 1
+            if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                raise DataFormatError(str(path), 1, "the file is UTF-16 text; convert it to UTF-8")
             try:
+                if len(raw) > limit and not raw.endswith(b"\n"):
+                    if on_error is not None:  # reading goes on after the long line
+                        _skip_rest_of_line(handle)
+                    raise DataFormatError(str(path), number, f"line longer than {limit} bytes "
+                                          f"(limit: {MAX_LINE_BYTES_ENV})")  # fmt: skip
+                if not raw.strip():
+                    continue
                 yield number, _record_of_line(raw, path, number)
             except DataFormatError as exc:
                 if on_error is None:
@@ -180,15 +237,23 @@ def iter_json_lines(
                 on_error(exc)
 
 
+def _skip_rest_of_line(handle: Any, chunk: int = 1 << 16) -> None:
+    while (part := handle.readline(chunk)) and not part.endswith(b"\n"):
+        pass
+
+
 def _record_of_line(raw: bytes, path: Path, number: int) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataFormatError(str(path), number, f"not UTF-8 text (byte {exc.start})") from None
+        raise DataFormatError(str(path), number, f"not UTF-8 text (byte {exc.start}); "
+                              "is it a binary, Latin-1 or UTF-16 file?") from None  # fmt: skip
+    if number == 1:
+        text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark
     record = loads_record(text, path, number)
     if not isinstance(record, dict):
         raise DataFormatError(str(path), number, f"expected a JSON object, got {type(record).__name__}")
-    return record
+    return check_schema_version(record, path, number)
 
 
 def read_jsonl(

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from knowlyrcore.errors import InputError, KnowlyrError
+from knowlyrcore.errors import InputError
 
 MAX_FILES = 10_000  # directory entries one expand() may visit
 

@@ -25,17 +25,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from knowlyrcore.jsonl import finite_json
+from knowlyrcore.jsonl import SCHEMA_VERSION, finite_json, schema_version_problem
 from knowlyrcore.models import TaskInfo
 
-SCHEMA_VERSION = "1.0"
 
-
-def _check_version(value: str) -> str:
-    major = str(value).split(".", 1)[0]
-    if major != SCHEMA_VERSION.split(".", 1)[0]:
-        raise ValueError(f"unsupported schema_version {value!r}; this reader understands {SCHEMA_VERSION}")
-    return str(value)
+def _check_version(value: Any) -> str:
+    problem = schema_version_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class _Record(BaseModel):

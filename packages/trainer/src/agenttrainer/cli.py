@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from agenttrainer.config import (
-    ConfigError,
     DPOConfig,
     GRPOConfig,
     OnlineRLConfig,
@@ -27,6 +26,7 @@ from agenttrainer.config import (
     read_config_file,
 )
 from agenttrainer.serving.cli import serve
+from knowlyrcore.clikit import Group, json_argument, mcp_command, run
 
 
 def _parse_list(value: str | None) -> list[str] | None:
@@ -34,13 +34,8 @@ def _parse_list(value: str | None) -> list[str] | None:
 
 
 def _parse_dict(value: str | None) -> dict[str, float] | None:
-    if value is None:
-        return None
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"expected a JSON object: {exc.msg}") from None
-    if not isinstance(parsed, dict):
+    parsed = json_argument(value, "the value")
+    if parsed is not None and not isinstance(parsed, dict):
         raise click.BadParameter("expected a JSON object")
     return parsed
 
@@ -87,37 +82,27 @@ def _config_options(config_cls: type[TrainConfig]):
 
 
 def _build(config_cls: type[TrainConfig], config_file: str | None, flags: dict[str, Any]) -> Any:
-    try:
-        config = config_cls.from_yaml(config_file, **flags)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+    config = config_cls.from_yaml(config_file, **flags)  # a ConfigError names the file and line: exit 2
     if not config.train_file:
         raise click.UsageError("--train-file (or train_file in --config) is required")
     return config
 
 
 def _run(trainer_cls: Any, config: TrainConfig) -> None:
-    from agenttrainer.data import DataError
-    from agenttrainer.trainers.common import NonFiniteLossError
-
-    try:
-        trainer = trainer_cls(config)
-        result = trainer.train()
-    except (DataError, NonFiniteLossError) as exc:
-        raise click.ClickException(str(exc)) from None
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+    # bad data / config (exit 2) and a non-finite loss (exit 1) reach clikit.run as one line each
+    trainer = trainer_cls(config)
+    result = trainer.train()
     if trainer.accelerator.is_main_process:
         click.echo(json.dumps(result, default=str))
 
 
-@click.group()
+@click.group(cls=Group)
 @click.version_option(package_name="knowlyr-trainer")
-def main() -> None:
+def cli() -> None:
     """Train LLM tool-use agents on knowlyr-hub trajectory exports: SFT, DPO, GRPO."""
 
 
-@main.command()
+@cli.command()
 @_config_options(SFTConfig)
 def sft(config_file: str | None, **flags: Any) -> None:
     """Supervised fine-tuning (agent format, observation masking, step-weighted loss, ...)."""
@@ -126,7 +111,7 @@ def sft(config_file: str | None, **flags: Any) -> None:
     _run(SFTTrainer, _build(SFTConfig, config_file, flags))
 
 
-@main.command()
+@cli.command()
 @_config_options(DPOConfig)
 def dpo(config_file: str | None, **flags: Any) -> None:
     """Direct preference optimisation on prompt/chosen/rejected pairs."""
@@ -135,7 +120,7 @@ def dpo(config_file: str | None, **flags: Any) -> None:
     _run(DPOTrainer, _build(DPOConfig, config_file, flags))
 
 
-@main.command()
+@cli.command()
 @click.option(
     "--online",
     is_flag=True,
@@ -154,11 +139,8 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
     if online:
         from agenttrainer.online import OnlineRLTrainer
 
-        try:
-            config = OnlineRLConfig.from_dict({**values, **{k: v for k, v in flags.items() if v is not None}},
-                                              source=config_file or "command line")  # fmt: skip
-        except ConfigError as exc:
-            raise click.UsageError(str(exc)) from None
+        config = OnlineRLConfig.from_dict({**values, **{k: v for k, v in flags.items() if v is not None}},
+                                          source=config_file or "command line")  # fmt: skip
         if not config.env_id or not config.tasks_file:
             raise click.UsageError("--online needs --env (a registered environment id) and --tasks (tasks JSONL)")
         _run(OnlineRLTrainer, config)
@@ -180,14 +162,11 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
 def _yaml_values(config_file: str | None) -> dict[str, Any]:
     if config_file is None:
         return {}
-    try:  # errors name the file and line, never echo its content
-        values, _lines = read_config_file(config_file)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+    values, _lines = read_config_file(config_file)  # errors name the file and line, never echo content
     return dict(values)
 
 
-@main.command("eval")
+@cli.command("eval")
 @click.option("--model", "model_name_or_path", required=True, help="Model path or alias.")
 @click.option(
     "--eval-file", required=True, type=click.Path(exists=True, dir_okay=False), help="SFT, DPO or GRPO JSONL."
@@ -202,31 +181,23 @@ def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> Non
     """Evaluate a model: loss/perplexity/token accuracy, preference accuracy or group top-1."""
     import torch
 
-    from agenttrainer.data import DataError
     from agenttrainer.eval import evaluate_model, read_eval_data
     from agenttrainer.models import load_model_and_tokenizer
 
     formats = {k: options.pop(k) for k in ("agent_format", "mask_observations")}
-    try:  # every record is checked before the model loads
-        data = read_eval_data(eval_file, **formats)
-    except DataError as exc:
-        raise click.ClickException(str(exc)) from None
+    data = read_eval_data(eval_file, **formats)  # every record is checked before the model loads
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, torch_dtype=torch.float32)
     click.echo(json.dumps(evaluate_model(model, tokenizer, data, **options)))
 
 
-@main.command("mcp", add_help_option=False, context_settings={"ignore_unknown_options": True})
-@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-def mcp_command(server_args: tuple[str, ...]) -> None:
-    """Run the MCP server over stdio (extra: mcp); `mcp --help` lists its options."""
-    from knowlyrcore.mcp import run_module
-
-    sys.exit(run_module("knowlyr-trainer", "agenttrainer.mcp_server", server_args))
-
-
+cli.add_command(mcp_command("knowlyr-trainer", "agenttrainer.mcp_server"))
 # `serve` needs the serve extra only when it runs (it says so then); listing it needs nothing.
-main.add_command(serve)
+cli.add_command(serve)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(cli, argv, prog_name="knowlyr-trainer")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

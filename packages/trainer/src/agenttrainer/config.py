@@ -32,6 +32,8 @@ REPORT_TO = ("wandb", "tensorboard")
 class ConfigError(TrainerError, ValueError):
     """An invalid configuration value or file."""
 
+    exit_code = 2  # wrong input: the command exits 2 (knowlyrcore.clikit)
+
 
 # A config file may be any file the caller names (an MCP client, a typo): its errors name the file,
 # the line and what is wrong, and echo only what looks like a field name or a short plain value,

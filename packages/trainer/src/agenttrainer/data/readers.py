@@ -16,7 +16,7 @@ Numbers must be finite: ``NaN``/``Infinity`` literals, overflowing numbers and w
 out non-finite are refused, since one of them turns every trained weight into NaN.
 
 Files are read one line at a time, and a line may hold at most ``max_line_bytes`` bytes
-(default 16 MiB, or the ``KNOWLYR_TRAINER_MAX_LINE_BYTES`` environment variable): a longer line
+(default 16 MiB, or the ``KNOWLYR_MAX_LINE_BYTES`` environment variable): a longer line
 is refused after reading ``max_line_bytes + 1`` bytes of it, so a 200 MB line never reaches the
 JSON parser. Lines must be UTF-8 (a UTF-8 byte-order mark on line 1 is ignored); objects and
 arrays may nest at most 100 levels (``knowlyrcore.jsonl.MAX_JSON_DEPTH``).
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -36,15 +35,13 @@ from typing import Any
 from agenttrainer.errors import TrainerError
 from agenttrainer.losses.sft import step_weights
 from knowlyrcore.errors import DataFormatError
-from knowlyrcore.jsonl import loads_record
-
-#: environment variable overriding the longest line (in bytes) a data file may have
-MAX_LINE_BYTES_ENV = "KNOWLYR_TRAINER_MAX_LINE_BYTES"
-DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+from knowlyrcore.jsonl import iter_json_lines
 
 
 class DataError(TrainerError, ValueError):
     """A training record that cannot be used; the message names file, line and field."""
+
+    exit_code = 2  # wrong input: the command exits 2 (knowlyrcore.clikit)
 
 
 @dataclass
@@ -74,67 +71,22 @@ class Conversation:
         return replace(self, trainable=trainable)
 
 
-def default_max_line_bytes() -> int:
-    """The line-length bound: ``$KNOWLYR_TRAINER_MAX_LINE_BYTES`` if set, else 16 MiB."""
-    value = os.environ.get(MAX_LINE_BYTES_ENV)
-    if value is None:
-        return DEFAULT_MAX_LINE_BYTES
-    try:
-        limit = int(value)
-    except ValueError:
-        limit = 0
-    if limit <= 0:
-        raise DataError(f"{MAX_LINE_BYTES_ENV}={value!r}: expected a positive number of bytes")
-    return limit
-
-
 def read_jsonl(path: str | Path, *, max_line_bytes: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ``("file:line", record)`` for every non-blank line; a bad line raises :class:`DataError`.
 
-    Streams the file: at most ``max_line_bytes + 1`` bytes of one line are in memory at a time
-    (``None``: :func:`default_max_line_bytes`). Refused, each as ``path:line: problem``: a longer line,
-    text that is not UTF-8 (UTF-16, binary files), invalid JSON, NaN/Infinity, nesting deeper than
-    100 levels, and a line that is not a JSON object.
+    knowlyr-core's reader underneath: it streams the file holding at most ``max_line_bytes``
+    (default ``$KNOWLYR_MAX_LINE_BYTES``, 16 MiB) of one line, and refuses, each as
+    ``path:line: problem``, a longer line, UTF-16 / binary / Latin-1 text, invalid JSON,
+    NaN/Infinity, nesting deeper than 100 levels, a line that is not a JSON object and a
+    ``schema_version`` other than 1.x.
     """
-    path = Path(path)
-    limit = default_max_line_bytes() if max_line_bytes is None else max_line_bytes
-    if not path.is_file():
+    if not Path(path).is_file():
         raise DataError(f"{path}: no such file")
     try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    with handle:
-        lineno = 0
-        while raw := handle.readline(limit + 1):  # the buffered reader fills it chunk by chunk
-            lineno += 1
-            where = f"{path}:{lineno}"
-            if len(raw) > limit and not raw.endswith(b"\n"):
-                raise DataError(f"{where}: line longer than {limit} bytes (limit: {MAX_LINE_BYTES_ENV})")
-            if lineno == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-                raise DataError(f"{where}: the file is UTF-16 text; convert it to UTF-8")
-            if not raw.strip():
-                continue
-            yield where, _record(raw, path, lineno)
-
-
-def _record(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
-    where = f"{path}:{lineno}"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{where}: not UTF-8 text (byte {exc.start}); is it a binary or UTF-16 file?") from None
-    if lineno == 1:
-        text = text.removeprefix("\ufeff")
-    try:
-        record = loads_record(text, path, lineno)
-    except DataFormatError as exc:  # invalid JSON, NaN/Infinity, nesting too deep
+        for lineno, record in iter_json_lines(path, max_line_bytes=max_line_bytes):
+            yield f"{path}:{lineno}", record
+    except DataFormatError as exc:
         raise DataError(str(exc)) from None
-    except ValueError as exc:  # an integer of more than 4300 digits (sys.get_int_max_str_digits)
-        raise DataError(f"{where}: invalid JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    return record
 
 
 def _text(record: dict[str, Any], key: str, where: str, *, required: bool = True) -> str:

@@ -28,6 +28,8 @@ _PROBE = "probe"
 class TemplateError(TrainerError, ValueError):
     """The chat template does not render a chat as an append-only token sequence."""
 
+    exit_code = 2  # wrong input: the command exits 2 (knowlyrcore.clikit)
+
 
 class ChatTokens:
     """Token ids of a chat turn by turn for one tokenizer, system prompt and tool set."""
