@@ -84,7 +84,7 @@ def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name:
         click.echo(f"error: {exc.format_message()}", err=True)
         return exc.exit_code
     except click.Abort:
-        click.echo("aborted", err=True)
+        click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

@@ -39,6 +39,11 @@ and ``model_requests`` returns the message lists the model received::
 (stdlib ``http.server`` in a thread) that answers with scripted assistant messages and keeps
 every request body, for testing endpoint clients without a model.
 
+``malformed_corpus(folder, good, wrong_types)`` writes the files every file-reading command
+must refuse with one ``error:`` line and exit code 2 (empty, truncated, binary, UTF-16,
+Latin-1, nested 100,000 deep, a 200 MB line, NaN, wrong types, a bad line 50,000), built around
+one good record of the command's own format; ``check_refusal`` checks a command's answer.
+
 ``require(available, reason)`` skips a test whose component (Docker, a model) is missing, and
 fails it instead when ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI sets it) so nothing is silently
 skipped there. ``require_module(name, reason)`` does the same for an importable component (an
@@ -441,3 +446,83 @@ class PolicyConformance:
         for action in (actions[0], actions[2]):
             self.assert_well_formed(action)
             assert action["tool"] == self.call_tool
+
+
+# ------------------------------------------------------------------------------ malformed input
+
+#: name -> what the file holds; every file-reading knowlyr command refuses each one
+MALFORMED_KINDS = {
+    "empty": "no bytes at all",
+    "truncated": "a record cut off mid-way",
+    "binary": "bytes that are no text (NUL, 0xff, ...)",
+    "utf16": "a good record written as UTF-16",
+    "latin1": "a good record with a Latin-1 (not UTF-8) character",
+    "deep": "JSON nested 100,000 levels deep",
+    "long_line": "one 200 MB line",
+    "nan": "a good record with a NaN number",
+    "wrong_types": "a record whose fields have the wrong types",
+    "bad_line_50000": "49,999 good records, then a broken line 50,000",
+}
+
+
+def malformed_corpus(folder: str | os.PathLike, good: dict[str, Any], wrong_types: dict[str, Any], *,
+                     suffix: str = ".jsonl", kinds: Any = None, long_line_mb: int = 200) -> dict[str, Any]:  # fmt: skip
+    """Write one file per ``MALFORMED_KINDS`` entry (or per name in ``kinds``) into ``folder``;
+    return ``{kind: Path}``.
+
+    ``good`` is one valid record of the command's format, ``wrong_types`` one that parses as JSON
+    but breaks the format. The long line is written in chunks (never held in memory).
+    """
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(good)
+    latin = dict(good, metadata={"note": "caf\u00e9"}) if "metadata" not in good else {**good, "note": "caf\u00e9"}
+    contents: dict[str, bytes] = {
+        "empty": b"",
+        "truncated": line[: len(line) // 2].encode(),
+        "binary": bytes(range(256)) * 16,
+        "utf16": (line + "\n").encode("utf-16"),
+        "latin1": (json.dumps(latin, ensure_ascii=False) + "\n").encode("latin-1"),
+        "deep": b'{"metadata": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        "nan": (line[:-1] + ', "reward": NaN}\n').encode(),
+        "wrong_types": (json.dumps(wrong_types) + "\n").encode(),
+        "bad_line_50000": ((line + "\n") * 49_999 + '{"broken\n').encode(),
+    }
+    wanted = set(MALFORMED_KINDS if kinds is None else kinds)
+    paths = {}
+    for kind, data in contents.items():
+        if kind in wanted:
+            paths[kind] = folder / f"{kind}{suffix}"
+            paths[kind].write_bytes(data)
+    if "long_line" not in wanted:
+        return paths
+    paths["long_line"] = folder / f"long_line{suffix}"
+    chunk = b"x" * (1 << 20)
+    with open(paths["long_line"], "wb") as out:
+        out.write(b'{"metadata": "')
+        for _ in range(long_line_mb):
+            out.write(chunk)
+        out.write(b'"}\n')
+    return paths
+
+
+def check_refusal(code: int, stdout: str, stderr: str, path: str | os.PathLike, *,
+                  outputs: dict[Any, bytes] | None = None) -> str:  # fmt: skip
+    """Assert a command refused a malformed ``path`` the knowlyr way; return the error line.
+
+    Exit code 2, exactly one ``error:`` line on stderr naming the file, no traceback, nothing on
+    stdout, and every file in ``outputs`` (path -> bytes before the run) unchanged.
+    """
+    from pathlib import Path
+
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, f"expected one error line, got:\n{stderr[-3000:]}"
+    assert str(path) in errors[0] or Path(path).name in errors[0], f"the error does not name {path}: {errors[0]}"
+    assert code == 2, f"exit code {code} (want 2): {errors[0]}"
+    assert stdout.strip() == "", f"stdout not empty: {stdout[:500]}"
+    for out, before in (outputs or {}).items():
+        assert Path(out).read_bytes() == before, f"{out} was changed"
+    return errors[0]
