@@ -78,8 +78,8 @@ def test_show_picks_by_id(real):
     assert out.startswith("trajectory 1-trial1")
     assert "outcome: success, score 1" in out
     missing = run("show", str(real("tau-bench_gpt-4o-airline_tasks0-4.json")), "--id", "nope", check=False)
-    assert missing.returncode == 1
-    assert "no trajectory with id 'nope' (20 trajectories)" in missing.stderr
+    assert missing.returncode == 2  # an unknown id is bad input
+    assert missing.stderr.startswith("error: ") and "no trajectory with id 'nope' (20 trajectories)" in missing.stderr
 
 
 def test_view_writes_a_self_contained_page(real, tmp_path):
@@ -94,26 +94,43 @@ def test_view_writes_a_self_contained_page(real, tmp_path):
 def test_validate_a_raw_log_and_a_bad_path(real, capsys):
     assert main(["validate", str(real("openhands_basic.json"))]) == 0
     assert "ok as openhands log, 1 trajectory, 2 steps" in capsys.readouterr().out
-    assert main(["validate", "/nonexistent/file.jsonl"]) == 1
-    assert (
-        capsys.readouterr().err.strip() == "knowlyr-recorder: error: /nonexistent/file.jsonl: no such file or directory"
-    )
+    assert main(["validate", "/nonexistent/file.jsonl"]) == 2
+    assert capsys.readouterr().err.strip() == "error: /nonexistent/file.jsonl: no such file or directory"
 
 
 def test_output_that_is_a_directory(real, tmp_path):
     proc = run("convert", str(real("openhands_basic.json")), "-o", str(tmp_path), check=False)
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == f"knowlyr-recorder: error: {tmp_path}: output is a directory; name a .jsonl file"
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {tmp_path}: output is a directory; name a .jsonl file"
 
 
 def test_unknown_format_name():
     proc = run("convert", "-f", "langchain", "x.json", check=False)
-    assert proc.returncode == 1
-    assert "unknown format 'langchain'; known formats: mini-swe-agent, openai-chat, openhands" in proc.stderr
+    assert proc.returncode == 2  # refused as an option value, before any file is read
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: Invalid value for '-f' / '--format': unknown format 'langchain'; known formats: ")
+    assert "mini-swe-agent, openai-chat, openhands" in line and line.endswith("(see 'knowlyr-recorder convert --help')")
 
 
-@pytest.mark.parametrize("argv", [[], ["convert"], ["frobnicate"]])
-def test_bad_usage_exits_2(argv):
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        ([], "Missing command."),
+        (["convert"], "Missing argument 'INPUT...'."),
+        (["frobnicate"], "No such command 'frobnicate'."),
+        (["show", "x.json", "--index", "-1"], "Invalid value for '--index': -1 is not in the range x>=0."),
+        (["show", "x.json", "--max-lines", "0"], "Invalid value for '--max-lines': 0 is not in the range x>=1."),
+    ],
+)
+def test_bad_usage_is_one_line_exit_2(argv, problem):
     proc = run(*argv, check=False)
     assert proc.returncode == 2
-    assert "usage: knowlyr-recorder" in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"error: {problem} (see 'knowlyr-recorder")
+
+
+def test_help_and_version():
+    assert "Exit status: 0 done, 1 failed while running, 2 bad input" in run("--help").stdout
+    listed = run("-h").stdout
+    assert all(name in listed for name in ("convert", "validate", "stats", "show", "view", "formats", "mcp"))
+    assert run("--version").stdout.startswith("knowlyr-recorder, version ")

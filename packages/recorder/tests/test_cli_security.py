@@ -3,7 +3,8 @@
 Before the fix ``convert --skip-invalid`` with every input bad exited 1 but had already
 replaced an existing output with an empty file, and a non-finite number in a framework log
 was written out (``-Infinity`` in the file, ``null`` on stdout). Now the output is replaced
-only by a run that converted something, and a non-finite number is one clear error.
+only by a run that converted something (none did: exit 2, bad input), and a non-finite number
+is one clear error naming its JSON path in the log.
 """
 
 import json
@@ -29,10 +30,10 @@ def test_security_convert_skip_invalid_keeps_an_existing_output(tmp_path, conten
     output = tmp_path / "trajectories.jsonl"
     output.write_text(OLD)
     done = recorder("convert", bad, "-o", output, "--skip-invalid")
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"knowlyr-recorder: no file converted (1 skipped); nothing written, {output} left as it was"
-    )
+    assert done.returncode == 2
+    warning, error = done.stderr.strip().splitlines()
+    assert warning.startswith(f"warning: skipped {bad}")
+    assert error == f"error: {bad}: no file converted (1 skipped); nothing written, {output} left as it was"
     assert output.read_text() == OLD
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "trajectories.jsonl"]  # no temp file left
 
@@ -49,7 +50,7 @@ def test_security_convert_skip_invalid_writes_the_good_files(tmp_path, real):
 
 @pytest.mark.parametrize(
     ("where", "field"),
-    [("info", "Trajectory.metadata"), ("model_stats", "Usage.cost_usd")],
+    [("info", "$.info.custom_score"), ("model_stats", "$.info.model_stats.instance_cost")],
 )
 @pytest.mark.parametrize("to_stdout", [False, True])
 def test_security_convert_refuses_non_finite_numbers(tmp_path, real_json, where, field, to_stdout):
@@ -63,7 +64,7 @@ def test_security_convert_refuses_non_finite_numbers(tmp_path, real_json, where,
     output = tmp_path / "out.jsonl"
     output.write_text(OLD)
     done = recorder("convert", path, *([] if to_stdout else ["-o", output]))
-    assert done.returncode == 1
+    assert done.returncode == 2
     (message,) = done.stderr.strip().splitlines()
-    assert message.startswith(f"knowlyr-recorder: error: {path}: {field}: ") and "finite" in message
+    assert message == f"error: {path}: {field}: non-finite number (-Infinity)"
     assert done.stdout == "" and output.read_text() == OLD

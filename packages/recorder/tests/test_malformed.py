@@ -1,7 +1,7 @@
 """Bad input: one-line errors naming file, position and field; never a traceback; big files.
 
 Covers truncated JSON, wrong types at a JSON path, empty and whitespace-only files, binary
-data, non-UTF-8 text, an unknown format (listing every format tried and why), a JSONL file
+data, non-UTF-8 and UTF-16 text, NaN/Infinity, overlong JSONL lines, an unknown format (listing every format tried and why), a JSONL file
 with one bad line, an explicit format that does not match, and 50 MB inputs (JSONL streamed,
 a single JSON document parsed whole) with their peak memory measured in a subprocess.
 """
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from agentrecorder import ConversionError, UnknownFormatError, convert_file, names
+from agentrecorder import ConversionError, UnknownFormatError, convert_file, iter_convert, names
 from agentrecorder.cli import main
 
 
@@ -100,6 +100,29 @@ def test_absurdly_deep_nesting(tmp_path):
     assert _error(lines) == f"{lines}:2: JSON nested too deeply to read"
 
 
+def test_utf16_is_named(tmp_path):
+    path = tmp_path / "chat.json"
+    path.write_bytes('{"messages": []}'.encode("utf-16"))
+    assert _error(path) == f"{path}: the file is UTF-16 text; convert it to UTF-8"
+
+
+def test_non_finite_number_anywhere_is_refused_at_its_path(tmp_path):
+    path = tmp_path / "run.traj"
+    path.write_text('{"trajectory": [{"action": "ls", "observation": ""}], "info": {"x": [1, -Infinity]}}')
+    assert _error(path) == f"{path}: $.info.x[1]: non-finite number (-Infinity)"
+
+
+def test_overlong_jsonl_line_is_skipped_without_reading_it_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "1000")
+    chat = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})
+    path = tmp_path / "chats.jsonl"
+    path.write_text(chat + "\n" + '{"messages": "' + "x" * 200_000 + '"}\n' + chat + "\n")
+    assert _error(path) == f"{path}:2: line longer than 1000 bytes (KNOWLYR_MAX_LINE_BYTES)"
+    errors = []
+    kept = list(iter_convert(path, on_error=errors.append))  # record by record: the next line is read
+    assert len(kept) == 2 and [(e.line, e.problem[:16]) for e in errors] == [(2, "line longer than")]
+
+
 def test_unknown_format_lists_every_format_and_why(tmp_path):
     path = tmp_path / "other.json"
     path.write_text('{"events": [1, 2, 3]}')
@@ -151,7 +174,7 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path):
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"{bad}: binary data" in proc.stderr
@@ -166,14 +189,14 @@ def test_batch_with_bad_files_converts_the_good_ones(real, tmp_path, capsys):
     out = tmp_path / "out.jsonl"
 
     # without --skip-invalid the first bad file aborts and nothing is written
-    assert main(["convert", str(tmp_path), *map(str, good), "-o", str(out)]) == 1
+    assert main(["convert", str(tmp_path), *map(str, good), "-o", str(out)]) == 2
     assert not out.exists()
     capsys.readouterr()
 
     assert main(["convert", str(tmp_path), *map(str, good), "-o", str(out), "--skip-invalid"]) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    skipped = [line for line in err.splitlines() if line.startswith("knowlyr-recorder: skipped")]
+    skipped = [line for line in err.splitlines() if line.startswith("warning: skipped")]
     assert len(skipped) == 3
     assert any("binary.traj: binary data" in line for line in skipped)
     assert any("cut.json:1: truncated JSON" in line for line in skipped)

@@ -85,8 +85,8 @@ def test_broken_entry_point_is_a_clear_error(tmp_path):
         "from agentrecorder.cli import main\nraise SystemExit(main(['convert', '-f', 'broken', 'x.json']))",
         str(tmp_path),
     )
-    assert named.returncode == 1 and "Traceback" not in named.stderr
-    assert named.stderr.strip().startswith("knowlyr-recorder: error: <format>: format 'broken': cannot load")
+    assert named.returncode == 2 and "Traceback" not in named.stderr
+    assert named.stderr.strip().startswith("error: Invalid value for '-f' / '--format': format 'broken': cannot load")
 
 
 def test_register_adapter_in_code():

@@ -34,8 +34,8 @@ def test_validate_rejects_a_corrupted_trajectory_file(real, tmp_path, capsys):
     assert main(["convert", str(real("swe-agent_test-repo-i1.traj")), "-o", str(out), "-q"]) == 0
     line = out.read_text().replace('"index": 3', '"index": 7')
     out.write_text(line + line)
-    assert main(["validate", str(out)]) == 1
+    assert main(["validate", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
-    assert err.startswith(f"{out}:1: ")
+    assert err.startswith(f"error: {out}:1: ")
     assert err.endswith("steps[3].index is 7, expected 3 (steps must be in order)")

@@ -40,10 +40,10 @@ from pydantic import ValidationError
 from agentrecorder.adapters.base import Adapter
 from agentrecorder.detect import detect
 from agentrecorder.errors import ConversionError, FieldError
-from agentrecorder.loading import _iter_jsonl, _looks_like_jsonl, _sniff, load_records
+from agentrecorder.loading import _iter_jsonl, _lines, _looks_like_jsonl, _sniff, load_records
 from agentrecorder.registry import get_adapter
 from knowlyrcore.errors import DataFormatError
-from knowlyrcore.jsonl import format_field_path, write_trajectories
+from knowlyrcore.jsonl import default_max_line_bytes, format_field_path, write_trajectories
 from knowlyrcore.trajectory import Trajectory
 
 #: file names a directory walk picks up
@@ -230,10 +230,15 @@ def convert_paths(
 
 
 def is_trajectory_file(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is already trajectory JSONL (first record has ``schema_version`` and ``steps``)."""
+    """Whether ``path`` is already trajectory JSONL (first record has ``schema_version`` and ``steps``).
+
+    Only the first non-blank line is read, at most ``KNOWLYR_MAX_LINE_BYTES`` of it: a longer one
+    is no trajectory line (the log reader then names it)."""
     try:
         with open(path, "rb") as handle:
-            for raw in handle:
+            for _, raw in _lines(handle, default_max_line_bytes()):
+                if raw is None:
+                    return False
                 if raw.strip():
                     record = json.loads(raw)
                     return isinstance(record, dict) and "schema_version" in record and "steps" in record

@@ -3,6 +3,10 @@
 ``ConversionError`` is a core ``DataFormatError``: its message reads
 ``file[:line]: field: problem``, where ``field`` is a JSON path such as
 ``$.trajectory[2].action`` so a user can find the bad value in a log they did not write.
+
+Every class derives from core's ``KnowlyrError``; the input errors (``ConversionError`` and its
+subclasses: a bad log, an unknown format, an unknown trajectory id) have ``exit_code = 2``, what
+a ``knowlyr-recorder`` command exits with when one ends it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ class RecorderError(KnowlyrError):
 
 
 class ConversionError(RecorderError, DataFormatError):
-    """A log could not be read or mapped onto the trajectory schema."""
+    """A log could not be read or mapped onto the trajectory schema (bad input: exit code 2)."""
+
+    exit_code = 2
 
 
 class UnknownFormatError(ConversionError):

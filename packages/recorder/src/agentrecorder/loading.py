@@ -6,8 +6,12 @@ streamed line by line so a file of any size costs the memory of its longest reco
 document has to be parsed whole (``json.loads``; a 50 MB log takes about a second and a few
 hundred MB).
 
-Before parsing, the first block is sniffed: NUL bytes mean binary data (an image, a
-tarball, a pickle) and get their own error instead of a confusing JSON one.
+Before parsing, the first block is sniffed: a UTF-16 byte order mark names the encoding, and
+NUL bytes mean binary data (an image, a tarball, a pickle); both get their own error instead of
+a confusing JSON one. A JSONL line longer than core's ``KNOWLYR_MAX_LINE_BYTES`` (16 MiB unless
+set) is refused after reading that many bytes, and ``NaN`` / ``Infinity`` anywhere in a log are
+refused naming their JSON path (no trajectory may carry them, and a field the adapter drops
+must not hide them).
 
 Example:
     >>> import tempfile, pathlib
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrecorder.errors import ConversionError
+from knowlyrcore.jsonl import MAX_LINE_BYTES_ENV, default_max_line_bytes, non_finite_field
 
 SNIFF_BYTES = 8192
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -39,6 +44,8 @@ def _sniff(path: Path) -> bytes:
         raise ConversionError(str(path), None, "is a directory, not a log file") from None
     except OSError as exc:
         raise ConversionError(str(path), None, exc.strerror or str(exc)) from None
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConversionError(str(path), None, "the file is UTF-16 text; convert it to UTF-8")
     nul = head.find(b"\x00")
     if nul >= 0:
         raise ConversionError(str(path), None, f"binary data, not a JSON log (NUL byte at offset {nul})")
@@ -66,20 +73,55 @@ def _json_error(path: Path, exc: json.JSONDecodeError, line_offset: int = 0) -> 
     )
 
 
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _parse(text: str, path: Path, line: int | None, line_offset: int = 0) -> Any:
+    """``json.loads`` with the recorder's one-line errors; NaN/Infinity are refused at their JSON path."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except _NonFinite as exc:
+        try:  # parsed again leniently, only to name the field
+            field = non_finite_field(json.loads(text), "$")
+        except (ValueError, RecursionError):
+            field = None
+        raise ConversionError(str(path), line, f"non-finite number ({exc})", field=field) from None
+    except json.JSONDecodeError as exc:
+        raise _json_error(path, exc, line_offset) from None
+    except RecursionError:
+        raise ConversionError(str(path), line, "JSON nested too deeply to read") from None
+
+
+def _lines(handle: Any, limit: int) -> Iterator[tuple[int, bytes | None]]:
+    """(number, raw line) of each line; ``None`` for a line longer than ``limit`` bytes, whose
+    rest is skipped (never held in memory)."""
+    number = 0
+    while raw := handle.readline(limit + 1):
+        number += 1
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield number, raw
+            continue
+        while (rest := handle.readline(1 << 16)) and not rest.endswith(b"\n"):
+            pass
+        yield number, None
+
+
 def _iter_jsonl(path: Path, on_error: Callable[[ConversionError], None] | None = None) -> Iterator[tuple[int, Any]]:
     """(line, record) of each non-blank line; with ``on_error`` a bad line is reported and skipped."""
+    limit = default_max_line_bytes()
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
+        for number, raw in _lines(handle, limit):
             try:
-                text = _decode(raw, path, number).rstrip("\r\n")
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise _json_error(path, exc, line_offset=number - 1) from None
-                except RecursionError:
-                    raise ConversionError(str(path), number, "JSON nested too deeply to read") from None
+                if raw is None:
+                    raise ConversionError(str(path), number, f"line longer than {limit} bytes ({MAX_LINE_BYTES_ENV})")
+                if not raw.strip():
+                    continue
+                record = _parse(_decode(raw, path, number).rstrip("\r\n"), path, number, line_offset=number - 1)
             except ConversionError as exc:
                 if on_error is None:
                     raise
@@ -104,19 +146,12 @@ def _looks_like_jsonl(path: Path, head: bytes) -> bool:
 def load_records(path: str | os.PathLike) -> Iterator[tuple[int | None, Any]]:
     """Yield ``(line, record)``: one ``(None, document)`` for a JSON file, one per line for JSONL.
 
-    Raises ``ConversionError`` (file, line, column) for binary data, empty files, bad UTF-8,
-    and broken or truncated JSON.
+    Raises ``ConversionError`` (file, line, column) for binary data, UTF-16 and other non-UTF-8
+    text, empty files, overlong JSONL lines, broken or truncated JSON and non-finite numbers.
     """
     path = Path(path)
     head = _sniff(path)
     if _looks_like_jsonl(path, head):
         yield from _iter_jsonl(path)
         return
-    text = _decode(path.read_bytes(), path)
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _json_error(path, exc) from None
-    except RecursionError:
-        raise ConversionError(str(path), None, "JSON nested too deeply to read") from None
-    yield None, document
+    yield None, _parse(_decode(path.read_bytes(), path), path, None)
