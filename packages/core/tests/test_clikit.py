@@ -93,6 +93,12 @@ def test_help_and_version_exit_0(capsys):
     assert "A test CLI." in capsys.readouterr().out
 
 
+def test_a_bare_group_prints_its_help_not_an_error(capsys):
+    assert run(_cli(None), []) == EXIT_BAD_INPUT  # click's own convention for a missing command
+    err = capsys.readouterr().err
+    assert err.startswith("Usage: ") and "A test CLI." in err and "error:" not in err
+
+
 def test_a_bug_keeps_its_traceback():
     with pytest.raises(ZeroDivisionError):
         run(_cli(ZeroDivisionError("division by zero")), ["go"])

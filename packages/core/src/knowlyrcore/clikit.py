@@ -76,6 +76,9 @@ def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name:
                               standalone_mode=False)  # fmt: skip
     except click.exceptions.Exit as exc:  # --help, --version, ctx.exit(n)
         return exc.exit_code
+    except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: its help, as click prints it
+        click.echo(exc.ctx.get_help(), err=True)
+        return exc.exit_code
     except click.UsageError as exc:  # exit 2, as click itself would, in the same one-line form
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
