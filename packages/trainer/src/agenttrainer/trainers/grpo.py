@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -41,13 +39,12 @@ from agenttrainer.data import (
     shuffled_batches,
     tokenize_conversation,
 )
-from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.losses import chunked_token_logps, group_advantages, grpo_loss
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import to_device, unpack_tokens
 from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
-from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
+from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
 
 
 class GRPOTrainer:
@@ -189,27 +186,11 @@ class GRPOTrainer:
         total_steps = total_windows * c.grpo_iterations
         if c.max_steps > 0:
             total_steps = min(total_steps, c.max_steps)
-        optimizer, scheduler = make_optimizer_and_scheduler(self.wrapped, c, total_steps)
-        model, optimizer = acc.prepare(self.wrapped, optimizer)
-        params = [p for p in model.parameters() if p.requires_grad]
-
-        state = {"global_step": 0, "windows_done": 0, "tokens": 0}
-        resume = resolve_checkpoint(c)
-        if resume is not None:
-            state.update(load_checkpoint(resume, acc, model, optimizer, scheduler))
-        logger = MetricsLogger(
-            c.output_dir,
-            c.report_to,
-            run_name=c.run_name or Path(c.output_dir).name,
-            config=c.to_dict(),
-            enabled=acc.is_main_process,
+        run = start_run(
+            self.wrapped, c, acc, total_steps, {"global_step": 0, "windows_done": 0, "tokens": 0}, desc="grpo"
         )
-        bar = tqdm(
-            total=total_steps,
-            initial=state["global_step"],
-            desc="grpo",
-            disable=not (c.progress_bar and acc.is_main_process),
-        )
+        model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
+        state, logger, bar = run.state, run.logger, run.bar
         window_no, done, last_loss = 0, False, float("nan")
         started, tokens_at_start = time.perf_counter(), state["tokens"]
         for epoch, windows in enumerate(plan):
@@ -269,16 +250,7 @@ class GRPOTrainer:
                 # groups, so the checkpoint is written after the batch whose updates reach a multiple of
                 # save_steps (with grpo_iterations == 1 that is exactly every save_steps steps).
                 if c.save_steps and state["global_step"] // c.save_steps > steps_before // c.save_steps:
-                    save_checkpoint(
-                        acc,
-                        model,
-                        optimizer,
-                        scheduler,
-                        c,
-                        {**state, "epoch": epoch},
-                        lm=self.model,
-                        tokenizer=self.tokenizer,
-                    )
+                    run.checkpoint(epoch, self.model, self.tokenizer)
                 if done:
                     break
             if done:

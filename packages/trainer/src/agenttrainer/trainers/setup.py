@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -94,3 +96,77 @@ def make_optimizer_and_scheduler(model: nn.Module, config: TrainConfig, total_st
     warmup = math.ceil(total_steps * config.warmup_ratio)
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
     return optimizer, scheduler
+
+
+@dataclass
+class RunStart:
+    """What every recipe's loop starts from: the prepared model and optimizer, the resumed
+    ``state`` (``global_step`` and the recipe's own counters), the metrics logger and the bar."""
+
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    params: list[Any]
+    state: dict[str, Any]
+    logger: Any
+    bar: Any
+    acc: Any
+    config: TrainConfig
+
+    def checkpoint(self, epoch: int, lm: Any, tokenizer: Any) -> None:
+        """``checkpoint-<global_step>``: everything resume needs, loadable as a model."""
+        from agenttrainer.checkpoints import save_checkpoint
+
+        save_checkpoint(self.acc, self.model, self.optimizer, self.scheduler, self.config,
+                        {**self.state, "epoch": epoch}, lm=lm, tokenizer=tokenizer)  # fmt: skip
+
+    def evaluate_and_track(self, step: int, evaluate: Any, save_best: Any) -> tuple[dict[str, float], bool]:
+        """Run ``evaluate()``, log it, keep the best model (``save_best()``) by ``eval/loss`` and
+        count evaluations without improvement; return the metrics and whether to stop early."""
+        metrics = evaluate()
+        self.logger.log(metrics, step)
+        state = self.state
+        if state["best_eval_loss"] is None or metrics["eval/loss"] < state["best_eval_loss"]:
+            state["best_eval_loss"], state["bad_evals"] = metrics["eval/loss"], 0
+            save_best()
+        else:
+            state["bad_evals"] += 1
+        patience = self.config.early_stopping_patience
+        return metrics, bool(patience) and state["bad_evals"] >= patience
+
+    def eval_due(self, step: int, last_window: bool) -> bool:
+        """Every ``eval_steps`` optimizer steps, or at the end of each epoch when it is 0."""
+        every = self.config.eval_steps
+        return bool(every and step % every == 0) or (not every and last_window)
+
+
+def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, total_steps: int, state: dict[str, Any],
+              desc: str) -> RunStart:  # fmt: skip
+    """Optimizer and schedule over ``total_steps``, ``accelerate`` preparation, resume from the
+    configured checkpoint (into ``state``), metrics logger and progress bar: one way for SFT,
+    DPO and GRPO, so their resume and logging semantics cannot drift apart."""
+    from tqdm.auto import tqdm
+
+    from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint
+    from agenttrainer.logging_backends import MetricsLogger
+
+    optimizer, scheduler = make_optimizer_and_scheduler(wrapped, config, total_steps)
+    model, optimizer = acc.prepare(wrapped, optimizer)
+    params = [p for p in model.parameters() if p.requires_grad]
+    resume = resolve_checkpoint(config)
+    if resume is not None:
+        state.update(load_checkpoint(resume, acc, model, optimizer, scheduler))
+    logger = MetricsLogger(
+        config.output_dir,
+        config.report_to,
+        run_name=config.run_name or Path(config.output_dir).name,
+        config=config.to_dict(),
+        enabled=acc.is_main_process,
+    )
+    bar = tqdm(
+        total=total_steps,
+        initial=state["global_step"],
+        desc=desc,
+        disable=not (config.progress_bar and acc.is_main_process),
+    )
+    return RunStart(model, optimizer, scheduler, params, state, logger, bar, acc, config)

@@ -29,9 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import SFTConfig
 from agenttrainer.data import (
     Conversation,
@@ -49,13 +47,12 @@ from agenttrainer.data import (
     task_weighted_indices,
     tokenize_conversation,
 )
-from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.losses import chunked_token_logps, sft_loss
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
 from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
-from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
+from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
 
 
 class SFTTrainer:
@@ -236,27 +233,16 @@ class SFTTrainer:
         total_steps = sum(len(w) for w in plan)
         if c.max_steps > 0:
             total_steps = min(total_steps, c.max_steps)
-        optimizer, scheduler = make_optimizer_and_scheduler(self.wrapped, c, total_steps)
-        model, optimizer = acc.prepare(self.wrapped, optimizer)
-        params = [p for p in model.parameters() if p.requires_grad]
-
-        state = {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0}
-        resume = resolve_checkpoint(c)
-        if resume is not None:
-            state.update(load_checkpoint(resume, acc, model, optimizer, scheduler))
-        logger = MetricsLogger(
-            c.output_dir,
-            c.report_to,
-            run_name=c.run_name or Path(c.output_dir).name,
-            config=c.to_dict(),
-            enabled=acc.is_main_process,
-        )
-        bar = tqdm(
-            total=total_steps,
-            initial=state["global_step"],
+        run = start_run(
+            self.wrapped,
+            c,
+            acc,
+            total_steps,
+            {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0},
             desc="sft",
-            disable=not (c.progress_bar and acc.is_main_process),
         )
+        model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
+        state, logger, bar = run.state, run.logger, run.bar
         step, done, last_loss, eval_metrics = 0, False, float("nan"), {}
         started, tokens_at_start = time.perf_counter(), state["tokens"]
         for epoch, windows in enumerate(plan):
@@ -287,28 +273,12 @@ class SFTTrainer:
                     if grad_norm is not None:
                         log["train/grad_norm"] = float(grad_norm)
                     logger.log(log, step)
-                if eval_examples and (
-                    (c.eval_steps and step % c.eval_steps == 0) or (not c.eval_steps and window is windows[-1])
-                ):
-                    eval_metrics = self.evaluate(eval_examples)
-                    logger.log(eval_metrics, step)
-                    if state["best_eval_loss"] is None or eval_metrics["eval/loss"] < state["best_eval_loss"]:
-                        state["best_eval_loss"], state["bad_evals"] = eval_metrics["eval/loss"], 0
-                        self.save_model(Path(c.output_dir) / "best")
-                    else:
-                        state["bad_evals"] += 1
-                    done = bool(c.early_stopping_patience) and state["bad_evals"] >= c.early_stopping_patience
-                if c.save_steps and step % c.save_steps == 0:
-                    save_checkpoint(
-                        acc,
-                        model,
-                        optimizer,
-                        scheduler,
-                        c,
-                        {**state, "epoch": epoch},
-                        lm=self.model,
-                        tokenizer=self.tokenizer,
+                if eval_examples and run.eval_due(step, window is windows[-1]):
+                    eval_metrics, done = run.evaluate_and_track(
+                        step, lambda: self.evaluate(eval_examples), lambda: self.save_model(Path(c.output_dir) / "best")
                     )
+                if c.save_steps and step % c.save_steps == 0:
+                    run.checkpoint(epoch, self.model, self.tokenizer)
                 if done or step >= total_steps:
                     done = True
                     break
