@@ -38,6 +38,8 @@ def test_exec_runs_a_command_and_propagates_its_exit_code(backend):
     assert done.stdout == "calc.py\ncheck_calc.py\n"
     argv = cli("exec", "--backend", backend, "--", "printf", "%s|", "$(id)", "a b", check=0)
     assert argv.stdout == "$(id)|a b|"
+    # without --, everything after the command's first word is the command's, options included
+    assert cli("exec", "--backend", backend, "printf", "%s|", "--timeout", "-h", check=0).stdout == "--timeout|-h|"
 
 
 @pytest.fixture
@@ -72,9 +74,10 @@ def test_run_then_replay_reproduces_then_detects_tampering(episode_files):
 
 
 def test_run_without_an_agent_is_a_usage_error(episode_files):
-    require_backend("local")
     task, _, _ = episode_files
-    assert "give --actions" in cli("run", str(task), "--backend", "local", check=2).stderr
+    assert cli("run", str(task), "--backend", "local", check=2).stderr == (
+        "error: give --actions FILE, or --endpoint URL and --model NAME (see 'knowlyr-sandbox run --help')\n"
+    )
 
 
 def _dead_pid():

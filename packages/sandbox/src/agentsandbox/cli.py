@@ -8,220 +8,291 @@ knowlyr-sandbox replay TRAJ.jsonl                 re-execute trajectories, repor
 knowlyr-sandbox gc [--all] [--dry-run]            remove orphaned containers and workspaces
 
 ``--backend auto|docker|local`` picks the backend everywhere (auto: Docker when reachable).
-Exit codes: 0 success, 1 the command/episode/replay failed, 2 bad usage or input.
+Exit codes (``knowlyrcore.clikit``): 0 success, 1 the command/episode/replay failed or a sandbox
+broke, 2 bad usage or input (a malformed file is named with its line, before any sandbox starts).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from knowlyrcore.errors import KnowlyrError
+import click
+
+from knowlyrcore.clikit import Group, mcp_command, run
+from knowlyrcore.errors import DataFormatError, KnowlyrError
+
+backend_option = click.option(
+    "--backend", type=click.Choice(["auto", "docker", "local"]), default="auto", show_default=True,
+    help="Sandbox backend (auto: Docker when reachable, else local bubblewrap).",
+)  # fmt: skip
 
 
-def _print(obj: Any) -> None:
-    print(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="knowlyr-sandbox")
+def cli() -> None:
+    """Run commands, episodes and replays in real sandboxes (Docker or bubblewrap)."""
 
 
-def _cmd_backends(args: argparse.Namespace) -> int:
+@cli.command("backends")
+def backends_command() -> int:
+    """Which sandbox backends work here, and why not (exit 1 if none does)."""
     from agentsandbox.backends import available_backends, resolve_backend
 
-    status = available_backends()
-    for name, (ok, why) in status.items():
-        print(f"{name:8} {'yes' if ok else 'no ':3}  {why}")
+    for name, (ok, why) in available_backends().items():
+        click.echo(f"{name:8} {'yes' if ok else 'no ':3}  {why}")
     try:
-        print(f"auto     -> {resolve_backend('auto')}")
+        click.echo(f"auto     -> {resolve_backend('auto')}")
     except KnowlyrError as exc:
-        print(f"auto     -> none ({exc})")
+        click.echo(f"auto     -> none ({exc})")
         return 1
     return 0
 
 
-def _cmd_exec(args: argparse.Namespace) -> int:
+@cli.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@backend_option
+@click.option("--repo", help="Directory or archive to put in the workspace first.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds the command may run.")  # fmt: skip
+@click.option("--network", is_flag=True, help="Allow network access (off by default).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def exec_command(backend: str, repo: str | None, timeout: float, network: bool, command: tuple[str, ...]) -> int:
+    """Run one command in a fresh sandbox; exit with its exit code (1 if it never finished).
+
+    One argument is a shell command line (pipes, &&; `exit N` is its exit code); several are
+    an argument vector that no shell parses: `exec -- 'ls && exit 3'`, `exec -- printf %s x`.
+    """
     from agentsandbox.backends import make_sandbox
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        print("exec: give a command after --", file=sys.stderr)
-        return 2
-    with make_sandbox(args.backend, timeout=args.timeout, network=args.network) as sandbox:
-        if args.repo:
-            sandbox.load(args.repo)
-        # One argument is a shell command line (pipes, &&; run in a child bash so `exit N` is
-        # its exit code); several are an argument vector that no shell parses.
-        argv = ["bash", "-c", command[0]] if len(command) == 1 else command
-        result = sandbox.run_argv(argv, timeout=args.timeout)
-    sys.stdout.write(result.output)
+        raise click.UsageError("give a command after --")
+    with make_sandbox(backend, timeout=timeout, network=network) as sandbox:
+        if repo:
+            sandbox.load(repo)
+        argv = ["bash", "-c", command[0]] if len(command) == 1 else list(command)
+        result = sandbox.run_argv(argv, timeout=timeout)
+    click.echo(result.output, nl=False)
     if result.error:
-        print(f"[error] {result.error}", file=sys.stderr)
+        click.echo(f"[error] {result.error}", err=True)
     return result.exit_code if result.exit_code is not None else 1
 
 
-def _load_json_or_jsonl(path: str, what: str) -> list[Any]:
-    """The records of a JSON file (an object, or an array of them) or a JSONL file, parsed
-    strictly (no NaN, bounded nesting); an empty file is an error naming ``what`` it lacks."""
-    from knowlyrcore.errors import DataFormatError
-    from knowlyrcore.jsonl import loads_record
+def _read_records(path: str, what: str) -> list[tuple[int | None, Any]]:
+    """``(line, record)`` of every record of a JSONL file, or ``(None, record)`` of a JSON file
+    (one document: an object, an array of them, a string), read by ``knowlyrcore.jsonl``: strict
+    JSON, bounded lines and nesting, every error naming the file and line. An empty file or
+    array is an error naming ``what`` it lacks."""
+    from knowlyrcore.jsonl import iter_json_lines
 
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    if not lines:
-        raise DataFormatError(path, None, f"empty file, no {what}")
+    records: list[tuple[int | None, Any]] = []
     try:
-        data = loads_record(text, path, None)
-        records = data if isinstance(data, list) else [data]
+        for line, record in iter_json_lines(path):
+            records.append((line, record))
     except DataFormatError as exc:
-        if len(lines) == 1 or not exc.problem.startswith("invalid JSON"):
+        # a JSON document spread over lines, or not an object, fails as JSONL on its first line
+        if records or not exc.problem.startswith(("invalid JSON", "expected a JSON object")):
             raise
-        records = [loads_record(line, path, n) for n, line in lines]  # JSONL: errors name the line
+        document = _read_json_document(path, exc)
+        records = [(None, item) for item in (document if isinstance(document, list) else [document])]
+        if not records:
+            raise DataFormatError(path, None, f"empty JSON array, no {what}") from None
     if not records:
-        raise DataFormatError(path, None, f"empty JSON array, no {what}")
+        raise DataFormatError(path, None, f"empty file, no {what}")
     return records
 
 
-def _load_task(path: str) -> Any:
-    """The one task of a task file: a JSON object (TaskInfo fields) or a single JSONL line."""
+def _read_json_document(path: str, as_jsonl: DataFormatError) -> Any:
+    """The file parsed as one JSON document; no larger than a JSONL line may be, else the file
+    is taken as JSONL and ``as_jsonl`` (its first line's error) is raised."""
+    from knowlyrcore.errors import describe_parse_error
+    from knowlyrcore.jsonl import default_max_line_bytes, loads_record
+
+    if os.path.getsize(path) > default_max_line_bytes():
+        raise as_jsonl
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataFormatError(path, line, "not UTF-8 text; is it a binary, Latin-1 or UTF-16 file?") from None
+    try:
+        return loads_record(text, path, None)
+    except DataFormatError as exc:
+        if not exc.problem.startswith("invalid JSON"):
+            raise
+        try:  # the strict reader refused it: only to tell the line, which its message lacks
+            json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as located:
+            line, problem = describe_parse_error(located)
+            raise DataFormatError(path, line, f"invalid JSON: {problem}") from None
+        raise
+
+
+def _load_task(path: str) -> tuple[Any, int | None]:
+    """The one task of a task file (a JSON object of TaskInfo fields, or one JSONL line) and its line."""
     from pydantic import ValidationError
 
-    from knowlyrcore.errors import DataFormatError
     from knowlyrcore.jsonl import validation_error
     from knowlyrcore.models import TaskInfo
 
-    records = _load_json_or_jsonl(path, "task")
+    records = _read_records(path, "task")
     if len(records) != 1:
         raise DataFormatError(path, None, f"holds {len(records)} tasks; run takes a file with one task object")
-    if not isinstance(records[0], (dict, str)):
-        raise DataFormatError(path, None, f"expected a task object, got {type(records[0]).__name__}")
+    line, record = records[0]
+    if not isinstance(record, (dict, str)):
+        raise DataFormatError(path, line, f"expected a task object, got {type(record).__name__}")
     try:
-        return TaskInfo.coerce(records[0])
+        return TaskInfo.coerce(record), line
     except ValidationError as exc:
-        raise validation_error(path, None, exc) from None
+        raise validation_error(path, line, exc) from None
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _load_actions(path: str) -> list[dict[str, Any]]:
+    """The actions of a JSON/JSONL file, each checked to be ``{"tool": str, "params": dict}``."""
+    from knowlyrcore.actions import parse_action
+    from knowlyrcore.errors import InvalidActionError
+
+    records = _read_records(path, "actions")
+    for position, (line, action) in enumerate(records):
+        try:
+            parse_action(action)
+        except InvalidActionError as exc:
+            raise DataFormatError(path, line, str(exc), field=None if line else f"[{position}]") from None
+    return [action for _, action in records]
+
+
+@cli.command("run")
+@backend_option
+@click.argument("task")
+@click.option("--env", help="Environment id (default: from the task's domain).")
+@click.option("--actions", help="JSON/JSONL file of actions for a scripted agent.")
+@click.option("--endpoint", help="OpenAI-compatible base URL of the policy, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--model", help="Model name at the endpoint.")
+@click.option("--api-key", help="API key for the endpoint.")
+@click.option("--agent-name", default="agent", show_default=True)
+@click.option("--max-steps", type=click.IntRange(min=1), default=30, show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Append the trajectory to this JSONL file.")
+def run_command(backend: str, task: str, env: str | None, actions: str | None, endpoint: str | None,
+                model: str | None, api_key: str | None, agent_name: str, max_steps: int,
+                output: str | None) -> int:  # fmt: skip
+    """Run an episode from TASK (a JSON file of TaskInfo fields); print a JSON summary.
+
+    Exit 0 when the episode succeeded (or has no verdict), 1 when it failed.
+    """
     from agentsandbox.agents import EndpointAgent, ScriptedAgent
+    from agentsandbox.env import TaskFilesError
     from agentsandbox.replay import DOMAIN_ENVS
     from knowlyrcore.registry import make
     from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
 
-    task = _load_task(args.task)
-    env_id = args.env or DOMAIN_ENVS.get(task.domain, "knowlyr/sandbox")
-    env = make(env_id, backend=args.backend)
-    if args.actions:
-        agent = ScriptedAgent(_load_json_or_jsonl(args.actions, "actions"))
-    elif args.endpoint and args.model:
-        agent = EndpointAgent(args.endpoint, args.model, domain=env.domain, api_key=args.api_key)
+    if not actions and not (endpoint and model):
+        raise click.UsageError("give --actions FILE, or --endpoint URL and --model NAME")
+    task_info, task_line = _load_task(task)  # every input is checked before a sandbox starts
+    script = _load_actions(actions) if actions else None
+    env_id = env or DOMAIN_ENVS.get(task_info.domain, "knowlyr/sandbox")
+    environment = make(env_id, backend=backend)
+    if script is not None:
+        agent: Any = ScriptedAgent(script)
     else:
-        print("run: give --actions FILE, or --endpoint URL and --model NAME", file=sys.stderr)
-        env.close()
-        return 2
-    recorder = RecorderWrapper(MaxStepsWrapper(env, max_steps=args.max_steps), agent_name=args.agent_name,
-                               model_name=args.model or "", output_path=args.output)  # fmt: skip
+        agent = EndpointAgent(endpoint, model, domain=environment.domain, api_key=api_key)
+    recorder = RecorderWrapper(MaxStepsWrapper(environment, max_steps=max_steps), agent_name=agent_name,
+                               model_name=model or "", output_path=output)  # fmt: skip
     try:
-        ts = recorder.reset(task=task)
+        try:
+            ts = recorder.reset(task=task_info)
+        except TaskFilesError as exc:  # metadata.files / protected_paths of the task file
+            raise DataFormatError(task, task_line, str(exc)) from None
         while not ts.done:
             ts = recorder.step(agent(ts.observation))
         trajectory = recorder.get_trajectory()
     finally:
         recorder.close()
     outcome = trajectory.outcome
-    _print({"env": env_id, "steps": len(trajectory.steps), "success": outcome.success, "score": outcome.score,
-            "exit_status": outcome.exit_status, "output": args.output})  # fmt: skip
+    summary = {"env": env_id, "steps": len(trajectory.steps), "success": outcome.success, "score": outcome.score,
+               "exit_status": outcome.exit_status, "output": output}  # fmt: skip
+    click.echo(json.dumps(summary, ensure_ascii=False, indent=2, default=str))
     return 0 if outcome.success is not False else 1
 
 
-def _cmd_replay(args: argparse.Namespace) -> int:
+def _check_trajectories(path: str, env_id: str | None) -> None:
+    """Read the whole file first: a bad record, or one whose environment is unknown, is refused
+    (naming its line) before any trajectory is replayed."""
+    from pydantic import ValidationError
+
+    from agentsandbox.replay import env_id_for
+    from knowlyrcore.errors import RegistryError
+    from knowlyrcore.jsonl import iter_json_lines, validation_error
+    from knowlyrcore.registry import spec
+    from knowlyrcore.trajectory import Trajectory
+
+    if env_id:
+        spec(env_id)  # an unknown id is a RegistryError (exit 2) with suggestions
+    first_line: dict[str, int] = {}  # each environment the file names -> its first trajectory
+    for line, record in iter_json_lines(path):
+        try:
+            trajectory = Trajectory.model_validate(record)
+        except ValidationError as exc:
+            raise validation_error(path, line, exc) from None
+        if env_id is None:
+            try:
+                first_line.setdefault(env_id_for(trajectory), line)
+            except ValueError as exc:
+                raise DataFormatError(path, line, str(exc).replace("; pass env_id=", "; pass --env")) from None
+    for name, line in first_line.items():
+        try:
+            spec(name)
+        except RegistryError as exc:
+            raise DataFormatError(path, line, str(exc), field="source") from None
+
+
+@cli.command("replay")
+@backend_option
+@click.argument("trajectories")
+@click.option("--env", help="Environment id (default: from each trajectory).")
+def replay_command(backend: str, trajectories: str, env: str | None) -> int:
+    """Re-execute the trajectories of a JSONL file; print one JSON report per trajectory.
+
+    Exit 0 when every replay reproduced its recording, 1 when a step differs or stopped early.
+    """
     from agentsandbox.replay import replay_file
 
-    kwargs: dict[str, Any] = {"backend": args.backend}
-    if args.env:
-        kwargs["env_id"] = args.env
-    reports = replay_file(args.trajectories, **kwargs)
+    _check_trajectories(trajectories, env)
+    kwargs: dict[str, Any] = {"backend": backend}
+    if env:
+        kwargs["env_id"] = env
+    reports = replay_file(trajectories, **kwargs)
     for report in reports:
-        print(json.dumps(report.to_dict(), ensure_ascii=False, default=str))
+        click.echo(json.dumps(report.to_dict(), ensure_ascii=False, default=str))
     return 0 if all(r.ok for r in reports) else 1
 
 
-def _cmd_gc(args: argparse.Namespace) -> int:
+@cli.command("gc")
+@click.option("--all", "all_sandboxes", is_flag=True, help="Remove every sandbox, not only orphans.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed, remove nothing.")
+def gc_command(all_sandboxes: bool, dry_run: bool) -> int:
+    """Remove orphaned sandbox containers and workspaces (exit 1 if nothing could be removed
+    and some removal failed)."""
     from agentsandbox.gc import collect_garbage
 
-    report = collect_garbage(all_sandboxes=args.all, dry_run=args.dry_run)
-    verb = "would remove" if args.dry_run else "removed"
-    print(f"{verb} {len(report.containers)} containers, {len(report.directories)} directories")
+    report = collect_garbage(all_sandboxes=all_sandboxes, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"{verb} {len(report.containers)} containers, {len(report.directories)} directories")
     for item in report.containers + report.directories:
-        print(f"  {item}")
+        click.echo(f"  {item}")
     for error in report.errors:
-        print(f"  error: {error}", file=sys.stderr)
+        click.echo(f"  error: {error}", err=True)
     return 1 if report.errors and not report.containers and not report.directories else 0
 
 
-def _cmd_mcp(args: argparse.Namespace) -> int:
-    from knowlyrcore.mcp import run_module
-
-    return run_module("knowlyr-sandbox", "agentsandbox.mcp_server", args.server_args)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="knowlyr-sandbox", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-
-    def backend(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--backend", default="auto", choices=["auto", "docker", "local"])
-
-    p = sub.add_parser("backends", help="which sandbox backends work here")
-    p.set_defaults(func=_cmd_backends)
-
-    p = sub.add_parser("exec", help="run one command in a fresh sandbox")
-    backend(p)
-    p.add_argument("--repo", help="directory or archive to put in the workspace first")
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--network", action="store_true", help="allow network access (off by default)")
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_exec)
-
-    p = sub.add_parser("run", help="run an episode from a task file")
-    backend(p)
-    p.add_argument("task", help="task JSON (TaskInfo fields)")
-    p.add_argument("--env", help="environment id (default: from the task's domain)")
-    p.add_argument("--actions", help="JSON/JSONL file of actions for a scripted agent")
-    p.add_argument("--endpoint", help="OpenAI-compatible base URL of the policy, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--model", help="model name at the endpoint")
-    p.add_argument("--api-key")
-    p.add_argument("--agent-name", default="agent")
-    p.add_argument("--max-steps", type=int, default=30)
-    p.add_argument("--output", help="append the trajectory to this JSONL file")
-    p.set_defaults(func=_cmd_run)
-
-    p = sub.add_parser("replay", help="re-execute trajectories and report differing observations")
-    backend(p)
-    p.add_argument("trajectories", help="trajectory JSONL file")
-    p.add_argument("--env", help="environment id (default: from each trajectory)")
-    p.set_defaults(func=_cmd_replay)
-
-    p = sub.add_parser("gc", help="remove orphaned sandbox containers and workspaces")
-    p.add_argument("--all", action="store_true", help="remove every sandbox, not only orphans")
-    p.add_argument("--dry-run", action="store_true")
-    p.set_defaults(func=_cmd_gc)
-
-    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
-    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
-    p.add_argument("server_args", nargs="*")
-    p.set_defaults(func=_cmd_mcp)
-    return parser
+cli.add_command(mcp_command("knowlyr-sandbox", "agentsandbox.mcp_server"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (KnowlyrError, OSError, ValueError) as exc:
-        print(f"knowlyr-sandbox {args.cmd}: {exc}", file=sys.stderr)
-        return 2
+    return run(cli, argv, prog_name="knowlyr-sandbox")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
