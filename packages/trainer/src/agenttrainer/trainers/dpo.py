@@ -16,8 +16,6 @@ Run: ``knowlyr-trainer dpo --train-file dpo.jsonl --model ./output/sft/final --b
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import random
 import time
 from pathlib import Path
@@ -41,6 +39,7 @@ from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
 from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
+from agenttrainer.trainers.reference import cached_reference_logps
 from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
 
 Pair = tuple[Example, Example]
@@ -96,34 +95,16 @@ class DPOTrainer:
     def reference_logps(self, pairs: list[Pair], name: str) -> torch.Tensor:
         """``(P, 2)`` reference log-probs, computed once and cached on disk (keyed by data + model)."""
         c = self.config
-        key = hashlib.sha256(
-            repr(
-                [(p[0].input_ids, p[1].input_ids) for p in pairs] + [c.ref_model_name_or_path or c.model_name_or_path]
-            ).encode()
-        ).hexdigest()
-        cache = Path(c.output_dir) / f"ref_logps-{name}.pt"
-        if cache.exists():
-            saved = torch.load(cache)
-            if saved["key"] == key:
-                return saved["logps"]
-        if c.ref_model_name_or_path:
-            from agenttrainer.models import load_model_and_tokenizer
 
-            ref = HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
-            ref.to(self.accelerator.device)
-        else:
-            ref = self.wrapped  # the policy before its first update is the reference
-        ref.eval()
-        out = []
-        for start in range(0, len(pairs), c.batch_size):
-            chosen, rejected = self.sequence_logps(ref, pairs[start : start + c.batch_size])
-            out.append(torch.stack([chosen, rejected], dim=1).float().cpu())
-        logps = torch.cat(out)
-        if self.accelerator.is_main_process:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"key": key, "logps": logps}, cache.with_suffix(".tmp"))
-            os.replace(cache.with_suffix(".tmp"), cache)
-        return logps
+        def compute(ref: Any) -> torch.Tensor:
+            out = []
+            for start in range(0, len(pairs), c.batch_size):
+                chosen, rejected = self.sequence_logps(ref, pairs[start : start + c.batch_size])
+                out.append(torch.stack([chosen, rejected], dim=1).float().cpu())
+            return torch.cat(out)
+
+        ids = [(p[0].input_ids, p[1].input_ids) for p in pairs]
+        return cached_reference_logps(c, self.accelerator, self.wrapped, f"ref_logps-{name}", ids, compute)
 
     def _loss(
         self, model: Any, pairs: list[Pair], ref: torch.Tensor | None, num_items: float
@@ -175,19 +156,16 @@ class DPOTrainer:
                 len(pairs), c.batch_size * acc.num_processes, random.Random(c.seed * 1000 + epoch)
             )
             plan.append(epoch_windows(global_batches(batches, acc), c.gradient_accumulation_steps))
-        total_steps = sum(len(w) for w in plan)
-        if c.max_steps > 0:
-            total_steps = min(total_steps, c.max_steps)
         run = start_run(
             self.wrapped,
             c,
             acc,
-            total_steps,
+            plan,
             {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0},
             desc="dpo",
         )
         model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
-        state, logger, bar = run.state, run.logger, run.bar
+        state, logger, bar, total_steps = run.state, run.logger, run.bar, run.total_steps
         step, done, last_loss, eval_metrics = 0, False, float("nan"), {}
         started, tokens_at_start = time.perf_counter(), state["tokens"]
         for epoch, windows in enumerate(plan):

@@ -19,8 +19,6 @@ Run: ``knowlyr-trainer grpo --train-file grpo.jsonl --model ./output/sft/final``
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import random
 import time
 from pathlib import Path
@@ -44,6 +42,7 @@ from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import to_device, unpack_tokens
 from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
+from agenttrainer.trainers.reference import cached_reference_logps
 from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
 
 
@@ -113,32 +112,17 @@ class GRPOTrainer:
         """Per trajectory, the reference log-prob of each completion token; cached on disk."""
         c = self.config
         flat = [ex for g in groups for ex in g]
-        key = hashlib.sha256(
-            repr([ex.input_ids for ex in flat] + [c.ref_model_name_or_path or c.model_name_or_path]).encode()
-        ).hexdigest()
-        cache = Path(c.output_dir) / f"ref_token_logps-{name}.pt"
-        if cache.exists():
-            saved = torch.load(cache)
-            if saved["key"] == key:
-                return saved["logps"]
-        if c.ref_model_name_or_path:
-            from agenttrainer.models import load_model_and_tokenizer
 
-            ref = HiddenStates(load_model_and_tokenizer(c.ref_model_name_or_path, torch_dtype=torch.float32)[0])
-            ref.to(self.accelerator.device)
-        else:
-            ref = self.wrapped  # the policy before its first update is the reference
-        ref.eval()
-        out: list[torch.Tensor] = []
-        for start in range(0, len(flat), c.batch_size * 4):
-            chunk = flat[start : start + c.batch_size * 4]
-            logps, mask, _ = self.token_logps(ref, chunk)
-            out += [logps[i, : int(mask[i].sum())].float().cpu() for i in range(len(chunk))]
-        if self.accelerator.is_main_process:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"key": key, "logps": out}, cache.with_suffix(".tmp"))
-            os.replace(cache.with_suffix(".tmp"), cache)
-        return out
+        def compute(ref: Any) -> list[torch.Tensor]:
+            out: list[torch.Tensor] = []
+            for start in range(0, len(flat), c.batch_size * 4):
+                chunk = flat[start : start + c.batch_size * 4]
+                logps, mask, _ = self.token_logps(ref, chunk)
+                out += [logps[i, : int(mask[i].sum())].float().cpu() for i in range(len(chunk))]
+            return out
+
+        ids = [ex.input_ids for ex in flat]
+        return cached_reference_logps(c, self.accelerator, self.wrapped, f"ref_token_logps-{name}", ids, compute)
 
     def _loss(self, model, examples, ref, old, num_items):
         """GRPO loss of one micro-batch; returns ``(loss, metrics, detached logps)``."""
@@ -182,15 +166,10 @@ class GRPOTrainer:
                 len(groups), c.batch_size * acc.num_processes, random.Random(c.seed * 1000 + epoch)
             )
             plan.append(epoch_windows(global_batches(batches, acc), c.gradient_accumulation_steps))
-        total_windows = sum(len(w) for w in plan)
-        total_steps = total_windows * c.grpo_iterations
-        if c.max_steps > 0:
-            total_steps = min(total_steps, c.max_steps)
-        run = start_run(
-            self.wrapped, c, acc, total_steps, {"global_step": 0, "windows_done": 0, "tokens": 0}, desc="grpo"
-        )
+        state = {"global_step": 0, "windows_done": 0, "tokens": 0}
+        run = start_run(self.wrapped, c, acc, plan, state, desc="grpo", updates_per_window=c.grpo_iterations)
         model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
-        state, logger, bar = run.state, run.logger, run.bar
+        state, logger, bar, total_steps = run.state, run.logger, run.bar, run.total_steps
         window_no, done, last_loss = 0, False, float("nan")
         started, tokens_at_start = time.perf_counter(), state["tokens"]
         for epoch, windows in enumerate(plan):

@@ -112,6 +112,7 @@ class RunStart:
     bar: Any
     acc: Any
     config: TrainConfig
+    total_steps: int
 
     def checkpoint(self, epoch: int, lm: Any, tokenizer: Any) -> None:
         """``checkpoint-<global_step>``: everything resume needs, loadable as a model."""
@@ -140,9 +141,10 @@ class RunStart:
         return bool(every and step % every == 0) or (not every and last_window)
 
 
-def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, total_steps: int, state: dict[str, Any],
-              desc: str) -> RunStart:  # fmt: skip
-    """Optimizer and schedule over ``total_steps``, ``accelerate`` preparation, resume from the
+def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, plan: list[list[Any]], state: dict[str, Any],
+              desc: str, updates_per_window: int = 1) -> RunStart:  # fmt: skip
+    """For a ``plan`` (per epoch, the batch windows; each window takes ``updates_per_window``
+    optimizer steps): the step count (capped by ``max_steps``), optimizer and schedule over it, ``accelerate`` preparation, resume from the
     configured checkpoint (into ``state``), metrics logger and progress bar: one way for SFT,
     DPO and GRPO, so their resume and logging semantics cannot drift apart."""
     from tqdm.auto import tqdm
@@ -150,6 +152,9 @@ def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, total_steps: in
     from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint
     from agenttrainer.logging_backends import MetricsLogger
 
+    total_steps = sum(len(windows) for windows in plan) * updates_per_window
+    if config.max_steps > 0:
+        total_steps = min(total_steps, config.max_steps)
     optimizer, scheduler = make_optimizer_and_scheduler(wrapped, config, total_steps)
     model, optimizer = acc.prepare(wrapped, optimizer)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -169,4 +174,4 @@ def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, total_steps: in
         desc=desc,
         disable=not (config.progress_bar and acc.is_main_process),
     )
-    return RunStart(model, optimizer, scheduler, params, state, logger, bar, acc, config)
+    return RunStart(model, optimizer, scheduler, params, state, logger, bar, acc, config, total_steps)

@@ -230,19 +230,16 @@ class SFTTrainer:
         del data
 
         plan = self._epoch_plan(examples)
-        total_steps = sum(len(w) for w in plan)
-        if c.max_steps > 0:
-            total_steps = min(total_steps, c.max_steps)
         run = start_run(
             self.wrapped,
             c,
             acc,
-            total_steps,
+            plan,
             {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0},
             desc="sft",
         )
         model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
-        state, logger, bar = run.state, run.logger, run.bar
+        state, logger, bar, total_steps = run.state, run.logger, run.bar, run.total_steps
         step, done, last_loss, eval_metrics = 0, False, float("nan"), {}
         started, tokens_at_start = time.perf_counter(), state["tokens"]
         for epoch, windows in enumerate(plan):
