@@ -2,8 +2,10 @@
 
 A checkpoint holds what resuming needs (trainable weights, optimizer, scheduler, RNG states,
 trainer state) and, when the recipe passes its model, the model itself in ``save_pretrained``
-form, so every checkpoint is also a model directory. Writes are atomic (temp directory, fsync,
-rename); ``save_total_limit`` prunes the oldest.
+form, so every checkpoint is also a model directory. Weights are stored once: a full fine-tune's
+trainable weights are read back from the model's safetensors, and ``trainable.pt`` keeps only
+what the model files do not hold (a PPO value head; a LoRA adapter, which is small). Writes are
+atomic (temp directory, fsync, rename); ``save_total_limit`` prunes the oldest.
 """
 
 from __future__ import annotations
@@ -24,8 +26,20 @@ from agenttrainer.models.saving import save_model
 CHECKPOINT_PREFIX = "checkpoint-"
 
 
-def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+def trainable_state(model: nn.Module, skip: Any = ()) -> dict[str, torch.Tensor]:
+    """The trainable parameters by name, except those in ``skip`` (parameter objects)."""
+    skipped = {id(p) for p in skip}
+    return {
+        n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad and id(p) not in skipped
+    }
+
+
+def _in_model_files(lm: Any) -> list[nn.Parameter]:
+    """The parameters ``save_pretrained`` writes in full for ``lm`` (none for a LoRA model, whose
+    files hold the adapter under other names)."""
+    from agenttrainer.models.saving import _is_peft
+
+    return [] if lm is None or _is_peft(lm) else list(lm.parameters())
 
 
 def _rng_state() -> dict[str, Any]:
@@ -61,7 +75,7 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     torch.save(_rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
     if accelerator.is_main_process:
-        torch.save(trainable_state(accelerator.unwrap_model(model)), tmp / "trainable.pt")
+        torch.save(trainable_state(accelerator.unwrap_model(model), skip=_in_model_files(lm)), tmp / "trainable.pt")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
@@ -103,10 +117,32 @@ def resolve_checkpoint(config: TrainConfig) -> Path | None:
     return path
 
 
+def _weights_from_model_files(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
+    """``names`` (parameters of the training module) read from the checkpoint's safetensors,
+    whose keys are the causal LM's: a training wrapper's name ends with ``.<key>``."""
+    files = sorted(path.glob("model*.safetensors"))
+    if not names or not files:
+        return {}
+    from safetensors import safe_open
+
+    found: dict[str, torch.Tensor] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            keys = list(f.keys())
+            for name in names:
+                matches = [k for k in keys if name == k or name.endswith("." + k)]
+                if matches:
+                    found[name] = f.get_tensor(max(matches, key=len))
+    return found
+
+
 def load_checkpoint(path: Path, accelerator: Any, model: nn.Module, optimizer: Any, scheduler: Any) -> dict[str, Any]:
     """Restore what :func:`save_checkpoint` wrote; returns the trainer state."""
     weights = torch.load(path / "trainable.pt", map_location="cpu")
     params = dict(accelerator.unwrap_model(model).named_parameters())
+    weights.update(
+        _weights_from_model_files(path, [n for n, p in params.items() if p.requires_grad and n not in weights])
+    )
     missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
     if missing:
         raise ValueError(
