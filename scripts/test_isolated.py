@@ -8,7 +8,7 @@ Then, in a second clean environment (reused across runs), the package is install
 extras at all (what ``pip install knowlyr-<pkg>`` gives a user) and every console script must
 answer ``--help`` and one real command without a traceback; a command that needs a missing
 extra (an ``mcp`` subcommand or script, ``knowlyr-trainer serve CHECKPOINT``) must say in one
-line which extra to install.
+line which extra to install. The package's MCP tests also run once on the newest mcp 1.x.
 
     python scripts/test_isolated.py core sandbox ...
 """
@@ -121,8 +121,33 @@ def test_package(folder: str) -> int:
         [python, "-m", "pytest", "-q", "-m", "not slow and not integration", "-p", "no:cacheprovider", str(tests)],
         cwd=ROOT,
     )
+    mcp_1x = check_mcp_1x(folder, pip)
     bare = check_bare_install(folder)
-    return result.returncode or bare
+    return result.returncode or mcp_1x or bare
+
+
+#: The 1.x releases the ``mcp`` extras accept (``mcp>=1.21``; older ones no longer import with
+#: current pydantic). knowlyrcore.mcp imports the SDK from ``mcp.server.fastmcp`` there and from
+#: ``mcp.server.mcpserver`` on 2.x; the dev install tests 2.x, this tests the other path.
+MCP_1X = "mcp>=1.21,<2"
+
+
+def check_mcp_1x(folder: str, pip: list[str]) -> int:
+    """Run the package's MCP tests (real stdio clients and servers) on the newest mcp 1.x, then
+    put the newest mcp back."""
+    tests = sorted((PACKAGES / folder / "tests").glob("test_mcp*.py"))
+    if "mcp" not in project(folder).get("optional-dependencies", {}) or not tests:
+        return 0
+    run([*pip, MCP_1X])
+    version = subprocess.run([pip[0], "-c", "import mcp, importlib.metadata as m; print(m.version('mcp'))"],
+                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+    print(f"== {folder}: MCP tests on mcp {version}", flush=True)
+    try:
+        done = subprocess.run([pip[0], "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *map(str, tests)],
+                              cwd=ROOT)  # fmt: skip
+    finally:
+        run([*pip, "--upgrade", "mcp"])
+    return done.returncode
 
 
 # -- the bare install: no extras ---------------------------------------------------------------

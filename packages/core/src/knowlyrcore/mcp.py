@@ -1,7 +1,7 @@
 """How every knowlyr MCP server meets the mcp SDK: one import shim, one error rule, one launcher.
 
 - ``MCPServer``, ``Context`` and ``ToolError`` are the installed SDK's (mcp >= 2:
-  ``mcp.server.mcpserver``; mcp 1.2+: ``mcp.server.fastmcp``). They are imported on first use,
+  ``mcp.server.mcpserver``; mcp 1.21+: ``mcp.server.fastmcp``). They are imported on first use,
   so this module (and ``knowlyr-<pkg> mcp`` without the extra) loads without the SDK.
 - ``new_server(name, instructions)`` builds a server whose ``roots`` (``AllowedRoots``, the
   working directory until ``run_server`` parses ``--root``) every tool checks paths against.
