@@ -47,39 +47,16 @@ def test_sft_from_yaml_with_flag_override(tmp_path, tiny_path, sft_file):
     assert list((tmp_path / "o" / "tensorboard").iterdir())
 
 
-def test_dpo_and_grpo_commands(tmp_path, tiny_path, dpo_file, grpo_file):
-    result = _run(
-        [
-            "dpo",
-            "--train-file",
-            dpo_file,
-            "--model",
-            tiny_path,
-            "--beta",
-            "0.2",
-            "--output-dir",
-            str(tmp_path / "d"),
-            *COMMON,
-        ]
-    )
+@pytest.mark.parametrize(
+    ("command", "flag", "value", "count_key", "count"),
+    [("dpo", "--beta", "0.2", "num_pairs", 8), ("grpo", "--kl-coef", "0.1", "num_groups", 6)],
+)
+def test_dpo_and_grpo_commands(tmp_path, tiny_path, dpo_file, grpo_file, command, flag, value, count_key, count):
+    train_file = {"dpo": dpo_file, "grpo": grpo_file}[command]
+    argv = [command, "--train-file", train_file, "--model", tiny_path, flag, value, "--output-dir", str(tmp_path / "o")]
+    result = _run([*argv, *COMMON])
     assert result.exit_code == 0, result.output
-    assert _last_json(result.stdout)["num_pairs"] == 8
-    result = _run(
-        [
-            "grpo",
-            "--train-file",
-            grpo_file,
-            "--model",
-            tiny_path,
-            "--kl-coef",
-            "0.1",
-            "--output-dir",
-            str(tmp_path / "g"),
-            *COMMON,
-        ]
-    )
-    assert result.exit_code == 0, result.output
-    assert _last_json(result.stdout)["num_groups"] == 6
+    assert _last_json(result.stdout)[count_key] == count
 
 
 @pytest.mark.parametrize(

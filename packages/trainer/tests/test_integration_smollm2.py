@@ -22,6 +22,13 @@ def smollm2():
         raise
 
 
+def _short_run(path, tmp_path, **options):
+    """Three epochs of one batch of 4 at a constant rate, bf16: a few real optimizer steps."""
+    base = {"train_file": str(path), "output_dir": str(tmp_path / "out"), "num_epochs": 3, "batch_size": 4,
+            "warmup_ratio": 0.0, "lr_scheduler": "constant", "bf16": True, "progress_bar": False}  # fmt: skip
+    return {**base, **options}
+
+
 def test_sft_full_finetune_reduces_loss_and_changes_every_parameter(tmp_path, smollm2, rows):
     import copy
 
@@ -31,18 +38,7 @@ def test_sft_full_finetune_reduces_loss_and_changes_every_parameter(tmp_path, sm
     model, tok = copy.deepcopy(smollm2[0]), smollm2[1]
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     path = rows.write(tmp_path / "sft.jsonl", rows.sft(2, seed=7))
-    config = SFTConfig(
-        train_file=str(path),
-        output_dir=str(tmp_path / "out"),
-        num_epochs=3,
-        batch_size=4,
-        learning_rate=1e-4,
-        warmup_ratio=0.0,
-        lr_scheduler="constant",
-        max_length=256,
-        bf16=True,
-        progress_bar=False,
-    )
+    config = SFTConfig(**_short_run(path, tmp_path, learning_rate=1e-4, max_length=256))
     result = SFTTrainer(config, model=model, tokenizer=tok).train()
     assert result["global_step"] == 3
     losses = [json.loads(x)["loss/train"] for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
@@ -61,20 +57,7 @@ def test_dpo_lora_increases_margin(tmp_path, smollm2, rows):
 
     model, tok = copy.deepcopy(smollm2[0]), smollm2[1]
     path = rows.write(tmp_path / "dpo.jsonl", rows.dpo(4, seed=3))
-    config = DPOConfig(
-        train_file=str(path),
-        output_dir=str(tmp_path / "out"),
-        num_epochs=3,
-        batch_size=4,
-        learning_rate=5e-4,
-        warmup_ratio=0.0,
-        lr_scheduler="constant",
-        max_length=128,
-        bf16=True,
-        progress_bar=False,
-        use_lora=True,
-        lora_r=8,
-    )
+    config = DPOConfig(**_short_run(path, tmp_path, learning_rate=5e-4, max_length=128, use_lora=True, lora_r=8))
     trainer = DPOTrainer(config, model=model, tokenizer=tok)
     lora_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     trainer.train()

@@ -24,12 +24,34 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import click
 
 from agenttrainer.serving.limits import API_KEY_ENV, Limits, is_loopback
 
 DEFAULT_LIMITS = Limits()
+
+# One flag per Limits field, in --help order: (field, smallest, largest, help); defaults are Limits'.
+LIMIT_OPTIONS = [
+    ("max_tokens_limit", 1, None,
+     "Largest max_tokens a request may ask for; above it the request is refused (400), not clamped."),
+    ("max_prompt_tokens", 1, None, "Longest prompt in tokens (400 above it) [default: the model's context length]."),
+    ("max_body_bytes", 1, None, "Largest request body; a larger one is refused (413) before it is read."),
+    ("max_json_depth", 1, 500,
+     "Deepest nesting of lists and objects in a request body (tool schemas included); 400 beyond."),
+    ("max_tools_bytes", 1, None, "Largest 'tools' of a chat request, as JSON; 400 beyond."),
+    ("max_concurrent", 1, None, "Generations that run at once (in threads on the one model)."),
+    ("max_queue", 0, None, "Generation requests that wait for a free slot; more get 429 with Retry-After."),
+]  # fmt: skip
+
+
+def _limit_options(fn: Any) -> Any:
+    for field, smallest, largest, help_text in reversed(LIMIT_OPTIONS):
+        default = getattr(DEFAULT_LIMITS, field)
+        fn = click.option("--" + field.replace("_", "-"), field, default=default, show_default=default is not None,
+                          type=click.IntRange(min=smallest, max=largest), help=help_text)(fn)  # fmt: skip
+    return fn
 
 
 def _default_name(checkpoint: str) -> str:
@@ -68,54 +90,7 @@ def _default_name(checkpoint: str) -> str:
     is_flag=True,
     help="Serve a non-loopback --host without an API key (anyone who reaches the port can use the model).",
 )
-@click.option(
-    "--max-tokens-limit",
-    default=DEFAULT_LIMITS.max_tokens_limit,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Largest max_tokens a request may ask for; above it the request is refused (400), not clamped.",
-)
-@click.option(
-    "--max-prompt-tokens",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Longest prompt in tokens (400 above it) [default: the model's context length].",
-)
-@click.option(
-    "--max-body-bytes",
-    default=DEFAULT_LIMITS.max_body_bytes,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Largest request body; a larger one is refused (413) before it is read.",
-)
-@click.option(
-    "--max-json-depth",
-    default=DEFAULT_LIMITS.max_json_depth,
-    show_default=True,
-    type=click.IntRange(min=1, max=500),
-    help="Deepest nesting of lists and objects in a request body (tool schemas included); 400 beyond.",
-)
-@click.option(
-    "--max-tools-bytes",
-    default=DEFAULT_LIMITS.max_tools_bytes,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Largest 'tools' of a chat request, as JSON; 400 beyond.",
-)
-@click.option(
-    "--max-concurrent",
-    default=DEFAULT_LIMITS.max_concurrent,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Generations that run at once (in threads on the one model).",
-)
-@click.option(
-    "--max-queue",
-    default=DEFAULT_LIMITS.max_queue,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Generation requests that wait for a free slot; more get 429 with Retry-After.",
-)
+@_limit_options
 @click.option(
     "--allow-weight-updates",
     is_flag=True,
@@ -137,15 +112,9 @@ def serve(
     default_max_tokens: int,
     api_key: str | None,
     insecure: bool,
-    max_tokens_limit: int,
-    max_prompt_tokens: int | None,
-    max_body_bytes: int,
-    max_json_depth: int,
-    max_tools_bytes: int,
-    max_concurrent: int,
-    max_queue: int,
     allow_weight_updates: bool,
     log_level: str,
+    **limit_values: Any,
 ) -> None:
     """Serve CHECKPOINT (a directory or alias) as an OpenAI-compatible API: chat completions, and
     completions over token ids for online RL (vLLM's fields)."""
@@ -155,17 +124,11 @@ def serve(
             f"refusing to serve on {host} without an API key: anyone who can reach it could use the model; "
             f"pass --api-key KEY (or set {API_KEY_ENV}), or --insecure to serve without one"
         )
-    if default_max_tokens > max_tokens_limit:
-        raise click.ClickException(f"--max-tokens {default_max_tokens} is above --max-tokens-limit {max_tokens_limit}")
-    limits = Limits(
-        max_body_bytes=max_body_bytes,
-        max_json_depth=max_json_depth,
-        max_tools_bytes=max_tools_bytes,
-        max_prompt_tokens=max_prompt_tokens,
-        max_tokens_limit=max_tokens_limit,
-        max_concurrent=max_concurrent,
-        max_queue=max_queue,
-    )
+    limits = Limits(**limit_values)
+    if default_max_tokens > limits.max_tokens_limit:
+        raise click.ClickException(
+            f"--max-tokens {default_max_tokens} is above --max-tokens-limit {limits.max_tokens_limit}"
+        )
     try:
         import uvicorn
     except ImportError:
