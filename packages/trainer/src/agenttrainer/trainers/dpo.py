@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from agenttrainer.data import (
 from agenttrainer.losses import chunked_token_logps, dpo_loss
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
-from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
 from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
@@ -156,76 +154,38 @@ class DPOTrainer:
                 len(pairs), c.batch_size * acc.num_processes, random.Random(c.seed * 1000 + epoch)
             )
             plan.append(epoch_windows(global_batches(batches, acc), c.gradient_accumulation_steps))
-        run = start_run(
-            self.wrapped,
-            c,
-            acc,
-            plan,
-            {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0},
-            desc="dpo",
-        )
-        model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
-        state, logger, bar, total_steps = run.state, run.logger, run.bar, run.total_steps
-        step, done, last_loss, eval_metrics = 0, False, float("nan"), {}
-        started, tokens_at_start = time.perf_counter(), state["tokens"]
-        for epoch, windows in enumerate(plan):
-            for window in windows:
-                step += 1
-                if step <= state["global_step"]:
-                    continue  # resuming: this step's data was already consumed
-                model.train()
-                num_items = sum(len(b) for b in window) / acc.num_processes  # pairs in the step, per process
-                step_loss, sums = torch.zeros((), device=acc.device), {}
-                for k, batch_idx in enumerate(window):
-                    mine = shard(batch_idx, acc)
-                    sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
-                    with sync:
-                        loss, metrics = self._loss(
-                            model, [pairs[i] for i in mine], None if ref is None else ref[mine], num_items
-                        )
-                        acc.backward(loss)
-                    step_loss += loss.detach()
-                    for key, v in metrics.items():
-                        sums[key] = sums.get(key, 0.0) + v * len(mine)
-                    state["tokens"] += sum(len(pairs[i][0]) + len(pairs[i][1]) for i in mine)
-                last_loss = float(acc.reduce(step_loss, reduction="mean"))
-                check_finite(step, last_loss)
-                grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
-                check_finite(step, last_loss, grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                state["global_step"] = step
-                bar.update(1)
-                bar.set_postfix(loss=f"{last_loss:.4f}")
-                if step % c.logging_steps == 0:
-                    n = sum(len(shard(b, acc)) for b in window)
-                    log = {
-                        "loss/train": last_loss,
-                        "train/learning_rate": scheduler.get_last_lr()[0],
-                        "train/epoch": epoch + 1,
-                    }
-                    log.update({k: v / n for k, v in sums.items() if not k.startswith("loss/")})
-                    if grad_norm is not None:
-                        log["train/grad_norm"] = float(grad_norm)
-                    logger.log(log, step)
-                if eval_pairs and run.eval_due(step, window is windows[-1]):
-                    eval_metrics, done = run.evaluate_and_track(
-                        step,
-                        lambda: self.evaluate(eval_pairs, eval_ref),
-                        lambda: self.save_model(Path(c.output_dir) / "best"),
+        run = start_run(self.wrapped, c, acc, plan, desc="dpo")
+        model, state = run.model, run.state
+        last_loss, eval_metrics = float("nan"), {}
+        for epoch, window, step, last_of_epoch in run.steps(plan):
+            model.train()
+            num_items = sum(len(b) for b in window) / acc.num_processes  # pairs in the step, per process
+            step_loss, sums = torch.zeros((), device=acc.device), {}
+            for k, batch_idx in enumerate(window):
+                mine = shard(batch_idx, acc)
+                sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
+                with sync:
+                    loss, metrics = self._loss(
+                        model, [pairs[i] for i in mine], None if ref is None else ref[mine], num_items
                     )
-                if c.save_steps and step % c.save_steps == 0:
-                    run.checkpoint(epoch, self.model, self.tokenizer)
-                if done or step >= total_steps:
-                    done = True
-                    break
-            if done:
-                break
-        bar.close()
-        elapsed = time.perf_counter() - started
+                    acc.backward(loss)
+                step_loss += loss.detach()
+                for key, v in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + v * len(mine)
+                state["tokens"] += sum(len(pairs[i][0]) + len(pairs[i][1]) for i in mine)
+            last_loss, grad_norm = run.optimizer_step(step_loss)
+            n = sum(len(shard(b, acc)) for b in window)
+            run.log_step(last_loss, grad_norm, epoch, {k: v / n for k, v in sums.items() if not k.startswith("loss/")})
+            if eval_pairs and run.eval_due(step, last_of_epoch):
+                eval_metrics, run.stop = run.evaluate_and_track(
+                    step,
+                    lambda: self.evaluate(eval_pairs, eval_ref),
+                    lambda: self.save_model(Path(c.output_dir) / "best"),
+                )
+            if c.save_steps and step % c.save_steps == 0:
+                run.checkpoint(epoch, self.model, self.tokenizer)
+        tokens_per_second = run.finish()
         final_dir = self.save_model(Path(c.output_dir) / "final")
-        logger.close()
         return {
             "output_dir": str(final_dir),
             "global_step": state["global_step"],
@@ -234,7 +194,7 @@ class DPOTrainer:
             "eval_rewards_accuracy": eval_metrics.get("eval/rewards_accuracy"),
             "best_eval_loss": state["best_eval_loss"],
             "num_pairs": len(pairs),
-            "tokens_per_second": (state["tokens"] - tokens_at_start) / elapsed if elapsed > 0 else None,
+            "tokens_per_second": tokens_per_second,
         }
 
     def save_model(self, path: str | Path) -> Path:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,6 @@ from agenttrainer.data import (
 from agenttrainer.losses import chunked_token_logps, group_advantages, grpo_loss
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import to_device, unpack_tokens
-from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
 from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
@@ -167,11 +165,9 @@ class GRPOTrainer:
             )
             plan.append(epoch_windows(global_batches(batches, acc), c.gradient_accumulation_steps))
         state = {"global_step": 0, "windows_done": 0, "tokens": 0}
-        run = start_run(self.wrapped, c, acc, plan, state, desc="grpo", updates_per_window=c.grpo_iterations)
-        model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
-        state, logger, bar, total_steps = run.state, run.logger, run.bar, run.total_steps
+        run = start_run(self.wrapped, c, acc, plan, "grpo", state, updates_per_window=c.grpo_iterations)
+        model, state, total_steps = run.model, run.state, run.total_steps
         window_no, done, last_loss = 0, False, float("nan")
-        started, tokens_at_start = time.perf_counter(), state["tokens"]
         for epoch, windows in enumerate(plan):
             for window in windows:
                 window_no += 1
@@ -199,28 +195,12 @@ class GRPOTrainer:
                             sums[key] = sums.get(key, 0.0) + v * len(examples)
                         n_seq += len(examples)
                         state["tokens"] += sum(len(ex) for ex in examples)
-                    last_loss = float(acc.reduce(step_loss, reduction="mean"))
-                    check_finite(state["global_step"] + 1, last_loss)
-                    grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
-                    check_finite(state["global_step"] + 1, last_loss, grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    state["global_step"] += 1
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{last_loss:.4f}")
-                    if state["global_step"] % c.logging_steps == 0:
-                        rewards = [ex.meta["reward"] for m in micro for g in m for ex in groups[g]]
-                        log = {
-                            "loss/train": last_loss,
-                            "train/learning_rate": scheduler.get_last_lr()[0],
-                            "train/epoch": epoch + 1,
-                        }
-                        log.update({k: v / n_seq for k, v in sums.items() if not k.startswith("loss/grpo")})
-                        log["rollout/reward_mean"] = sum(rewards) / len(rewards)
-                        if grad_norm is not None:
-                            log["train/grad_norm"] = float(grad_norm)
-                        logger.log(log, state["global_step"])
+                    last_loss, grad_norm = run.optimizer_step(step_loss)
+                    rewards = [ex.meta["reward"] for m in micro for g in m for ex in groups[g]]
+                    extra = {k: v / n_seq for k, v in sums.items() if not k.startswith("loss/grpo")}
+                    run.log_step(
+                        last_loss, grad_norm, epoch, {**extra, "rollout/reward_mean": sum(rewards) / len(rewards)}
+                    )
                     if state["global_step"] >= total_steps:
                         done = True
                         break
@@ -234,16 +214,14 @@ class GRPOTrainer:
                     break
             if done:
                 break
-        bar.close()
-        elapsed = time.perf_counter() - started
+        tokens_per_second = run.finish()
         final_dir = self.save_model(Path(c.output_dir) / "final")
-        logger.close()
         return {
             "output_dir": str(final_dir),
             "global_step": state["global_step"],
             "train_loss": last_loss,
             "num_groups": len(groups),
-            "tokens_per_second": (state["tokens"] - tokens_at_start) / elapsed if elapsed > 0 else None,
+            "tokens_per_second": tokens_per_second,
         }
 
     def save_model(self, path: str | Path) -> Path:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,60 @@ class RunStart:
     acc: Any
     config: TrainConfig
     total_steps: int
+    started: float = field(default_factory=time.perf_counter)
+    tokens_at_start: int = 0
+    stop: bool = False  # set by early stopping; ``steps`` then ends
+
+    def steps(self, plan: list[list[Any]]) -> Iterator[tuple[int, Any, int, bool]]:
+        """``(epoch, window, step, last_of_epoch)`` for each optimizer step still to take: steps a
+        resumed run already took are skipped (their data was consumed), and it ends at
+        ``total_steps`` or when ``stop`` is set."""
+        step = 0
+        for epoch, windows in enumerate(plan):
+            for i, window in enumerate(windows):
+                step += 1
+                if step <= self.state["global_step"]:
+                    continue
+                yield epoch, window, step, i == len(windows) - 1
+                if self.stop or step >= self.total_steps:
+                    return
+
+    def optimizer_step(self, step_loss: torch.Tensor) -> tuple[float, Any]:
+        """Average the step's loss over processes, refuse a non-finite loss or gradient norm
+        before anything changes, clip, step the optimizer and the schedule, count the step.
+        Returns the loss and the gradient norm (None without clipping)."""
+        from agenttrainer.trainers.guards import check_finite
+
+        c, step = self.config, self.state["global_step"] + 1
+        loss = float(self.acc.reduce(step_loss, reduction="mean"))
+        check_finite(step, loss)
+        grad_norm = self.acc.clip_grad_norm_(self.params, c.max_grad_norm) if c.max_grad_norm > 0 else None
+        check_finite(step, loss, grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state["global_step"] = step
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.4f}")
+        return loss, grad_norm
+
+    def log_step(self, loss: float, grad_norm: Any, epoch: int, extra: dict[str, float]) -> None:
+        """Every ``logging_steps`` optimizer steps: loss, learning rate, epoch, ``extra``, grad norm."""
+        step = self.state["global_step"]
+        if step % self.config.logging_steps:
+            return
+        log = {"loss/train": loss, "train/learning_rate": self.scheduler.get_last_lr()[0], "train/epoch": epoch + 1}
+        log.update(extra)
+        if grad_norm is not None:
+            log["train/grad_norm"] = float(grad_norm)
+        self.logger.log(log, step)
+
+    def finish(self) -> float | None:
+        """Close the bar and the logger; the run's training tokens per second."""
+        self.bar.close()
+        self.logger.close()
+        elapsed = time.perf_counter() - self.started
+        return (self.state["tokens"] - self.tokens_at_start) / elapsed if elapsed > 0 else None
 
     def checkpoint(self, epoch: int, lm: Any, tokenizer: Any) -> None:
         """``checkpoint-<global_step>``: everything resume needs, loadable as a model."""
@@ -141,17 +197,19 @@ class RunStart:
         return bool(every and step % every == 0) or (not every and last_window)
 
 
-def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, plan: list[list[Any]], state: dict[str, Any],
-              desc: str, updates_per_window: int = 1) -> RunStart:  # fmt: skip
+def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, plan: list[list[Any]], desc: str,
+              state: dict[str, Any] | None = None, updates_per_window: int = 1) -> RunStart:  # fmt: skip
     """For a ``plan`` (per epoch, the batch windows; each window takes ``updates_per_window``
-    optimizer steps): the step count (capped by ``max_steps``), optimizer and schedule over it, ``accelerate`` preparation, resume from the
-    configured checkpoint (into ``state``), metrics logger and progress bar: one way for SFT,
-    DPO and GRPO, so their resume and logging semantics cannot drift apart."""
+    optimizer steps): the step count (capped by ``max_steps``), optimizer and schedule over it,
+    ``accelerate`` preparation, resume from the configured checkpoint (into ``state``; default: the
+    SFT/DPO counters), metrics logger and progress bar: one way for SFT, DPO and GRPO, so their
+    resume, logging and checkpoint semantics cannot drift apart."""
     from tqdm.auto import tqdm
 
     from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint
     from agenttrainer.logging_backends import MetricsLogger
 
+    state = state or {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0}
     total_steps = sum(len(windows) for windows in plan) * updates_per_window
     if config.max_steps > 0:
         total_steps = min(total_steps, config.max_steps)
@@ -174,4 +232,5 @@ def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, plan: list[list
         desc=desc,
         disable=not (config.progress_bar and acc.is_main_process),
     )
-    return RunStart(model, optimizer, scheduler, params, state, logger, bar, acc, config, total_steps)
+    return RunStart(model, optimizer, scheduler, params, state, logger, bar, acc, config, total_steps,
+                    tokens_at_start=state["tokens"])  # fmt: skip

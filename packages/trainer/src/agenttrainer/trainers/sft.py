@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,6 @@ from agenttrainer.data import (
 from agenttrainer.losses import chunked_token_logps, sft_loss
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
-from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
 
@@ -230,64 +228,26 @@ class SFTTrainer:
         del data
 
         plan = self._epoch_plan(examples)
-        run = start_run(
-            self.wrapped,
-            c,
-            acc,
-            plan,
-            {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0},
-            desc="sft",
-        )
-        model, optimizer, scheduler, params = run.model, run.optimizer, run.scheduler, run.params
-        state, logger, bar, total_steps = run.state, run.logger, run.bar, run.total_steps
-        step, done, last_loss, eval_metrics = 0, False, float("nan"), {}
-        started, tokens_at_start = time.perf_counter(), state["tokens"]
-        for epoch, windows in enumerate(plan):
-            for window in windows:
-                step += 1
-                if step <= state["global_step"]:
-                    continue  # resuming: this step's data was already consumed
-                model.train()
-                step_loss, tokens = self.backward_window(model, window, examples)
-                state["tokens"] += tokens
-                last_loss = float(acc.reduce(step_loss, reduction="mean"))
-                check_finite(step, last_loss)
-                grad_norm = acc.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
-                check_finite(step, last_loss, grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                state["global_step"] = step
-                bar.update(1)
-                bar.set_postfix(loss=f"{last_loss:.4f}")
-                if step % c.logging_steps == 0:
-                    log = {
-                        "loss/train": last_loss,
-                        "train/learning_rate": scheduler.get_last_lr()[0],
-                        "train/epoch": epoch + 1,
-                        "train/tokens": state["tokens"],
-                    }
-                    if grad_norm is not None:
-                        log["train/grad_norm"] = float(grad_norm)
-                    logger.log(log, step)
-                if eval_examples and run.eval_due(step, window is windows[-1]):
-                    eval_metrics, done = run.evaluate_and_track(
-                        step, lambda: self.evaluate(eval_examples), lambda: self.save_model(Path(c.output_dir) / "best")
-                    )
-                if c.save_steps and step % c.save_steps == 0:
-                    run.checkpoint(epoch, self.model, self.tokenizer)
-                if done or step >= total_steps:
-                    done = True
-                    break
-            if done:
-                break
-        bar.close()
-        elapsed = time.perf_counter() - started
+        run = start_run(self.wrapped, c, acc, plan, desc="sft")
+        model, state = run.model, run.state
+        last_loss, eval_metrics = float("nan"), {}
+        for epoch, window, step, last_of_epoch in run.steps(plan):
+            model.train()
+            step_loss, tokens = self.backward_window(model, window, examples)
+            state["tokens"] += tokens
+            last_loss, grad_norm = run.optimizer_step(step_loss)
+            run.log_step(last_loss, grad_norm, epoch, {"train/tokens": state["tokens"]})
+            if eval_examples and run.eval_due(step, last_of_epoch):
+                eval_metrics, run.stop = run.evaluate_and_track(
+                    step, lambda: self.evaluate(eval_examples), lambda: self.save_model(Path(c.output_dir) / "best")
+                )
+            if c.save_steps and step % c.save_steps == 0:
+                run.checkpoint(epoch, self.model, self.tokenizer)
+        tokens_per_second = run.finish()
         final_dir = Path(c.output_dir) / "final"
         self.save_model(final_dir)
         if buffer is not None and acc.is_main_process:
             buffer.save(c.continual_buffer_path or Path(c.output_dir) / "replay_buffer.jsonl")
-        logger.close()
         return {
             "output_dir": str(final_dir),
             "global_step": state["global_step"],
@@ -296,7 +256,7 @@ class SFTTrainer:
             "best_eval_loss": state["best_eval_loss"],
             "best_model": str(Path(c.output_dir) / "best") if state["best_eval_loss"] is not None else None,
             "num_examples": len(examples),
-            "tokens_per_second": (state["tokens"] - tokens_at_start) / elapsed if elapsed > 0 else None,
+            "tokens_per_second": tokens_per_second,
             "early_stopped": state["bad_evals"] >= c.early_stopping_patience > 0,
         }
 
