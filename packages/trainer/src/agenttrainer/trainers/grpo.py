@@ -39,9 +39,10 @@ from agenttrainer.data import (
 from agenttrainer.losses import chunked_token_logps, group_advantages, grpo_loss
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import to_device, unpack_tokens
+from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
-from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
+from agenttrainer.trainers.setup import load_policy, make_accelerator
 
 
 class GRPOTrainer:

@@ -49,8 +49,9 @@ from agenttrainer.data import (
 from agenttrainer.losses import chunked_token_logps, sft_loss
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
+from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
-from agenttrainer.trainers.setup import load_policy, make_accelerator, start_run
+from agenttrainer.trainers.setup import load_policy, make_accelerator
 
 
 class SFTTrainer:
