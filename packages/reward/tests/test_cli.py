@@ -34,11 +34,11 @@ def test_score_pairs_calibrate(tmp_path, capsys):
 
 def test_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text('{"steps": "nope"}\n')
-    assert main(["score", str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "o.jsonl")]) == 1
+    assert main(["score", str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "bad.jsonl:1: steps: must be a list" in err and err.count("\n") == 1
     assert not (tmp_path / "o.jsonl").exists()
-    assert main(["score", str(tmp_path / "bad.jsonl"), "-o", "x", "--judge-url", "http://x"]) == 1
+    assert main(["score", str(tmp_path / "bad.jsonl"), "-o", "x", "--judge-url", "http://x"]) == 2
     assert "--judge-model" in capsys.readouterr().err
 
 

@@ -43,7 +43,7 @@ def test_security_score_refuses_an_infinite_weight(tmp_path):
     (tmp_path / "t.jsonl").write_text(json.dumps(TRAJ) + "\n")
     (tmp_path / "w.json").write_text('{"goal_progress": Infinity, "tool_selection": 1}')
     done, output = score(tmp_path, tmp_path / "t.jsonl", "--weights", tmp_path / "w.json")
-    assert done.returncode == 1
+    assert done.returncode == 2
     expected = f"error: {tmp_path / 'w.json'}: rubric weights must be finite numbers (no NaN/Infinity)"
     assert done.stderr.strip().splitlines() == [expected]
     assert output.read_text() == OLD
@@ -53,7 +53,7 @@ def test_security_score_refuses_a_non_finite_calibration(tmp_path):
     (tmp_path / "t.jsonl").write_text(json.dumps(TRAJ) + "\n")
     (tmp_path / "cal.json").write_text('{"weights": {}, "slope": -Infinity, "intercept": 0}')
     done, output = score(tmp_path, tmp_path / "t.jsonl", "--calibration", tmp_path / "cal.json")
-    assert done.returncode == 1 and "calibration slope: must be a finite number" in done.stderr
+    assert done.returncode == 2 and "calibration slope: must be a finite number" in done.stderr
     assert output.read_text() == OLD
 
 
@@ -78,7 +78,7 @@ def test_security_score_refuses_non_finite_input(tmp_path, where, token, field, 
     path.write_text(json.dumps(TRAJ) + "\n" + json.dumps(record).replace('"@"', token) + "\n"
                     if suffix == ".jsonl" else "[" + json.dumps(TRAJ) + ",\n" + json.dumps(record).replace('"@"', token) + "]")  # fmt: skip
     done, output = score(tmp_path, path)
-    assert done.returncode == 1
+    assert done.returncode == 2
     where = f"{path}:2: {field}" if suffix == ".jsonl" else f"{path}: [1].{field}"  # a JSON array: its index
     assert done.stderr.strip().splitlines() == [f"error: {where}: non-finite number ({token})"]
     assert output.read_text() == OLD
@@ -89,7 +89,7 @@ def test_security_score_deep_nesting_is_one_line(tmp_path, suffix):
     path = tmp_path / f"deep{suffix}"
     path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     done, output = score(tmp_path, path)
-    assert done.returncode == 1
+    assert done.returncode == 2
     line = ":1" if suffix == ".jsonl" else ""
     assert done.stderr.strip().splitlines() == [f"error: {path}{line}: nested deeper than 100 levels"]
     assert output.read_text() == OLD
@@ -103,7 +103,7 @@ def test_security_empty_input_is_an_error(tmp_path, command):
     output.write_text(OLD)
     done = subprocess.run([sys.executable, "-m", "agentreward.cli", command, str(path), "-o", str(output)],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [f"error: {path}: no trajectories (empty file)"]
     assert output.read_text() == OLD
 

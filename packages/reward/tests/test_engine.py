@@ -97,6 +97,6 @@ def test_json_list_files_are_read(tmp_path):
 
 def test_binary_file(tmp_path):
     src = tmp_path / "t.jsonl"
-    src.write_bytes(b"\xff\xfe\x00\x01")
+    src.write_bytes(b"\x00\x01\xff\xfe")
     with pytest.raises(TrajectoryFormatError, match="t.jsonl:1: not UTF-8"):
         list(read_trajectories(src))

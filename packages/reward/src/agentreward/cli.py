@@ -8,55 +8,74 @@ knowlyr-reward rubrics [--domain coding]
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from agentreward.errors import RewardError, TrajectoryFormatError
+import click
+
+from agentreward.errors import RewardError, TrajectoryFormatError, UnscoredError
+
+try:  # knowlyr-core's toolkit when installed (the mcp extra brings it), so all six CLIs behave alike
+    from knowlyrcore.clikit import Group, mcp_command, run
+except ImportError:  # knowlyr-reward alone: the same exit codes (docs/cli.md) and one error line
+    Group, mcp_command = click.Group, None
+
+    def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name: str | None = None) -> int:
+        try:
+            result = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            return exc.exit_code
+        except click.ClickException as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if getattr(exc, "ctx", None) else ""
+            click.echo(f"error: {exc.format_message()}{hint}", err=True)
+            return exc.exit_code
+        except (click.Abort, KeyboardInterrupt):
+            click.echo("interrupted", err=True)
+            return 130
+        except (RewardError, OSError) as exc:
+            where = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            click.echo(f"error: {where}", err=True)
+            return getattr(exc, "exit_code", 2)
+        return result if isinstance(result, int) else 0
 
 
-def _engine(args: argparse.Namespace):
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="knowlyr-reward")
+def cli() -> None:
+    """Process reward model for agent trajectories: rules, LLM judge, human calibration."""
+
+
+def _engine(options: dict[str, Any]):
     from agentreward.calibration import Calibrator
     from agentreward.engine import RewardEngine
     from agentreward.judge import Judge
     from agentreward.rubrics import load_weights
 
     judge = None
-    if args.judge_url or args.judge_model:
-        if not args.judge_model:
-            raise RewardError("--judge-url needs --judge-model (the model name the endpoint serves)")
-        judge = Judge(model=args.judge_model, base_url=args.judge_url, api_key=args.judge_api_key,
-                      provider=args.judge_provider)  # fmt: skip
-    weights = load_weights(args.weights) if args.weights else None  # refuses NaN/Infinity weights
+    if options["judge_url"] or options["judge_model"]:
+        if not options["judge_model"]:
+            raise click.UsageError("--judge-url needs --judge-model (the model name the endpoint serves)")
+        judge = Judge(model=options["judge_model"], base_url=options["judge_url"], api_key=options["judge_api_key"],
+                      provider=options["judge_provider"])  # fmt: skip
+    weights = load_weights(options["weights"]) if options["weights"] else None  # refuses NaN/Infinity weights
     return RewardEngine(
-        domain=args.domain,
+        domain=options["domain"],
         weights=weights,
         judge=judge,
-        calibrator=Calibrator.load(args.calibration) if args.calibration else None,
-        outcome_weight=args.outcome_weight,
+        calibrator=Calibrator.load(options["calibration"]) if options["calibration"] else None,
+        outcome_weight=options["outcome_weight"],
     )
 
 
-def _cmd_score(args: argparse.Namespace) -> int:
-    from agentreward.trajectories import read_trajectories, write_jsonl
+def _read_all(path: str) -> Iterator[dict[str, Any]]:
+    """The trajectories of ``path``, streamed; an input with none is an error. Raised inside an
+    atomic write, any error leaves an existing output untouched."""
+    from agentreward.trajectories import read_trajectories
 
-    engine = _engine(args)
-    trajectories = _nonempty(read_trajectories(args.input), args.input)
-    count = write_jsonl(args.output, _progress(engine.score_many(trajectories), args.quiet))
-    print(f"scored {count} trajectories -> {args.output}", file=sys.stderr)
-    if engine.judge is not None:
-        print(
-            f"judge: {engine.judge.calls} calls, {len(engine.judge.failures)} steps kept rule scores", file=sys.stderr
-        )
-    return 0
-
-
-def _nonempty(records, path: str):
-    """Pass ``records`` through; an input with none is an error (and, raised inside the atomic
-    write, it leaves an existing output untouched)."""
     empty = True
-    for record in records:
+    for record in read_trajectories(path):
         empty = False
         yield record
     if empty:
@@ -66,117 +85,116 @@ def _nonempty(records, path: str):
 def _progress(items, quiet: bool):
     for n, item in enumerate(items, start=1):
         if not quiet and n % 50 == 0:
-            print(f"  {n} scored…", file=sys.stderr)
+            click.echo(f"  {n} scored…", err=True)
         yield item
 
 
-def _cmd_pairs(args: argparse.Namespace) -> int:
+INPUT = click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False))
+OUTPUT = click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write (atomically)."
+)
+
+
+@cli.command("score")
+@INPUT
+@OUTPUT
+@click.option("--domain", help="Rubric weights of this domain (default: each trajectory's task.domain).")
+@click.option("--weights", help="YAML/JSON file of rubric weights, overriding the domain's.")
+@click.option("--outcome-weight", type=click.FloatRange(0, 1), default=0.4, show_default=True,
+              help="Share of the outcome in the total.")  # fmt: skip
+@click.option("--judge-url", help="OpenAI-compatible (or Anthropic) base URL of the LLM judge.")
+@click.option("--judge-model", help="Model name for the judge.")
+@click.option("--judge-api-key", help="API key for the judge endpoint.")
+@click.option("--judge-provider", type=click.Choice(["openai", "anthropic"]), default="openai", show_default=True)
+@click.option("--calibration", help="Calibration file from `knowlyr-reward calibrate`.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+def score_command(input_path: str, output: str, quiet: bool, **options: Any) -> None:
+    """Score trajectories step by step (INPUT: trajectory JSONL, or a .json file)."""
+    from agentreward.trajectories import write_jsonl
+
+    engine = _engine(options)
+    trajectories = _read_all(input_path)
+    count = write_jsonl(output, _progress(engine.score_many(trajectories), quiet))
+    click.echo(f"scored {count} trajectories -> {output}", err=True)
+    if engine.judge is not None:
+        click.echo(f"judge: {engine.judge.calls} calls, {len(engine.judge.failures)} steps kept rule scores", err=True)
+
+
+@cli.command("pairs")
+@INPUT
+@OUTPUT
+@click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="Smallest reward difference between chosen and rejected.")  # fmt: skip
+@click.option("--max-pairs-per-task", type=click.IntRange(min=1), help="At most this many pairs per task.")
+def pairs_command(input_path: str, output: str, min_margin: float, max_pairs_per_task: int | None) -> None:
+    """Build DPO preference pairs from scored trajectories."""
     from agentreward.preferences import build_preference_pairs
-    from agentreward.trajectories import read_trajectories, write_jsonl
+    from agentreward.trajectories import write_jsonl
 
-    pairs = build_preference_pairs(_nonempty(read_trajectories(args.input), args.input), min_margin=args.min_margin,
-                                   max_pairs_per_task=args.max_pairs_per_task)  # fmt: skip
-    write_jsonl(args.output, pairs)
-    print(f"{len(pairs)} preference pairs -> {args.output}", file=sys.stderr)
-    return 0
+    scored = list(_read_all(input_path))  # pairs need every trajectory of a task: all are read first
+    try:
+        pairs = build_preference_pairs(scored, min_margin=min_margin, max_pairs_per_task=max_pairs_per_task)
+    except UnscoredError as exc:
+        raise UnscoredError(f"{input_path}: {exc}") from None
+    write_jsonl(output, pairs)
+    click.echo(f"{len(pairs)} preference pairs -> {output}", err=True)
 
 
-def _cmd_calibrate(args: argparse.Namespace) -> int:
+@cli.command("calibrate")
+@INPUT
+@click.option("--labels", type=click.Path(dir_okay=False),
+              help="JSONL of {trajectory_id, step_index, score}; step metadata labels are used too.")  # fmt: skip
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
+def calibrate_command(input_path: str, labels: str | None, output: str) -> None:
+    """Fit rubric weights to human step labels (INPUT: scored trajectory JSONL)."""
     from agentreward.calibration import Calibrator, labels_from_metadata, load_labels
-    from agentreward.trajectories import read_trajectories
 
-    external = load_labels(args.labels) if args.labels else {}
+    external = load_labels(labels) if labels else {}
     rubric_scores, human, baseline = [], [], []
-    for trajectory in _nonempty(read_trajectories(args.input), args.input):
-        labels = labels_from_metadata(trajectory)
-        for (tid, index), score in external.items():
+    for trajectory in _read_all(input_path):
+        step_labels = labels_from_metadata(trajectory)
+        for (tid, index), value in external.items():
             if tid == trajectory.get("id"):
-                labels[index] = score
-        for index, score in labels.items():
+                step_labels[index] = value
+        for index, value in step_labels.items():
             step = trajectory["steps"][index] if index < len(trajectory["steps"]) else None
             if step is None or "rubric_scores" not in step:
-                raise RewardError(
-                    f"{args.input}: trajectory {trajectory.get('id')!r} step {index}: not scored; run `score` first"
+                raise UnscoredError(
+                    f"{input_path}: trajectory {trajectory.get('id')!r} step {index}: not scored; run `score` first"
                 )
             rubric_scores.append(step["rubric_scores"])
             baseline.append(step["reward"])
-            human.append(score)
+            human.append(value)
     calibrator = Calibrator.fit(rubric_scores, human, baseline=baseline)
-    calibrator.save(args.output)
-    print(json.dumps(calibrator.report, indent=2))
-    return 0
+    calibrator.save(output)
+    click.echo(json.dumps(calibrator.report, indent=2))
 
 
-def _cmd_rubrics(args: argparse.Namespace) -> int:
+@cli.command("rubrics")
+@click.option("--domain", default="generic", show_default=True)
+def rubrics_command(domain: str) -> None:
+    """List rubrics and a domain's weights."""
     from agentreward.rubrics import RUBRICS, domain_weights
 
-    weights = domain_weights(args.domain)
+    weights = domain_weights(domain)
     for name, rubric in RUBRICS.items():
-        print(f"{name:18} {rubric.evaluator:5}  weight {weights[name]:.2f}  {rubric.description}")
-    return 0
+        click.echo(f"{name:18} {rubric.evaluator:5}  weight {weights[name]:.2f}  {rubric.description}")
 
 
-def _cmd_mcp(args: argparse.Namespace) -> int:
-    try:
-        from knowlyrcore.mcp import run_module
-    except ModuleNotFoundError:  # knowlyr-core comes with the mcp extra
-        print("knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'", file=sys.stderr)
+if mcp_command is not None:
+    cli.add_command(mcp_command("knowlyr-reward", "agentreward.mcp_server"))
+else:
+
+    @cli.command("mcp", add_help_option=False, context_settings={"ignore_unknown_options": True})
+    @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+    def mcp_missing(server_args: tuple[str, ...]) -> int:
+        """Run the MCP server over stdio (extra: mcp)."""
+        click.echo("knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'", err=True)
         return 2
-    return run_module("knowlyr-reward", "agentreward.mcp_server", args.server_args)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="knowlyr-reward", description="Process reward model for agent trajectories.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("score", help="score trajectories step by step")
-    p.add_argument("input", help="trajectory JSONL (or a .json file)")
-    p.add_argument("-o", "--output", required=True, help="scored trajectory JSONL")
-    p.add_argument("--domain", help="rubric weights of this domain (default: each trajectory's task.domain)")
-    p.add_argument("--weights", help="YAML/JSON file of rubric weights, overriding the domain's")
-    p.add_argument("--outcome-weight", type=float, default=0.4, help="share of the outcome in the total (default 0.4)")
-    p.add_argument("--judge-url", help="OpenAI-compatible (or Anthropic) base URL of the LLM judge")
-    p.add_argument("--judge-model", help="model name for the judge")
-    p.add_argument("--judge-api-key", help="API key for the judge endpoint")
-    p.add_argument("--judge-provider", choices=["openai", "anthropic"], default="openai")
-    p.add_argument("--calibration", help="calibration file from `knowlyr-reward calibrate`")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=_cmd_score)
-
-    p = sub.add_parser("pairs", help="build DPO preference pairs from scored trajectories")
-    p.add_argument("input")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--min-margin", type=float, default=0.1)
-    p.add_argument("--max-pairs-per-task", type=int)
-    p.set_defaults(func=_cmd_pairs)
-
-    p = sub.add_parser("calibrate", help="fit rubric weights to human step labels")
-    p.add_argument("input", help="scored trajectory JSONL")
-    p.add_argument("--labels", help="JSONL of {trajectory_id, step_index, score}; step metadata labels are used too")
-    p.add_argument("-o", "--output", required=True, help="calibration JSON to write")
-    p.set_defaults(func=_cmd_calibrate)
-
-    p = sub.add_parser("rubrics", help="list rubrics and a domain's weights")
-    p.add_argument("--domain", default="generic")
-    p.set_defaults(func=_cmd_rubrics)
-
-    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
-    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
-    p.add_argument("server_args", nargs="*")
-    p.set_defaults(func=_cmd_mcp)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (RewardError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"error: {exc.filename or '<io>'}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+    return run(cli, argv, prog_name="knowlyr-reward")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,13 @@ except ImportError:  # reward installed alone
 
 
 class RewardError(_Base):
-    """Base class of every error knowlyr-reward raises on purpose."""
+    """Base class of every error knowlyr-reward raises on purpose.
+
+    ``exit_code``: what ``knowlyr-reward`` exits with (docs/cli.md); most of its errors are about
+    the input (a trajectory, weights, labels or calibration file), so 2 unless a subclass says 1.
+    """
+
+    exit_code = 2
 
 
 class TrajectoryFormatError(RewardError, ValueError):
@@ -28,6 +34,12 @@ class TrajectoryFormatError(RewardError, ValueError):
 
 class JudgeError(RewardError):
     """The LLM judge could not produce scores (endpoint down, unusable reply)."""
+
+    exit_code = 1  # a failure while running, not the input's fault
+
+
+class UnscoredError(RewardError, ValueError):
+    """A step that needs a score (pairs, calibration) has none: run ``score`` first."""
 
 
 class CalibrationError(RewardError, ValueError):

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
 
+from agentreward.errors import UnscoredError
+
 
 def task_key(trajectory: dict[str, Any]) -> str | None:
     task = trajectory.get("task") or {}
@@ -27,7 +29,7 @@ def build_preference_pairs(
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for trajectory in scored:
         if trajectory.get("reward") is None:
-            raise ValueError(f"trajectory {trajectory.get('id')!r} has no reward: score it first")
+            raise UnscoredError(f"trajectory {trajectory.get('id')!r} has no reward: score it first")
         key = task_key(trajectory)
         if key is not None:
             groups[key].append(trajectory)

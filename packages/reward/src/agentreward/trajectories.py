@@ -25,6 +25,23 @@ from agentreward.errors import TrajectoryFormatError
 #: deepest nesting of objects and arrays a record may have (knowlyr-core uses the same limit)
 MAX_JSON_DEPTH = 100
 
+#: the environment variable bounding one line (or a .json document) in bytes, as in knowlyr-core
+MAX_LINE_BYTES_ENV = "KNOWLYR_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+SCHEMA_MAJOR = "1"
+
+
+def max_line_bytes() -> int:
+    """``KNOWLYR_MAX_LINE_BYTES`` when set (a positive integer), else 16 MiB."""
+    value = os.environ.get(MAX_LINE_BYTES_ENV, "").strip()
+    if not value:
+        return DEFAULT_MAX_LINE_BYTES
+    if not value.isdigit() or int(value) <= 0:
+        raise TrajectoryFormatError(
+            MAX_LINE_BYTES_ENV, None, f"expected a positive number of bytes, got {value[:40]!r}"
+        )
+    return int(value)
+
 
 class _NonFinite(ValueError):
     pass
@@ -80,6 +97,8 @@ def loads_strict(text: str, path: str, line: int | None) -> Any:
         raise TrajectoryFormatError(path, line, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
         raise TrajectoryFormatError(path, line, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
+        raise TrajectoryFormatError(path, line, f"invalid JSON: {exc}") from None
     if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _too_deep(data):
         raise TrajectoryFormatError(path, line, f"nested deeper than {MAX_JSON_DEPTH} levels")
     return data
@@ -89,6 +108,14 @@ def check_trajectory(record: Any, path: str = "<trajectory>", line: int | None =
     """Return ``record`` if it has the fields scoring needs, else raise naming the field."""
     if not isinstance(record, dict):
         raise TrajectoryFormatError(path, line, f"expected a JSON object, got {type(record).__name__}")
+    if "schema_version" in record:  # the same rule and words as knowlyr-core's readers
+        version = record["schema_version"]
+        if not isinstance(version, str):
+            problem = f"must be a string like '1.0', got {type(version).__name__}"
+            raise TrajectoryFormatError(path, line, problem, field="schema_version")
+        if version.split(".", 1)[0] != SCHEMA_MAJOR:
+            problem = f"unsupported version {version[:20]!r} (this reader accepts 1.x)"
+            raise TrajectoryFormatError(path, line, problem, field="schema_version")
     steps = record.get("steps")
     if not isinstance(steps, list):
         raise TrajectoryFormatError(path, line, "must be a list of steps", field="steps")
@@ -112,31 +139,50 @@ def check_trajectory(record: Any, path: str = "<trajectory>", line: int | None =
 
 
 def read_trajectories(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """Stream trajectories from a JSONL file (or a JSON file holding one object or a list)."""
+    """Stream trajectories from a JSONL file (or a JSON file holding one object or a list).
+
+    At most ``KNOWLYR_MAX_LINE_BYTES`` of a line (or of a ``.json`` document) are read: a longer
+    one is refused without reading the rest. UTF-16 files are named as such.
+    """
     path = Path(path)
+    limit = max_line_bytes()
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors need their own message
     except OSError as exc:
         raise TrajectoryFormatError(str(path), None, exc.strerror or str(exc)) from None
     with handle:
+        if handle.read(2) in (b"\xff\xfe", b"\xfe\xff"):
+            raise TrajectoryFormatError(str(path), 1, "the file is UTF-16 text; convert it to UTF-8")
+        handle.seek(0)
         head = handle.read(1).lstrip() if path.suffix == ".json" else b""
         handle.seek(0)
         if path.suffix == ".json" and head in (b"[", b"{"):
+            data = handle.read(limit + 1)
+            if len(data) > limit:
+                raise TrajectoryFormatError(str(path), None, f"larger than {limit} bytes (limit: {MAX_LINE_BYTES_ENV})")
             try:
-                text = handle.read().decode("utf-8")
+                text = data.decode("utf-8")
             except UnicodeDecodeError:
                 raise TrajectoryFormatError(str(path), None, "not UTF-8 text") from None
-            data = loads_strict(text, str(path), None)
-            for record in data if isinstance(data, list) else [data]:
+            parsed = loads_strict(text, str(path), None)
+            for record in parsed if isinstance(parsed, list) else [parsed]:
                 yield check_trajectory(record, str(path))
             return
-        for number, raw in enumerate(handle, start=1):
+        number = 0
+        while raw := handle.readline(limit + 1):
+            number += 1
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise TrajectoryFormatError(str(path), number, f"line longer than {limit} bytes "
+                                            f"(limit: {MAX_LINE_BYTES_ENV})")  # fmt: skip
             if not raw.strip():
                 continue
             try:
                 text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise TrajectoryFormatError(str(path), number, "not UTF-8 text") from None
+            except UnicodeDecodeError as exc:
+                raise TrajectoryFormatError(str(path), number, f"not UTF-8 text (byte {exc.start}); "
+                                            "is it a binary, Latin-1 or UTF-16 file?") from None  # fmt: skip
+            if number == 1:
+                text = text.removeprefix("\ufeff")
             yield check_trajectory(loads_strict(text, str(path), number), str(path), number)
 
 

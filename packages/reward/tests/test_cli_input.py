@@ -1,0 +1,123 @@
+"""knowlyr-reward's reader and CLI on bad input: one line, exit 2, the same words as knowlyr-core.
+
+knowlyr-reward stands alone (no knowlyr-core); its reader repeats core's rules for encodings,
+line length and ``schema_version``, and its CLI falls back to a small runner of its own with the
+same exit codes when knowlyr-core is absent — both are checked here.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agentreward.cli import main
+from agentreward.errors import TrajectoryFormatError
+from agentreward.trajectories import read_trajectories
+
+GOOD = {"id": "t", "task": {"id": "a", "description": "d"}, "steps": [{"tool_call": {"name": "bash"}}]}
+
+
+def _score(capsys, path, tmp_path):
+    out = tmp_path / "scored.jsonl"
+    out.write_text("earlier\n")
+    code = main(["score", str(path), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert out.read_text() == "earlier\n"
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    return code, err.strip()
+
+
+@pytest.mark.parametrize(
+    ("version", "problem"),
+    [
+        ("2.0", "schema_version: unsupported version '2.0' (this reader accepts 1.x)"),
+        (1.0, "schema_version: must be a string like '1.0', got float"),
+    ],
+)
+def test_schema_version_is_checked_like_core(tmp_path, capsys, version, problem):
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        json.dumps({**GOOD, "schema_version": "1.4"}) + "\n" + json.dumps({**GOOD, "schema_version": version}) + "\n"
+    )
+    assert _score(capsys, path, tmp_path) == (2, f"error: {path}:2: {problem}")
+
+
+def test_utf16_long_line_and_huge_integer(tmp_path, capsys, monkeypatch):
+    utf16 = tmp_path / "u.jsonl"
+    utf16.write_bytes((json.dumps(GOOD) + "\n").encode("utf-16"))
+    assert _score(capsys, utf16, tmp_path) == (2, f"error: {utf16}:1: the file is UTF-16 text; convert it to UTF-8")
+
+    monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "200")
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "metadata": {"x": "y" * 500}}) + "\n")
+    assert _score(capsys, long, tmp_path) == (
+        2,
+        f"error: {long}:2: line longer than 200 bytes (limit: KNOWLYR_MAX_LINE_BYTES)",
+    )
+    document = tmp_path / "big.json"
+    document.write_text(json.dumps([GOOD] * 10))
+    assert _score(capsys, document, tmp_path) == (
+        2,
+        f"error: {document}: larger than 200 bytes (limit: KNOWLYR_MAX_LINE_BYTES)",
+    )
+    monkeypatch.delenv("KNOWLYR_MAX_LINE_BYTES")
+
+    huge = tmp_path / "int.jsonl"
+    huge.write_text('{"steps": [], "reward": ' + "9" * 5000 + "}\n")
+    code, line = _score(capsys, huge, tmp_path)
+    assert code == 2 and line.startswith(f"error: {huge}:1: invalid JSON: ")
+
+
+def test_utf8_bom_is_ignored(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n")
+    assert [t["id"] for t in read_trajectories(path)] == ["t"]
+
+
+def test_bad_options_are_usage_errors(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    assert main(["score", str(path), "-o", str(tmp_path / "o"), "--outcome-weight", "2"]) == 2
+    assert "--outcome-weight" in capsys.readouterr().err
+    assert main(["pairs", str(path), "-o", str(tmp_path / "o"), "--min-margin", "-1"]) == 2
+    assert main(["pairs", str(path), "-o", str(tmp_path / "o")]) == 2  # unscored: run score first
+    assert "has no reward: score it first" in capsys.readouterr().err
+
+
+STANDALONE = """
+import sys
+sys.modules['knowlyrcore'] = None  # knowlyr-reward installed alone
+from agentreward.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "line"),
+    [
+        (["score", "{bad}", "-o", "{out}"], 2, "error: {bad}:1: steps: must be a list of steps"),
+        (["score", "{missing}", "-o", "{out}"], 2, "error: {missing}: No such file or directory"),
+        (["score", "{bad}"], 2, "error: Missing option '-o' / '--output'. (see 'knowlyr-reward score --help')"),
+        (["nope"], 2, "error: No such command 'nope'. (see 'knowlyr-reward --help')"),
+        (["mcp"], 2, "knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'"),
+        (["rubrics"], 0, None),
+    ],
+)
+def test_without_knowlyr_core_the_cli_behaves_the_same(tmp_path, argv, code, line):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"steps": "nope"}\n')
+    values = {"bad": bad, "out": tmp_path / "o.jsonl", "missing": tmp_path / "missing.jsonl"}
+    done = subprocess.run([sys.executable, "-c", STANDALONE, *[a.format(**values) for a in argv]],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    if line is not None:
+        assert done.stderr.strip() == line.format(**values)
+
+
+def test_reader_errors_are_trajectory_format_errors(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"steps": [], "x": "caf\xe9"}\n')
+    with pytest.raises(TrajectoryFormatError, match=r"t.jsonl:1: not UTF-8 text \(byte 23\)"):
+        list(read_trajectories(path))
