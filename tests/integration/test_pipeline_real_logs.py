@@ -26,7 +26,7 @@ def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
     broken = tmp_path / "broken.json"
     broken.write_text('{"trajectory": [')
     # by default the first bad file stops the run, with nothing written
-    assert main(["pipeline", str(real_logs_folder), str(broken), "-o", str(tmp_path / "strict")]) == 1
+    assert main(["pipeline", str(real_logs_folder), str(broken), "-o", str(tmp_path / "strict")]) == 2
     assert f"{broken}:" in capsys.readouterr().err and not list((tmp_path / "strict").glob("run-*"))
     # --skip-invalid reports it and converts the rest
     args = ["pipeline", str(real_logs_folder), str(broken), "-o", str(tmp_path / "out"), "--skip-invalid"]

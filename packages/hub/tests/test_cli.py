@@ -27,6 +27,6 @@ def test_export_dedup_evaluate_compare(traj, tmp_path, capsys):
 def test_errors_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"steps": 3}\n')
-    assert main(["export", "--format", "sft", "-t", str(bad), "-o", str(tmp_path / "o.jsonl")]) == 1
+    assert main(["export", "--format", "sft", "-t", str(bad), "-o", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {bad}:1: steps:") and err.count("\n") == 1

@@ -67,7 +67,7 @@ def test_security_pipeline_with_nothing_usable_exits_1(tmp_path, content, skip_i
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     done = hub("pipeline", bad, "-o", tmp_path / "out", *(["--skip-invalid"] if skip_invalid else []))
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert str(bad) in done.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("run-*"))
@@ -80,7 +80,7 @@ def test_security_pipeline_skip_invalid_keeps_good_records(tmp_path, trajectorie
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text("\n".join([good[0], '{"broken', json.dumps(nan).replace('"@"', "NaN"), good[2]]) + "\n")
     strict = hub("pipeline", mixed, "-o", tmp_path / "strict")
-    assert strict.returncode == 1
+    assert strict.returncode == 2
     (message,) = strict.stderr.strip().splitlines()
     assert message.startswith(f"error: {mixed}:2: invalid JSON: ") and not (tmp_path / "strict").exists()
     done = hub("pipeline", mixed, "-o", tmp_path / "out", "--skip-invalid")
@@ -172,7 +172,7 @@ def test_security_hub_commands_refuse_empty_and_deep_inputs(tmp_path, command, c
     output = tmp_path / "out.jsonl"
     output.write_text("old\n")
     done = hub(*[a.format(f=path, o=output) for a in command])
-    assert done.returncode == 1
+    assert done.returncode == 2
     where = f"{path}:1" if content else str(path)
     assert done.stderr.strip().splitlines() == [f"error: {where}: {problem}"]
     assert output.read_text() == "old\n"

@@ -15,16 +15,22 @@ knowlyr-hub evaluate --policy expert|smollm2-135m|./checkpoint|http://host/v1 --
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from knowlyrcore import KnowlyrError, TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
-from knowlyrcore.errors import DataFormatError
+import click
+
+from knowlyrcore import TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
+from knowlyrcore.clikit import Group, mcp_command, run
+from knowlyrcore.errors import DataFormatError, InputError
+
+
+class MissingExtraError(InputError):
+    """A feature needs an extra (or a sibling package) that is not installed; the message names it."""
 
 
 def _read_all(paths: list[str]) -> list:
@@ -42,34 +48,87 @@ def _read_all(paths: list[str]) -> list:
     return items
 
 
-def _cmd_export(args: argparse.Namespace) -> int:
+FILES_HELP = "Trajectory JSONL files or folders (-t a.jsonl b.jsonl, or -t a.jsonl -t b.jsonl)."
+
+
+def _files(given: tuple[str, ...], more: tuple[str, ...]) -> list[str]:
+    """``-t a b c``: click reads ``-t a`` as the option and ``b c`` as arguments; both are files."""
+    files = [*given, *more]
+    if not files:
+        raise click.UsageError("give at least one trajectory file with -t")
+    return files
+
+
+def trajectory_files(fn: Any) -> Any:
+    fn = click.argument("more_files", nargs=-1, metavar="[FILES]...")(fn)
+    return click.option("-t", "--trajectories", multiple=True, help=FILES_HELP)(fn)
+
+
+class HubGroup(Group):
+    """The hub's library functions refuse unusable input with ``ValueError`` (no trajectories to
+    evaluate, unscored runs, one agent to compare) and missing extras with ``ImportError`` naming
+    the extra; at the command line both are bad input: one line, exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ValueError, ImportError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise InputError(str(exc)) from exc
+
+
+@click.group(cls=HubGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="knowlyr-hub")
+def cli() -> None:
+    """Rollouts, datasets and evaluation for agents."""
+
+
+@cli.command("export")
+@click.option("--format", "fmt", required=True, type=click.Choice(["sft", "dpo", "grpo"]))
+@trajectory_files
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Dataset JSONL to write.")
+@click.option("-p", "--preferences", help="DPO: preference pairs from `knowlyr-reward pairs`.")
+@click.option("--sft-format", type=click.Choice(["steps", "messages"]), default="steps", show_default=True)
+@click.option("--min-reward", type=float, help="SFT: keep trajectories with at least this reward.")
+@click.option("--success-only", is_flag=True, help="SFT: keep only successful trajectories.")
+@click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="DPO: minimum reward gap of a pair.")  # fmt: skip
+@click.option("--min-group-size", type=click.IntRange(min=1), default=2, show_default=True,
+              help="GRPO: minimum attempts per task.")  # fmt: skip
+def export_command(fmt: str, trajectories: tuple[str, ...], more_files: tuple[str, ...], output: str,
+                   preferences: str | None, sft_format: str, min_reward: float | None, success_only: bool,
+                   min_margin: float, min_group_size: int) -> None:  # fmt: skip
+    """Export trajectories as an SFT, DPO or GRPO dataset."""
     from trajectoryhub.export import DatasetExporter
 
-    exporter = DatasetExporter(trajectories=_read_all(args.trajectories))
-    if args.format == "sft":
-        report = exporter.export_sft(args.output, format=args.sft_format, min_reward=args.min_reward,
-                                     success_only=args.success_only)  # fmt: skip
-    elif args.format == "dpo":
-        report = exporter.export_dpo(args.output, preferences=args.preferences, min_margin=args.min_margin)
+    exporter = DatasetExporter(trajectories=_read_all(_files(trajectories, more_files)))
+    if fmt == "sft":
+        report = exporter.export_sft(output, format=sft_format, min_reward=min_reward, success_only=success_only)
+    elif fmt == "dpo":
+        report = exporter.export_dpo(output, preferences=preferences, min_margin=min_margin)
     else:
-        report = exporter.export_grpo(args.output, min_group_size=args.min_group_size)
+        report = exporter.export_grpo(output, min_group_size=min_group_size)
     skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
-    print(f"{args.format}: wrote {report.written} records to {args.output} (skipped: {skipped})", file=sys.stderr)
-    return 0
+    click.echo(f"{fmt}: wrote {report.written} records to {output} (skipped: {skipped})", err=True)
 
 
-def _cmd_dedup(args: argparse.Namespace) -> int:
+@cli.command("dedup")
+@trajectory_files
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Unique trajectories to write.")
+@click.option("--store", help="Content-addressed store folder to add the unique trajectories to.")
+def dedup_command(trajectories: tuple[str, ...], more_files: tuple[str, ...], output: str, store: str | None) -> None:
+    """Drop duplicate episodes (content hash); optionally keep a CAS store."""
     from trajectoryhub.dedup import ContentStore, dedup
 
-    items = _read_all(args.trajectories)
+    items = _read_all(_files(trajectories, more_files))
     unique = list(dedup(items))
-    write_trajectories(args.output, unique)
-    if args.store:
-        store = ContentStore(args.store)
-        new = sum(store.put(t)[1] for t in unique)
-        print(f"store {args.store}: {new} new, {len(store)} total", file=sys.stderr)
-    print(f"{len(items)} trajectories, {len(unique)} unique -> {args.output}", file=sys.stderr)
-    return 0
+    write_trajectories(output, unique)
+    if store:
+        cas = ContentStore(store)
+        new = sum(cas.put(t)[1] for t in unique)
+        click.echo(f"store {store}: {new} new, {len(cas)} total", err=True)
+    click.echo(f"{len(items)} trajectories, {len(unique)} unique -> {output}", err=True)
 
 
 def _load_runs(paths: list[str]) -> dict[str, list]:
@@ -83,14 +142,38 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
     return runs
 
 
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    if args.policy is not None:
-        return _evaluate_policy(args)
+@cli.command("evaluate")
+@click.option("-t", "--trajectories", multiple=True, help="Summarise a recorded run (repeatable).")
+@click.option("--policy", help="'expert', a local checkpoint or alias (smollm2-135m), or an http(s) OpenAI-compatible "
+                               "base URL.")  # fmt: skip
+@click.option("--tasks", type=click.Path(dir_okay=False), help="JSONL of tasks, e.g. from `knowlyr-hub tasks`.")
+@click.option("--env", help="Environment id (default: the tasks' suite's, else the one of their domain).")
+@click.option(
+    "--max-steps", type=click.IntRange(min=1), help="Step budget per episode (default: the suite's, else 30)."
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Episodes played in lockstep.")  # fmt: skip
+@click.option("--name", help="Stage name in the summary and report (default: the model's).")
+@click.option("--split", help="Split label (default: the tasks' metadata.split).")
+@click.option("--model", help="Endpoint policies: the served model name.")
+@click.option("--api-key")
+@click.option("--system-prompt", help="Default: the suite's.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Model policies: tokens per answer.")  # fmt: skip
+@click.option("--seed", type=int, help="Episode i is reset with seed + i.")
+@click.option("--report-dir", help="Write report.json, report.md, report.html and PNG plots here.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the trajectories here.")
+def evaluate_command(trajectories: tuple[str, ...], **options: Any) -> None:
+    """Run a policy on tasks (or summarise recorded runs): success, CI, metrics."""
+    if bool(trajectories) == (options["policy"] is not None):
+        raise click.UsageError("give either --policy (with --tasks) or -t recorded runs")
+    if options["policy"] is not None:
+        _evaluate_policy(SimpleNamespace(**options))
+        return
     from trajectoryhub.evaluate import evaluate_agent
 
-    for name, items in _load_runs(args.trajectories).items():
-        print(json.dumps(evaluate_agent(items, agent=name).to_dict()))
-    return 0
+    for name, items in _load_runs(list(trajectories)).items():
+        click.echo(json.dumps(evaluate_agent(items, agent=name).to_dict()))
 
 
 def _suite_of(tasks: list[TaskInfo], *, env_given: bool) -> Any:
@@ -100,15 +183,15 @@ def _suite_of(tasks: list[TaskInfo], *, env_given: bool) -> Any:
         return None
     if len(names) > 1:
         found = ", ".join(sorted(str(n) for n in names))
-        raise ValueError(f"the tasks come from several suites ({found}): evaluate one suite at a time")
+        raise InputError(f"the tasks come from several suites ({found}): evaluate one suite at a time")
     (name,) = names
     try:
         from agentsandbox.suites import get_suite
     except ImportError as exc:
         if env_given:
             return None
-        raise ImportError(f"the tasks come from suite {name!r}, which needs knowlyr-sandbox: "
-                          "pip install 'knowlyr-hub[sandbox]' (or pass --env)") from exc  # fmt: skip
+        raise MissingExtraError(f"the tasks come from suite {name!r}, which needs knowlyr-sandbox: "
+                                "pip install 'knowlyr-hub[sandbox]' (or pass --env)") from exc  # fmt: skip
     return get_suite(name)
 
 
@@ -119,7 +202,7 @@ def _env_for_domain(tasks: list[TaskInfo]) -> str:
     candidates = list_envs(domain=domains[0]) if len(domains) == 1 else []
     if len(candidates) != 1:
         found = ", ".join(candidates) or "none"
-        raise ValueError(f"cannot tell which environment runs tasks of domain {', '.join(domains)} "
+        raise InputError(f"cannot tell which environment runs tasks of domain {', '.join(domains)} "
                          f"(registered for it: {found}): pass --env")  # fmt: skip
     return candidates[0]
 
@@ -132,7 +215,7 @@ def _tool_specs(env_id: str, env_kwargs: dict[str, Any]) -> list[dict[str, Any]]
         return tool_schemas(list(env.available_tools), env.domain)
 
 
-def _policy(args: argparse.Namespace, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> tuple[Any, str]:
+def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> tuple[Any, str]:
     """The policy (a BatchPolicy or a per-episode factory) that ``--policy`` names, and its model name."""
     if args.policy == "expert":
         from trajectoryhub.evaluate import ExpertReplay
@@ -142,7 +225,7 @@ def _policy(args: argparse.Namespace, suite: Any, env_id: str, env_kwargs: dict[
     tools = _tool_specs(env_id, env_kwargs)
     if args.policy.startswith(("http://", "https://")):
         if not args.model:
-            raise ValueError("an endpoint policy needs --model, the name the server serves the model under")
+            raise click.UsageError("an endpoint policy needs --model, the name the server serves the model under")
         from trajectoryhub.policy import OpenAIPolicy
 
         def factory() -> OpenAIPolicy:
@@ -154,35 +237,37 @@ def _policy(args: argparse.Namespace, suite: Any, env_id: str, env_kwargs: dict[
         from agenttrainer.batch_policy import LocalBatchPolicy
         from agenttrainer.models.errors import ModelLoadError
     except ImportError as exc:
-        raise ImportError(f"--policy {args.policy!r} names a local checkpoint or alias, which needs knowlyr-trainer "
-                          f"({exc}); or pass an http(s) endpoint or 'expert'") from exc  # fmt: skip
+        raise MissingExtraError(f"--policy {args.policy!r} names a local checkpoint or alias, which needs "
+                                f"knowlyr-trainer ({exc}); or pass an http(s) endpoint or 'expert'") from exc  # fmt: skip
     try:
         policy = LocalBatchPolicy.from_pretrained(args.policy, system_prompt=system_prompt, tools=tools,
                                                   max_new_tokens=args.max_new_tokens)  # fmt: skip
     except ModelLoadError as exc:
-        raise ValueError(f"--policy {args.policy!r}: {exc}") from exc
+        raise InputError(f"--policy {args.policy!r}: {exc}") from exc
     return policy, args.model or args.policy.rstrip("/")
 
 
 def _print_table(header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     for row in [header, *rows]:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+        click.echo(
+            "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        )
 
 
-def _evaluate_policy(args: argparse.Namespace) -> int:
+def _evaluate_policy(args: Any) -> None:
     from trajectoryhub.evaluate import evaluate_policy
     from trajectoryhub.report import stage_table
 
     if not args.tasks:
-        raise ValueError("--policy needs --tasks, a JSONL file of tasks (see `knowlyr-hub tasks`)")
+        raise click.UsageError("--policy needs --tasks, a JSONL file of tasks (see `knowlyr-hub tasks`)")
     if args.report_dir:
         from trajectoryhub.report import require_matplotlib
 
         require_matplotlib()  # fail before the evaluation, not after it
     tasks = list(read_jsonl(args.tasks, TaskInfo))
     if not tasks:
-        raise ValueError(f"{args.tasks}: no tasks")
+        raise DataFormatError(args.tasks, None, "no tasks (empty file)")
     suite = _suite_of(tasks, env_given=args.env is not None)
     env_id = args.env or (suite.env_id if suite is not None else _env_for_domain(tasks))
     from_suite = suite is not None and suite.env_id == env_id  # the suite's settings are for its own env
@@ -199,93 +284,139 @@ def _evaluate_policy(args: argparse.Namespace) -> int:
     )  # fmt: skip
     seconds = time.perf_counter() - started
     _print_table(*stage_table([summary]))
-    print(f"{summary['n']} episodes on {env_id} in {seconds:.1f}s", file=sys.stderr)
+    click.echo(f"{summary['n']} episodes on {env_id} in {seconds:.1f}s", err=True)
     if args.output:
         write_trajectories(args.output, trajectories)
-        print(f"trajectories -> {args.output}", file=sys.stderr)
+        click.echo(f"trajectories -> {args.output}", err=True)
     if args.report_dir:
         from trajectoryhub.report import write_report
 
         report = {"stages": [summary], "comparisons": [], "seconds": seconds, "policy": args.policy,
                   "env": env_id, "tasks": str(args.tasks), "max_steps": max_steps}  # fmt: skip
         written = write_report(report, args.report_dir, trajectories_by_stage={name: trajectories})
-        print(f"report -> {written['html']}", file=sys.stderr)
-    return 0
+        click.echo(f"report -> {written['html']}", err=True)
 
 
-def _cmd_tasks(args: argparse.Namespace) -> int:
+@cli.command("tasks")
+@click.argument("suite", required=False)
+@click.option("--list", "list_suites_", is_flag=True, help="List the installed suites.")
+@click.option("--split", default="test", show_default=True, help="train, test or test-unseen.")
+@click.option("-n", "--n", type=click.IntRange(min=1), default=100, show_default=True, help="How many tasks.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Tasks JSONL to write.")
+def tasks_command(suite: str | None, list_suites_: bool, split: str, n: int, seed: int, output: str | None) -> None:
+    """Write a task suite's tasks as JSONL (--list: the installed suites)."""
     try:
         from agentsandbox.suites import SuiteError, get_suite, list_suites
-    except ImportError as exc:
-        raise ImportError("task suites come with knowlyr-sandbox: pip install 'knowlyr-hub[sandbox]'") from exc
-    if args.list:
+    except ImportError:
+        raise MissingExtraError("task suites come with knowlyr-sandbox: pip install 'knowlyr-hub[sandbox]'") from None
+    if list_suites_:
         for name in list_suites():
             try:
-                suite = get_suite(name)
+                found = get_suite(name)
             except (ImportError, SuiteError) as exc:  # one broken plugin must not hide the others
-                print(f"{name}\t?\tcannot load: {exc}")
+                click.echo(f"{name}\t?\tcannot load: {exc}")
                 continue
-            print(f"{name}\t{suite.env_id}\t{suite.description}")
-        return 0
-    if not args.suite or not args.output:
-        print("error: tasks needs a SUITE and -o FILE (or --list)", file=sys.stderr)
-        return 2
+            click.echo(f"{name}\t{found.env_id}\t{found.description}")
+        return
+    if not suite or not output:
+        raise click.UsageError("tasks needs a SUITE and -o FILE (or --list)")
     try:
-        suite = get_suite(args.suite)
-        tasks = suite.generate(args.split, args.n, args.seed)
+        chosen = get_suite(suite)
+        tasks = chosen.generate(split, n, seed)
     except SuiteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise click.UsageError(str(exc)) from None
     for task in tasks:  # evaluate finds the suite (env, step budget, expert) from here
-        task.setdefault("metadata", {}).setdefault("suite", args.suite)
-        task["metadata"].setdefault("split", args.split)
-        if suite.system_prompt:  # what a model policy is told (knowlyr-trainer grpo --online reads it)
-            task["metadata"].setdefault("system_prompt", suite.system_prompt)
-    write_jsonl(args.output, tasks)
-    print(f"{len(tasks)} {args.suite} tasks ({args.split}, seed {args.seed}) -> {args.output}", file=sys.stderr)
-    return 0
+        task.setdefault("metadata", {}).setdefault("suite", suite)
+        task["metadata"].setdefault("split", split)
+        if chosen.system_prompt:  # what a model policy is told (knowlyr-trainer grpo --online reads it)
+            task["metadata"].setdefault("system_prompt", chosen.system_prompt)
+    write_jsonl(output, tasks)
+    click.echo(f"{len(tasks)} {suite} tasks ({split}, seed {seed}) -> {output}", err=True)
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
+@cli.command("compare")
+@click.option("-t", "--trajectories", required=True, multiple=True, help="One agent's run (repeat).")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare_command(trajectories: tuple[str, ...], alpha: float, as_json: bool) -> None:
+    """Compare agents with significance tests and a leaderboard."""
     from trajectoryhub.evaluate import compare_agents
 
-    result = compare_agents(_load_runs(args.trajectories), alpha=args.alpha)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"{'rank':>4}  {'agent':24} {'reward':>8} {'success':>8} {'n':>5}")
+    result = compare_agents(_load_runs(list(trajectories)), alpha=alpha)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{'rank':>4}  {'agent':24} {'reward':>8} {'success':>8} {'n':>5}")
     for row in result["leaderboard"]:
         success = "-" if row["success_rate"] is None else f"{row['success_rate']:.1%}"
         mark = " *" if row["beats_next"] else ""
-        print(f"{row['rank']:>4}  {row['agent']:24} {row['avg_reward']:8.3f} {success:>8} {row['episodes']:>5}{mark}")
+        click.echo(
+            f"{row['rank']:>4}  {row['agent']:24} {row['avg_reward']:8.3f} {success:>8} {row['episodes']:>5}{mark}"
+        )
     for c in result["comparisons"]:
-        print(f"{c['a']} vs {c['b']}: diff {c['diff']:+.3f}, Welch p={c['welch_p_bonferroni']:.3g}, "
-              f"Mann-Whitney p={c['mannwhitney_p_bonferroni']:.3g} (Bonferroni)")  # fmt: skip
-    print("* lead over the next agent is significant (Welch, Bonferroni-corrected)")
-    return 0
+        click.echo(f"{c['a']} vs {c['b']}: diff {c['diff']:+.3f}, Welch p={c['welch_p_bonferroni']:.3g}, "
+                   f"Mann-Whitney p={c['mannwhitney_p_bonferroni']:.3g} (Bonferroni)")  # fmt: skip
+    click.echo("* lead over the next agent is significant (Welch, Bonferroni-corrected)")
 
 
-def _cmd_pipeline(args: argparse.Namespace) -> int:
+@cli.command("pipeline")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output-dir", required=True,
+              help="Each run writes a new run-<time>-<id>/ here; latest/ points to the newest.")  # fmt: skip
+@click.option("--domain", help="Rubric weights of this domain (default: each task's domain).")
+@click.option("--log-format", default="auto", show_default=True, help="A knowlyr-recorder format name, or auto.")
+@click.option("--formats", default="sft,dpo,grpo", show_default=True, callback=lambda c, p, v: _formats(v),
+              help="Datasets to export, comma-separated: sft, dpo, grpo.")  # fmt: skip
+@click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True)
+@click.option("--skip-invalid", is_flag=True,
+              help="Report bad files and records (file:line) and keep the good ones; default: stop at the first.")  # fmt: skip
+def pipeline_command(inputs: tuple[str, ...], output_dir: str, domain: str | None, log_format: str,
+                     formats: tuple[str, ...], min_margin: float, skip_invalid: bool) -> None:  # fmt: skip
+    """Agent logs -> trajectories -> scored -> deduplicated -> SFT/DPO/GRPO (INPUTS: log or
+    trajectory files, folders or globs)."""
     from dataclasses import asdict
 
     from trajectoryhub.pipeline import Pipeline
 
-    pipeline = Pipeline(domain=args.domain, log_format=args.log_format, skip_invalid=args.skip_invalid,
-                        formats=tuple(args.formats), min_margin=args.min_margin)  # fmt: skip
-    report = pipeline.run(args.inputs, args.output_dir)
+    pipeline = Pipeline(domain=domain, log_format=log_format, skip_invalid=skip_invalid, formats=formats,
+                        min_margin=min_margin)  # fmt: skip
+    report = pipeline.run(list(inputs), output_dir)
     for error in report.errors:
-        print(f"skipped {error}", file=sys.stderr)
-    print(json.dumps(asdict(report), indent=2))
-    print(f"{report.trajectories} trajectories -> {report.run_dir} (also {Path(args.output_dir) / 'latest'})"
-          + (f"; {len(report.errors)} bad record(s) skipped" if report.errors else ""), file=sys.stderr)  # fmt: skip
-    return 0
+        click.echo(f"warning: skipped {error}", err=True)
+    click.echo(json.dumps(asdict(report), indent=2))
+    click.echo(f"{report.trajectories} trajectories -> {report.run_dir} (also {Path(output_dir) / 'latest'})"
+               + (f"; {len(report.errors)} bad record(s) skipped" if report.errors else ""), err=True)  # fmt: skip
 
 
-def _cmd_collect(args: argparse.Namespace) -> int:
+def _formats(value: str) -> tuple[str, ...]:
+    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = sorted(set(chosen) - {"sft", "dpo", "grpo"})
+    if unknown or not chosen:
+        raise click.BadParameter(f"expected a comma-separated list of sft, dpo, grpo; got {value!r}")
+    return chosen
+
+
+@cli.command("collect")
+@click.argument("env_id")
+@click.option("--endpoint", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--model", required=True)
+@click.option("--api-key")
+@click.option("--tasks", type=click.Path(dir_okay=False), help="JSONL of tasks (cycled over the episodes).")
+@click.option("-n", "--n-episodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--max-steps", type=click.IntRange(min=1), default=30, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--system-prompt")
+@click.option("--agent-name")
+@click.option("--reward-domain", help="Score steps with knowlyr-reward's rules for this domain.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def collect_command(**options: Any) -> None:
+    """Roll out an OpenAI-compatible policy in an environment."""
+    args = SimpleNamespace(**options)
     from trajectoryhub.policy import OpenAIPolicy
     from trajectoryhub.rollout import collect
 
-    tasks = list(read_jsonl(args.tasks)) if args.tasks else None
+    tasks = list(read_jsonl(args.tasks, TaskInfo)) if args.tasks else None
     if tasks == []:
         raise DataFormatError(args.tasks, None, "no tasks (empty file)")
     reward_fn = None
@@ -300,115 +431,15 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, agent_name=args.agent_name or args.model, model_name=args.model,
         output_path=args.output,
     )  # fmt: skip
-    print(f"collected {len(trajectories)} trajectories -> {args.output}", file=sys.stderr)
-    return 0
+    click.echo(f"collected {len(trajectories)} trajectories -> {args.output}", err=True)
 
 
-def _cmd_mcp(args: argparse.Namespace) -> int:
-    from knowlyrcore.mcp import run_module
-
-    return run_module("knowlyr-hub", "trajectoryhub.mcp_server", args.server_args)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="knowlyr-hub", description="Rollouts, datasets and evaluation for agents.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("export", help="export trajectories as an SFT, DPO or GRPO dataset")
-    p.add_argument("--format", required=True, choices=["sft", "dpo", "grpo"])
-    p.add_argument("-t", "--trajectories", required=True, nargs="+", help="trajectory JSONL files or folders")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("-p", "--preferences", help="DPO: preference pairs from `knowlyr-reward pairs`")
-    p.add_argument("--sft-format", choices=["steps", "messages"], default="steps")
-    p.add_argument("--min-reward", type=float, help="SFT: keep trajectories with at least this reward")
-    p.add_argument("--success-only", action="store_true", help="SFT: keep only successful trajectories")
-    p.add_argument("--min-margin", type=float, default=0.1, help="DPO: minimum reward gap of a pair")
-    p.add_argument("--min-group-size", type=int, default=2, help="GRPO: minimum attempts per task")
-    p.set_defaults(func=_cmd_export)
-
-    p = sub.add_parser("dedup", help="drop duplicate episodes (content hash); optionally keep a CAS store")
-    p.add_argument("-t", "--trajectories", required=True, nargs="+")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--store", help="content-addressed store folder to add the unique trajectories to")
-    p.set_defaults(func=_cmd_dedup)
-
-    p = sub.add_parser("evaluate", help="run a policy on tasks (or summarise recorded runs): success, CI, metrics")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("-t", "--trajectories", action="append", help="summarise a recorded run (repeatable)")
-    which.add_argument("--policy", help="'expert', a local checkpoint or alias (smollm2-135m), or an http(s) "
-                                        "OpenAI-compatible base URL")  # fmt: skip
-    p.add_argument("--tasks", help="JSONL of tasks, e.g. from `knowlyr-hub tasks`")
-    p.add_argument("--env", help="environment id (default: the tasks' suite's, else the one of their domain)")
-    p.add_argument("--max-steps", type=int, help="step budget per episode (default: the suite's, else 30)")
-    p.add_argument("--batch-size", type=int, default=64, help="episodes played in lockstep")
-    p.add_argument("--name", help="stage name in the summary and report (default: the model's)")
-    p.add_argument("--split", help="split label (default: the tasks' metadata.split)")
-    p.add_argument("--model", help="endpoint policies: the served model name")
-    p.add_argument("--api-key")
-    p.add_argument("--system-prompt", help="default: the suite's")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="model policies: tokens per answer")
-    p.add_argument("--seed", type=int, help="episode i is reset with seed + i")
-    p.add_argument("--report-dir", help="write report.json, report.md, report.html and PNG plots here")
-    p.add_argument("-o", "--output", help="write the trajectories here")
-    p.set_defaults(func=_cmd_evaluate)
-
-    p = sub.add_parser("tasks", help="write a task suite's tasks as JSONL (--list: the installed suites)")
-    p.add_argument("suite", nargs="?")
-    p.add_argument("--list", action="store_true", help="list the installed suites")
-    p.add_argument("--split", default="test", help="train, test or test-unseen")
-    p.add_argument("-n", "--n", type=int, default=100, help="how many tasks")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("-o", "--output")
-    p.set_defaults(func=_cmd_tasks)
-
-    p = sub.add_parser("compare", help="compare agents with significance tests and a leaderboard")
-    p.add_argument("-t", "--trajectories", required=True, action="append", help="one agent's run (repeat)")
-    p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_compare)
-
-    p = sub.add_parser("pipeline", help="agent logs -> trajectories -> scored -> deduplicated -> SFT/DPO/GRPO")
-    p.add_argument("inputs", nargs="+", help="log or trajectory files, folders or globs")
-    p.add_argument("-o", "--output-dir", required=True, help="each run writes a new run-<time>-<id>/ here; "
-                                                                 "latest/ points to the newest")  # fmt: skip
-    p.add_argument("--domain", help="rubric weights of this domain (default: each task's domain)")
-    p.add_argument("--log-format", default="auto", help="a knowlyr-recorder format name, or auto")
-    p.add_argument("--formats", nargs="+", default=["sft", "dpo", "grpo"], choices=["sft", "dpo", "grpo"])
-    p.add_argument("--min-margin", type=float, default=0.1)
-    p.add_argument("--skip-invalid", action="store_true",
-                   help="report bad files and records (file:line) and keep the good ones; default: stop at the first")  # fmt: skip
-    p.set_defaults(func=_cmd_pipeline)
-
-    p = sub.add_parser("collect", help="roll out an OpenAI-compatible policy in an environment")
-    p.add_argument("env_id")
-    p.add_argument("--endpoint", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--model", required=True)
-    p.add_argument("--api-key")
-    p.add_argument("--tasks", help="JSONL of tasks (cycled over the episodes)")
-    p.add_argument("-n", "--n-episodes", type=int, default=1)
-    p.add_argument("--max-steps", type=int, default=30)
-    p.add_argument("--concurrency", type=int, default=1)
-    p.add_argument("--system-prompt")
-    p.add_argument("--agent-name")
-    p.add_argument("--reward-domain", help="score steps with knowlyr-reward's rules for this domain")
-    p.add_argument("-o", "--output", required=True)
-    p.set_defaults(func=_cmd_collect)
-
-    # every argument goes to the server's own parser (`mcp --help` lists them): no prefix char matches
-    p = sub.add_parser("mcp", help="run the MCP server over stdio (extra: mcp)", add_help=False, prefix_chars="\0")
-    p.add_argument("server_args", nargs="*")
-    p.set_defaults(func=_cmd_mcp)
-    return parser
+cli.add_command(mcp_command("knowlyr-hub", "trajectoryhub.mcp_server"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (KnowlyrError, ValueError, ImportError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run(cli, argv, prog_name="knowlyr-hub")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
