@@ -53,7 +53,7 @@ def test_security_score_refuses_a_non_finite_calibration(tmp_path):
     (tmp_path / "t.jsonl").write_text(json.dumps(TRAJ) + "\n")
     (tmp_path / "cal.json").write_text('{"weights": {}, "slope": -Infinity, "intercept": 0}')
     done, output = score(tmp_path, tmp_path / "t.jsonl", "--calibration", tmp_path / "cal.json")
-    assert done.returncode == 2 and "calibration slope: must be a finite number" in done.stderr
+    assert done.returncode == 2 and "slope: non-finite number (-Infinity)" in done.stderr
     assert output.read_text() == OLD
 
 

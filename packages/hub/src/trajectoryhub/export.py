@@ -19,13 +19,16 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knowlyrcore import SCHEMA_VERSION, Trajectory, read_jsonl, read_trajectories, write_jsonl
-from knowlyrcore.errors import DomainError
+from pydantic import ValidationError
+
+from knowlyrcore import SCHEMA_VERSION, Trajectory, read_trajectories, write_jsonl
+from knowlyrcore.errors import DataFormatError, DomainError
+from knowlyrcore.jsonl import iter_json_lines, validation_error
 
 
 def trajectory_reward(t: Trajectory) -> float | None:
@@ -189,10 +192,9 @@ class DatasetExporter:
         report = ExportReport()
         pairs: list[tuple[Trajectory, Trajectory, float]] = []
         if preferences is not None:
-            for record in read_jsonl(preferences):
-                chosen = Trajectory.model_validate(record["chosen"])
-                rejected = Trajectory.model_validate(record["rejected"])
-                pairs.append((chosen, rejected, float(record.get("margin", 0.0))))
+            pairs = list(_read_preferences(preferences))
+            if not pairs:
+                raise DataFormatError(str(preferences), None, "no preference pairs (empty file)")
         else:
             for group in self._by_task(report).values():
                 if len(group) < 2:
@@ -239,3 +241,23 @@ class DatasetExporter:
             })  # fmt: skip
         report.written = write_jsonl(output, records)
         return report
+
+
+def _read_preferences(path: str | os.PathLike) -> Iterator[tuple[Trajectory, Trajectory, float]]:
+    """``(chosen, rejected, margin)`` of each ``knowlyr-reward pairs`` record; a bad one is a
+    ``DataFormatError`` naming the file, the line and the field (``chosen.steps``, ``margin``)."""
+    for number, record in iter_json_lines(path):
+        sides = []
+        for key in ("chosen", "rejected"):
+            if not isinstance(record.get(key), dict):
+                raise DataFormatError(str(path), number, "must be a trajectory object", field=key)
+            try:
+                sides.append(Trajectory.model_validate(record[key]))
+            except ValidationError as err:
+                inner = validation_error(path, number, err)
+                raise DataFormatError(str(path), number, inner.problem,
+                                      field=f"{key}.{inner.field}" if inner.field else key) from None  # fmt: skip
+        margin = record.get("margin", 0.0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+            raise DataFormatError(str(path), number, "must be a number", field="margin")
+        yield sides[0], sides[1], float(margin)

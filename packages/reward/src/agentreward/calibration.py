@@ -24,6 +24,7 @@ from scipy import optimize, stats
 
 from agentreward.errors import CalibrationError
 from agentreward.rubrics import RUBRICS
+from agentreward.trajectories import iter_json_lines, read_json_document
 
 MIN_LABELS = 4
 
@@ -45,20 +46,17 @@ def labels_from_metadata(trajectory: dict[str, Any]) -> dict[int, float]:
 def load_labels(path: str | os.PathLike) -> dict[tuple[str, int], float]:
     """Read ``{"trajectory_id", "step_index", "score"}`` lines; errors name file, line and field."""
     labels: dict[tuple[str, int], float] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise CalibrationError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
-            for name, kind in (("trajectory_id", str), ("step_index", int), ("score", (int, float))):
-                if not isinstance(record.get(name), kind) or isinstance(record.get(name), bool):
-                    raise CalibrationError(f"{path}:{number}: {name}: missing or of the wrong type")
-            if not 0 <= record["score"] <= 1:
-                raise CalibrationError(f"{path}:{number}: score: must be in [0, 1], got {record['score']}")
-            labels[(record["trajectory_id"], record["step_index"])] = float(record["score"])
+    for number, record in iter_json_lines(path):  # encodings, long lines, NaN, nesting: one line each
+        if not isinstance(record, dict):
+            raise CalibrationError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        for name, kind in (("trajectory_id", str), ("step_index", int), ("score", (int, float))):
+            if not isinstance(record.get(name), kind) or isinstance(record.get(name), bool):
+                raise CalibrationError(f"{path}:{number}: {name}: missing or of the wrong type")
+        if not 0 <= record["score"] <= 1:
+            raise CalibrationError(f"{path}:{number}: score: must be in [0, 1], got {record['score']}")
+        labels[(record["trajectory_id"], record["step_index"])] = float(record["score"])
+    if not labels:
+        raise CalibrationError(f"{path}: no labels (empty file)")
     return labels
 
 
@@ -143,9 +141,9 @@ class Calibrator:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Calibrator:
+        data = read_json_document(path)  # bounded, UTF-8, strict numbers: one-line errors
         try:
-            data = json.loads(Path(path).read_text())
             return cls(weights=dict(data["weights"]), slope=float(data["slope"]),
                        intercept=float(data["intercept"]), report=data.get("report", {}))  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise CalibrationError(f"{path}: not a calibration file: {exc}") from None

@@ -138,6 +138,14 @@ def check_trajectory(record: Any, path: str = "<trajectory>", line: int | None =
     return record
 
 
+def _open(path: str | os.PathLike) -> Any:
+    """The file opened for reading bytes; a file that cannot be opened is one line naming it."""
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise TrajectoryFormatError(str(path), None, exc.strerror or str(exc)) from None
+
+
 def read_trajectories(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     """Stream trajectories from a JSONL file (or a JSON file holding one object or a list).
 
@@ -146,44 +154,66 @@ def read_trajectories(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     """
     path = Path(path)
     limit = max_line_bytes()
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors need their own message
-    except OSError as exc:
-        raise TrajectoryFormatError(str(path), None, exc.strerror or str(exc)) from None
-    with handle:
+    with _open(path) as handle:
         if handle.read(2) in (b"\xff\xfe", b"\xfe\xff"):
             raise TrajectoryFormatError(str(path), 1, "the file is UTF-16 text; convert it to UTF-8")
         handle.seek(0)
         head = handle.read(1).lstrip() if path.suffix == ".json" else b""
         handle.seek(0)
         if path.suffix == ".json" and head in (b"[", b"{"):
-            data = handle.read(limit + 1)
-            if len(data) > limit:
-                raise TrajectoryFormatError(str(path), None, f"larger than {limit} bytes (limit: {MAX_LINE_BYTES_ENV})")
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise TrajectoryFormatError(str(path), None, "not UTF-8 text") from None
-            parsed = loads_strict(text, str(path), None)
+            parsed = _json_document(handle, str(path), limit)
             for record in parsed if isinstance(parsed, list) else [parsed]:
                 yield check_trajectory(record, str(path))
             return
-        number = 0
-        while raw := handle.readline(limit + 1):
-            number += 1
-            if len(raw) > limit and not raw.endswith(b"\n"):
-                raise TrajectoryFormatError(str(path), number, f"line longer than {limit} bytes "
-                                            f"(limit: {MAX_LINE_BYTES_ENV})")  # fmt: skip
-            if not raw.strip():
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TrajectoryFormatError(str(path), number, f"not UTF-8 text (byte {exc.start}); "
-                                            "is it a binary, Latin-1 or UTF-16 file?") from None  # fmt: skip
-            if number == 1:
-                text = text.removeprefix("\ufeff")
-            yield check_trajectory(loads_strict(text, str(path), number), str(path), number)
+        for number, record in _json_lines(handle, str(path), limit):
+            yield check_trajectory(record, str(path), number)
+
+
+def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed JSON)`` of every non-blank line of a JSONL file, with the checks of
+    :func:`read_trajectories` (bounded lines, UTF-8 only, strict numbers, bounded nesting)."""
+    with _open(path) as handle:
+        yield from _json_lines(handle, str(path), max_line_bytes())
+
+
+def read_json_document(path: str | os.PathLike) -> Any:
+    """One JSON document (a calibration, a ``.json`` trajectory file), read with the same checks
+    as a line: at most ``KNOWLYR_MAX_LINE_BYTES``, UTF-8, strict numbers, bounded nesting."""
+    with _open(path) as handle:
+        return _json_document(handle, str(path), max_line_bytes())
+
+
+def _json_document(handle: Any, path: str, limit: int) -> Any:
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TrajectoryFormatError(path, None, f"larger than {limit} bytes (limit: {MAX_LINE_BYTES_ENV})")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise TrajectoryFormatError(path, 1, "the file is UTF-16 text; convert it to UTF-8")
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        raise TrajectoryFormatError(path, None, "not UTF-8 text") from None
+    return loads_strict(text, path, None)
+
+
+def _json_lines(handle: Any, path: str, limit: int) -> Iterator[tuple[int, Any]]:
+    number = 0
+    while raw := handle.readline(limit + 1):
+        number += 1
+        if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise TrajectoryFormatError(path, 1, "the file is UTF-16 text; convert it to UTF-8")
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            raise TrajectoryFormatError(path, number, f"line longer than {limit} bytes (limit: {MAX_LINE_BYTES_ENV})")
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TrajectoryFormatError(path, number, f"not UTF-8 text (byte {exc.start}); "
+                                        "is it a binary, Latin-1 or UTF-16 file?") from None  # fmt: skip
+        if number == 1:
+            text = text.removeprefix("\ufeff")
+        yield number, loads_strict(text, path, number)
 
 
 def dumps_strict(record: Any, path: str, line: int | None = None) -> str:

@@ -1,0 +1,202 @@
+"""Every command of every package that reads a file refuses the same malformed corpus the same way.
+
+The corpus (``knowlyrcore.testing.malformed_corpus``): empty, truncated, binary, UTF-16, Latin-1,
+JSON nested 100,000 deep, a 200 MB line, NaN, wrong field types, a bad line 50,000 after 49,999
+good ones. The answer (``check_refusal``): exit code 2, one ``error:`` line naming the file, no
+traceback, nothing on stdout, and an existing output file left as it was.
+
+Commands run in-process through each package's ``main(argv)`` (what its console script calls), so
+the whole table costs one interpreter; ``test_console_scripts_exit_2`` runs each installed script
+once as a real process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowlyrcore.testing import MALFORMED_KINDS, check_refusal, malformed_corpus
+
+pytestmark = pytest.mark.integration
+
+TRAJECTORY = {
+    "schema_version": "1.0",
+    "id": "t-1",
+    "task": {"id": "task-1", "description": "list the files", "domain": "coding"},
+    "agent": "corpus",
+    "steps": [
+        {
+            "index": 0,
+            "tool_call": {"name": "bash", "parameters": {"command": "ls"}},
+            "observation": {"output": "a.py", "exit_code": 0},
+        },
+        {"index": 1, "tool_call": {"name": "submit", "parameters": {}}, "observation": {"output": "ok"}},
+    ],
+    "outcome": {"success": True, "score": 1.0},
+}
+# (good record, a record that parses but breaks the format) per file format
+FORMATS = {
+    "trajectory": (TRAJECTORY, {"schema_version": "1.0", "steps": [{"tool_call": "ls"}], "outcome": 7}),
+    "task": ({"id": "task-1", "description": "list the files", "domain": "coding"}, {"id": ["x"], "max_steps": "many"}),
+    "sft": ({"instruction": "say hi", "response": "hi"}, {"instruction": 5, "steps": "none"}),
+    "dpo": ({"prompt": "say hi", "chosen": "hi", "rejected": "no"}, {"prompt": 3, "chosen": {}, "rejected": None}),
+    "grpo": (
+        {
+            "task_id": "t",
+            "prompt": "say hi",
+            "trajectories": [{"response": "hi", "reward": 1.0}, {"response": "no", "reward": 0.0}],
+        },
+        {"task_id": "t", "prompt": "p", "trajectories": "all of them"},
+    ),
+    "actions": ({"tool": "bash", "params": {"command": "ls"}}, {"tool": 5, "params": "ls"}),
+    "labels": ({"trajectory_id": "t-1", "step_index": 0, "score": 1.0}, {"trajectory_id": 5, "score": "high"}),
+    "preferences": (
+        {"task_id": "task-1", "chosen": TRAJECTORY, "rejected": TRAJECTORY, "margin": 0.5},
+        {"task_id": "task-1", "chosen": "the first", "rejected": [], "margin": "big"},
+    ),
+    "calibration": (
+        {"weights": {"goal_progress": 1.0}, "slope": 1.0, "intercept": 0.0},
+        {"weights": "all", "slope": "steep"},
+    ),
+}
+FORMAT_KINDS = ("truncated", "utf16", "latin1", "nan", "wrong_types", "bad_line_50000")
+SHARED_KINDS = ("empty", "binary", "deep", "long_line")  # the same bytes whatever the format
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """``corpus[format][kind]``: the format-free files are written once and shared."""
+    root = tmp_path_factory.mktemp("malformed")
+    shared = malformed_corpus(root / "shared", *FORMATS["trajectory"], kinds=SHARED_KINDS)
+    files = {}
+    for name, (good, wrong) in FORMATS.items():
+        files[name] = {**shared, **malformed_corpus(root / name, good, wrong, kinds=FORMAT_KINDS)}
+        (root / name / "good.jsonl").write_text(json.dumps(good) + "\n")
+        files[name]["good"] = root / name / "good.jsonl"
+    return files
+
+
+# package module, argv with {F} = the malformed file, {OUT} = an output file that must survive,
+# {GOOD} = a good file of the same format, {TASK} = a good task file, {DIR} = a fresh folder
+COMMANDS = {
+    "core validate": ("knowlyrcore.cli", "trajectory", ["validate", "{F}"]),
+    "recorder convert": ("agentrecorder.cli", "trajectory", ["convert", "{F}", "-o", "{OUT}"]),
+    "recorder validate": ("agentrecorder.cli", "trajectory", ["validate", "{F}"]),
+    "recorder stats": ("agentrecorder.cli", "trajectory", ["stats", "{F}"]),
+    "recorder show": ("agentrecorder.cli", "trajectory", ["show", "{F}"]),
+    "recorder view": ("agentrecorder.cli", "trajectory", ["view", "{F}", "-o", "{OUT}"]),
+    "reward score": ("agentreward.cli", "trajectory", ["score", "{F}", "-o", "{OUT}"]),
+    "reward pairs": ("agentreward.cli", "trajectory", ["pairs", "{F}", "-o", "{OUT}"]),
+    "reward calibrate": ("agentreward.cli", "trajectory", ["calibrate", "{F}", "-o", "{OUT}"]),
+    "reward calibrate labels": ("agentreward.cli", "labels", ["calibrate", "{TRAJ}", "--labels", "{F}", "-o", "{OUT}"]),
+    "reward score calibration": (
+        "agentreward.cli",
+        "calibration",
+        ["score", "{TRAJ}", "-o", "{OUT}", "--calibration", "{F}"],
+    ),
+    "hub export sft": ("trajectoryhub.cli", "trajectory", ["export", "--format", "sft", "-t", "{F}", "-o", "{OUT}"]),
+    "hub export dpo": ("trajectoryhub.cli", "trajectory", ["export", "--format", "dpo", "-t", "{F}", "-o", "{OUT}"]),
+    "hub export grpo": ("trajectoryhub.cli", "trajectory", ["export", "--format", "grpo", "-t", "{F}", "-o", "{OUT}"]),
+    "hub export dpo preferences": (
+        "trajectoryhub.cli",
+        "preferences",
+        ["export", "--format", "dpo", "-t", "{TRAJ}", "-p", "{F}", "-o", "{OUT}"],
+    ),
+    "hub dedup": ("trajectoryhub.cli", "trajectory", ["dedup", "-t", "{F}", "-o", "{OUT}"]),
+    "hub evaluate runs": ("trajectoryhub.cli", "trajectory", ["evaluate", "-t", "{F}"]),
+    "hub compare": ("trajectoryhub.cli", "trajectory", ["compare", "-t", "{GOOD}", "-t", "{F}"]),
+    "hub evaluate tasks": (
+        "trajectoryhub.cli",
+        "task",
+        ["evaluate", "--policy", "expert", "--tasks", "{F}", "--env", "knowlyr/retail", "-o", "{OUT}"],
+    ),
+    "sandbox replay": ("agentsandbox.cli", "trajectory", ["replay", "{F}", "--backend", "local"]),
+    "sandbox run task": ("agentsandbox.cli", "task", ["run", "{F}", "--actions", "{ACTIONS}", "--output", "{OUT}"]),
+    "sandbox run actions": ("agentsandbox.cli", "actions", ["run", "{TASK}", "--actions", "{F}", "--output", "{OUT}"]),
+    "trainer sft": (
+        "agenttrainer.cli",
+        "sft",
+        ["sft", "--train-file", "{F}", "--model", "{DIR}/m", "--output-dir", "{DIR}/o"],
+    ),
+    "trainer dpo": (
+        "agenttrainer.cli",
+        "dpo",
+        ["dpo", "--train-file", "{F}", "--model", "{DIR}/m", "--output-dir", "{DIR}/o"],
+    ),
+    "trainer grpo": (
+        "agenttrainer.cli",
+        "grpo",
+        ["grpo", "--train-file", "{F}", "--model", "{DIR}/m", "--output-dir", "{DIR}/o"],
+    ),
+    "trainer eval": ("agenttrainer.cli", "sft", ["eval", "--model", "{DIR}/m", "--eval-file", "{F}"]),
+    "trainer grpo online": (
+        "agenttrainer.cli",
+        "task",
+        [
+            "grpo",
+            "--online",
+            "--env",
+            "knowlyr/retail",
+            "--tasks",
+            "{F}",
+            "--model",
+            "{DIR}/m",
+            "--output-dir",
+            "{DIR}/o",
+        ],
+    ),
+}
+
+
+PRECIOUS = b'{"precious": "an earlier result that must survive"}\n'
+
+
+def _argv(template: list[str], values: dict[str, str]) -> list[str]:
+    return [part.format(**values) for part in template]
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED_KINDS))
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_file_reading_command_refuses_malformed_input(command, kind, corpus, tmp_path, capsys):
+    module, fmt, template = COMMANDS[command]
+    main = importlib.import_module(module).main
+    bad = corpus[fmt][kind]
+    out = tmp_path / "existing-output.jsonl"
+    out.write_bytes(PRECIOUS)
+    values = {"F": str(bad), "OUT": str(out), "GOOD": str(corpus[fmt]["good"]), "DIR": str(tmp_path),
+              "TASK": str(corpus["task"]["good"]), "TRAJ": str(corpus["trajectory"]["good"]), "ACTIONS": str(corpus["actions"]["good"])}  # fmt: skip
+    code = main(_argv(template, values))
+    captured = capsys.readouterr()
+    check_refusal(code, captured.out, captured.err, bad, outputs={out: PRECIOUS})
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir()), "a run wrote output"
+
+
+SCRIPTS = ["knowlyr-core", "knowlyr-recorder", "knowlyr-reward", "knowlyr-hub", "knowlyr-sandbox", "knowlyr-trainer"]
+SCRIPT_COMMANDS = {
+    "knowlyr-core": ["validate", "{F}"],
+    "knowlyr-recorder": ["validate", "{F}"],
+    "knowlyr-reward": ["score", "{F}", "-o", "{OUT}"],
+    "knowlyr-hub": ["evaluate", "-t", "{F}"],
+    "knowlyr-sandbox": ["replay", "{F}"],
+    "knowlyr-trainer": ["sft", "--train-file", "{F}", "--model", "{DIR}/m"],
+}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_console_scripts_exit_2(script, corpus, tmp_path):
+    """The installed entry points (not only ``main``) print one line and exit 2."""
+    exe = shutil.which(script, path=str(Path(sys.executable).parent))
+    assert exe, f"{script} is not installed beside {sys.executable}"
+    bad = corpus["sft" if script == "knowlyr-trainer" else "trajectory"]["utf16"]
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b"keep\n")
+    argv = _argv(SCRIPT_COMMANDS[script], {"F": str(bad), "OUT": str(out), "DIR": str(tmp_path)})
+    done = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=300)
+    line = check_refusal(done.returncode, done.stdout, done.stderr, bad, outputs={out: b"keep\n"})
+    assert "UTF-16" in line, line
