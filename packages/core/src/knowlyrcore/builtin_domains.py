@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, ToolSpec
-
-
-def _params(required: list[str] | None = None, **properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required or [], "additionalProperties": False}
-
+from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, ToolSpec, tool_spec
 
 _STR = {"type": "string"}
 _INT = {"type": "integer", "minimum": 1}
@@ -18,141 +11,152 @@ _TOOLS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in [
         # files and code
-        ToolSpec(
-            name="read_file",
-            category=ToolCategory.READ,
-            description="Read a text file of the workspace, optionally only lines start..end (1-based, inclusive).",
-            parameters=_params(["path"], path=_STR, start_line=_INT, end_line=_INT),
+        tool_spec(
+            "read_file",
+            ToolCategory.READ,
+            "Read a text file of the workspace, optionally only lines start..end (1-based, inclusive).",
+            ["path"],
+            path=_STR,
+            start_line=_INT,
+            end_line=_INT,
         ),
-        ToolSpec(
-            name="write_file",
-            category=ToolCategory.WRITE,
-            description="Create or overwrite a file with the given content.",
-            parameters=_params(["path", "content"], path=_STR, content=_STR),
+        tool_spec(
+            "write_file",
+            ToolCategory.WRITE,
+            "Create or overwrite a file with the given content.",
+            ["path", "content"],
+            path=_STR,
+            content=_STR,
         ),
-        ToolSpec(
-            name="edit_file",
-            category=ToolCategory.WRITE,
-            description="Replace the one exact occurrence of old_str in a file by new_str.",
-            parameters=_params(["path", "old_str", "new_str"], path=_STR, old_str=_STR, new_str=_STR),
+        tool_spec(
+            "edit_file",
+            ToolCategory.WRITE,
+            "Replace the one exact occurrence of old_str in a file by new_str.",
+            ["path", "old_str", "new_str"],
+            path=_STR,
+            old_str=_STR,
+            new_str=_STR,
         ),
-        ToolSpec(
-            name="bash",
-            category=ToolCategory.EXECUTE,
-            description="Run a shell command in the workspace's persistent shell (cwd and variables carry over).",
-            parameters=_params(["command"], command=_STR, timeout={"type": "number", "exclusiveMinimum": 0}),
+        tool_spec(
+            "bash",
+            ToolCategory.EXECUTE,
+            "Run a shell command in the workspace's persistent shell (cwd and variables carry over).",
+            ["command"],
+            command=_STR,
+            timeout={"type": "number", "exclusiveMinimum": 0},
         ),
-        ToolSpec(
-            name="grep",
-            category=ToolCategory.SEARCH,
-            description="Search files for a regular expression; returns path:line:text matches.",
-            parameters=_params(["pattern"], pattern=_STR, path=_STR, include=_STR),
+        tool_spec(
+            "grep",
+            ToolCategory.SEARCH,
+            "Search files for a regular expression; returns path:line:text matches.",
+            ["pattern"],
+            pattern=_STR,
+            path=_STR,
+            include=_STR,
         ),
-        ToolSpec(
-            name="list_files",
-            category=ToolCategory.SEARCH,
-            description="List files under a directory, optionally filtered by a glob pattern.",
-            parameters=_params([], path=_STR, pattern=_STR),
+        tool_spec(
+            "list_files",
+            ToolCategory.SEARCH,
+            "List files under a directory, optionally filtered by a glob pattern.",
+            [],
+            path=_STR,
+            pattern=_STR,
         ),
-        ToolSpec(
-            name="git",
-            category=ToolCategory.READ,
-            description="Inspect the repository: 'status', 'diff' or 'log'.",
-            parameters=_params(
-                ["subcommand"], subcommand={"type": "string", "enum": ["status", "diff", "log"]}, path=_STR
-            ),
+        tool_spec(
+            "git",
+            ToolCategory.READ,
+            "Inspect the repository: 'status', 'diff' or 'log'.",
+            ["subcommand"],
+            subcommand={"type": "string", "enum": ["status", "diff", "log"]},
+            path=_STR,
         ),
-        ToolSpec(
-            name="run_tests",
-            category=ToolCategory.EXECUTE,
-            description="Run the task's test command (or the given test path) and report the result.",
-            parameters=_params([], path=_STR),
+        tool_spec(
+            "run_tests",
+            ToolCategory.EXECUTE,
+            "Run the task's test command (or the given test path) and report the result.",
+            [],
+            path=_STR,
         ),
-        ToolSpec(
-            name="submit",
-            category=ToolCategory.SUBMIT,
-            description="Finish the task and submit the current work (or the given answer) for evaluation.",
-            parameters=_params([], answer=_STR, summary=_STR),
+        tool_spec(
+            "submit",
+            ToolCategory.SUBMIT,
+            "Finish the task and submit the current work (or the given answer) for evaluation.",
+            [],
+            answer=_STR,
+            summary=_STR,
         ),
-        ToolSpec(
-            name="finish",
-            category=ToolCategory.SUBMIT,
-            description="End the episode, optionally with a final message.",
-            parameters=_params([], message=_STR),
-        ),
+        tool_spec("finish", ToolCategory.SUBMIT, "End the episode, optionally with a final message.", [], message=_STR),
         # browser
-        ToolSpec(
-            name="navigate",
-            category=ToolCategory.NAVIGATE,
-            description="Open a URL in the browser.",
-            parameters=_params(["url"], url=_STR),
+        tool_spec("navigate", ToolCategory.NAVIGATE, "Open a URL in the browser.", ["url"], url=_STR),
+        tool_spec(
+            "click", ToolCategory.INTERACT, "Click the element matching a selector.", ["selector"], selector=_STR
         ),
-        ToolSpec(
-            name="click",
-            category=ToolCategory.INTERACT,
-            description="Click the element matching a selector.",
-            parameters=_params(["selector"], selector=_STR),
+        tool_spec(
+            "type_text",
+            ToolCategory.INTERACT,
+            "Type text into the element matching a selector.",
+            ["selector", "text"],
+            selector=_STR,
+            text=_STR,
+            submit={"type": "boolean"},
         ),
-        ToolSpec(
-            name="type_text",
-            category=ToolCategory.INTERACT,
-            description="Type text into the element matching a selector.",
-            parameters=_params(["selector", "text"], selector=_STR, text=_STR, submit={"type": "boolean"}),
+        tool_spec(
+            "scroll",
+            ToolCategory.NAVIGATE,
+            "Scroll the page up or down.",
+            ["direction"],
+            direction={"type": "string", "enum": ["up", "down"]},
+            amount=_INT,
         ),
-        ToolSpec(
-            name="scroll",
-            category=ToolCategory.NAVIGATE,
-            description="Scroll the page up or down.",
-            parameters=_params(["direction"], direction={"type": "string", "enum": ["up", "down"]}, amount=_INT),
-        ),
-        ToolSpec(
-            name="screenshot",
-            category=ToolCategory.READ,
-            description="Capture the visible page.",
-            parameters=_params([]),
-        ),
+        tool_spec("screenshot", ToolCategory.READ, "Capture the visible page.", []),
         # conversation and knowledge work
-        ToolSpec(
-            name="respond",
-            category=ToolCategory.COMMUNICATE,
-            description="Reply to the user with a message.",
-            parameters=_params(["message"], message=_STR),
+        tool_spec("respond", ToolCategory.COMMUNICATE, "Reply to the user with a message.", ["message"], message=_STR),
+        tool_spec(
+            "send_message",
+            ToolCategory.COMMUNICATE,
+            "Send a message to a named recipient (a colleague, a channel).",
+            ["recipient", "message"],
+            recipient=_STR,
+            message=_STR,
         ),
-        ToolSpec(
-            name="send_message",
-            category=ToolCategory.COMMUNICATE,
-            description="Send a message to a named recipient (a colleague, a channel).",
-            parameters=_params(["recipient", "message"], recipient=_STR, message=_STR),
+        tool_spec(
+            "query_stats",
+            ToolCategory.READ,
+            "Look up records or statistics by a query (orders, accounts, metrics).",
+            ["query"],
+            query=_STR,
+            filters={"type": "object"},
         ),
-        ToolSpec(
-            name="query_stats",
-            category=ToolCategory.READ,
-            description="Look up records or statistics by a query (orders, accounts, metrics).",
-            parameters=_params(["query"], query=_STR, filters={"type": "object"}),
+        tool_spec(
+            "web_search",
+            ToolCategory.SEARCH,
+            "Search the web or a document index.",
+            ["query"],
+            query=_STR,
+            max_results=_INT,
         ),
-        ToolSpec(
-            name="web_search",
-            category=ToolCategory.SEARCH,
-            description="Search the web or a document index.",
-            parameters=_params(["query"], query=_STR, max_results=_INT),
+        tool_spec(
+            "knowledge_base",
+            ToolCategory.SEARCH,
+            "Search the task's knowledge base and return the best-matching entries.",
+            ["query"],
+            query=_STR,
+            top_k=_INT,
         ),
-        ToolSpec(
-            name="knowledge_base",
-            category=ToolCategory.SEARCH,
-            description="Search the task's knowledge base and return the best-matching entries.",
-            parameters=_params(["query"], query=_STR, top_k=_INT),
+        tool_spec(
+            "create_note",
+            ToolCategory.WRITE,
+            "Write a note to keep for later steps.",
+            ["content"],
+            title=_STR,
+            content=_STR,
         ),
-        ToolSpec(
-            name="create_note",
-            category=ToolCategory.WRITE,
-            description="Write a note to keep for later steps.",
-            parameters=_params(["content"], title=_STR, content=_STR),
-        ),
-        ToolSpec(
-            name="think",
-            category=ToolCategory.THINK,
-            description="Reason privately; the thought is recorded but changes nothing.",
-            parameters=_params(["thought"], thought=_STR),
+        tool_spec(
+            "think",
+            ToolCategory.THINK,
+            "Reason privately; the thought is recorded but changes nothing.",
+            ["thought"],
+            thought=_STR,
         ),
     ]
 }

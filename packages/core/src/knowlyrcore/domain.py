@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,19 @@ class ToolSpec(BaseModel):
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
+
+
+def tool_spec(name: str, category: ToolCategory, description: str, required: Sequence[str] = (), /,
+              **properties: dict[str, Any]) -> ToolSpec:  # fmt: skip
+    """A ``ToolSpec`` whose parameters are a closed JSON Schema object: ``properties`` maps each
+    parameter to its schema (a parameter may be called ``name`` or ``category`` too), ``required``
+    names the ones a call must give.
+
+    >>> tool_spec("get_user", ToolCategory.READ, "A user's record.", ["user_id"], user_id={"type": "string"}).parameters
+    {'type': 'object', 'properties': {'user_id': {'type': 'string'}}, 'required': ['user_id'], 'additionalProperties': False}
+    """
+    parameters = {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+    return ToolSpec(name=name, category=category, description=description, parameters=parameters)
 
 
 class OutcomeSpec(BaseModel):

@@ -28,16 +28,11 @@ from typing import Any
 
 from agentsandbox.retail.db import CANCEL_REASONS, call_tool, open_shop, state_digest
 from knowlyrcore.actions import parse_action
-from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, ToolSpec, register_domain_profile
+from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, register_domain_profile, tool_spec
 from knowlyrcore.env import AgentEnv
 from knowlyrcore.errors import DomainError, InvalidActionError
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
-
-
-def _params(required: list[str], **properties: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-
 
 _STR = {"type": "string", "minLength": 1}
 
@@ -46,63 +41,61 @@ RETAIL_PROFILE = DomainProfile(
     display_name="Retail customer service",
     description="Help shop customers with their orders using the shop's database tools (tau-bench style).",
     tools=[
-        ToolSpec(
-            name="find_user_by_email",
-            category=ToolCategory.SEARCH,
-            description="Look up a user by email.",
-            parameters=_params(["email"], email=_STR),
+        tool_spec("find_user_by_email", ToolCategory.SEARCH, "Look up a user by email.", ["email"], email=_STR),
+        tool_spec(
+            "find_user_by_name",
+            ToolCategory.SEARCH,
+            "Look up users by full name; returns their ids and emails.",
+            ["name"],
+            name=_STR,
         ),
-        ToolSpec(
-            name="find_user_by_name",
-            category=ToolCategory.SEARCH,
-            description="Look up users by full name; returns their ids and emails.",
-            parameters=_params(["name"], name=_STR),
+        tool_spec(
+            "get_user",
+            ToolCategory.READ,
+            "A user's name, email, address on file and order ids.",
+            ["user_id"],
+            user_id=_STR,
         ),
-        ToolSpec(
-            name="get_user",
-            category=ToolCategory.READ,
-            description="A user's name, email, address on file and order ids.",
-            parameters=_params(["user_id"], user_id=_STR),
+        tool_spec(
+            "list_orders", ToolCategory.READ, "A user's orders with status and total.", ["user_id"], user_id=_STR
         ),
-        ToolSpec(
-            name="list_orders",
-            category=ToolCategory.READ,
-            description="A user's orders with status and total.",
-            parameters=_params(["user_id"], user_id=_STR),
+        tool_spec(
+            "get_order",
+            ToolCategory.READ,
+            "An order's status, shipping address and items.",
+            ["order_id"],
+            order_id=_STR,
         ),
-        ToolSpec(
-            name="get_order",
-            category=ToolCategory.READ,
-            description="An order's status, shipping address and items.",
-            parameters=_params(["order_id"], order_id=_STR),
+        tool_spec(
+            "cancel_order",
+            ToolCategory.WRITE,
+            "Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'.",
+            ["order_id", "reason"],
+            order_id=_STR,
+            reason={"type": "string", "enum": list(CANCEL_REASONS)},
         ),
-        ToolSpec(
-            name="cancel_order",
-            category=ToolCategory.WRITE,
-            description="Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'.",
-            parameters=_params(
-                ["order_id", "reason"], order_id=_STR, reason={"type": "string", "enum": list(CANCEL_REASONS)}
-            ),
+        tool_spec(
+            "change_address",
+            ToolCategory.WRITE,
+            "Change the shipping address of a pending order.",
+            ["order_id", "address"],
+            order_id=_STR,
+            address=_STR,
         ),
-        ToolSpec(
-            name="change_address",
-            category=ToolCategory.WRITE,
-            description="Change the shipping address of a pending order.",
-            parameters=_params(["order_id", "address"], order_id=_STR, address=_STR),
+        tool_spec(
+            "return_items",
+            ToolCategory.WRITE,
+            "Return items of a delivered order.",
+            ["order_id", "item_ids"],
+            order_id=_STR,
+            item_ids={"type": "array", "items": _STR, "minItems": 1},
         ),
-        ToolSpec(
-            name="return_items",
-            category=ToolCategory.WRITE,
-            description="Return items of a delivered order.",
-            parameters=_params(
-                ["order_id", "item_ids"], order_id=_STR, item_ids={"type": "array", "items": _STR, "minItems": 1}
-            ),
-        ),
-        ToolSpec(
-            name="respond",
-            category=ToolCategory.COMMUNICATE,
-            description="Give the customer your final answer; ends the conversation.",
-            parameters=_params(["message"], message={"type": "string"}),
+        tool_spec(
+            "respond",
+            ToolCategory.COMMUNICATE,
+            "Give the customer your final answer; ends the conversation.",
+            ["message"],
+            message={"type": "string"},
         ),
     ],
     terminal_tools=["respond"],
