@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from knowlyrcore import write_trajectories
-from knowlyrcore.testing import require_module
+from knowlyrcore.testing import check_mcp_path_refusals, mcp_is_error, require_module
 
 pytestmark = pytest.mark.integration
 require_module("mcp", "the MCP server needs mcp (knowlyr-hub[mcp], in [dev])")
@@ -52,10 +52,6 @@ def test_export_dedup_evaluate_compare_over_stdio(traj, tmp_path):
     assert "missing.jsonl" in bad.content[0].text
 
 
-def is_error(result):
-    return bool(getattr(result, "is_error", None) or getattr(result, "isError", False))
-
-
 def test_security_paths_outside_the_roots_and_overwrites_are_refused(traj, tmp_path):
     """Before: export/deduplicate/evaluate/compare read any host file; export and deduplicate wrote
     (replacing) wherever `output` pointed."""
@@ -82,11 +78,7 @@ def test_security_paths_outside_the_roots_and_overwrites_are_refused(traj, tmp_p
         ("deduplicate", {"trajectories": mine, "output": str(root / "u.jsonl")}),  # its own file: replaced
     ], roots=[root]))  # fmt: skip
     *refused, first, again = results
-    messages = [r.content[0].text for r in refused]
-    assert all(is_error(r) for r in refused), messages
-    assert all("outside the allowed roots" in m for m in messages[:7]), messages
-    assert all("not written by this server" in m for m in messages[7:]), messages
-    assert not any("SHADOW-HASH" in m for m in messages)
+    check_mcp_path_refusals(refused, outside=7, secret="SHADOW-HASH")
     assert not (outside / "o.jsonl").exists() and not (root / "o.jsonl").exists()
     assert (root / "notes.jsonl").read_text() == "precious\n"
     assert payload(first) == payload(again)
@@ -104,4 +96,4 @@ def test_knowlyr_hub_mcp_starts_the_same_server_with_its_roots(traj, tmp_path):
     ], roots=[root], command=("-m", "trajectoryhub.cli", "mcp")))  # fmt: skip
     assert tools == {"export", "deduplicate", "evaluate", "compare"}
     assert payload(inside)["episodes"] == 1
-    assert is_error(outside) and "outside the allowed roots" in outside.content[0].text
+    assert mcp_is_error(outside) and "outside the allowed roots" in outside.content[0].text

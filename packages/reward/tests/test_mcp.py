@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from knowlyrcore.testing import require_module
+from knowlyrcore.testing import check_mcp_path_refusals, mcp_is_error, require_module
 
 pytestmark = pytest.mark.integration
 require_module("mcp", "the MCP server needs mcp (knowlyr-reward[mcp], in [dev])")
@@ -21,10 +21,6 @@ async def session_calls(calls, roots=(), command=("-m", "agentreward.mcp_server"
         await session.initialize()
         tools = {t.name for t in (await session.list_tools()).tools}
         return tools, [await session.call_tool(name, args) for name, args in calls]
-
-
-def is_error(result):
-    return bool(getattr(result, "is_error", None) or getattr(result, "isError", False))
 
 
 def test_score_pairs_rubrics_over_stdio(tmp_path):
@@ -47,7 +43,7 @@ def test_score_pairs_rubrics_over_stdio(tmp_path):
     assert len(rewards) == 2 and rewards[0] > rewards[1]
     assert json.loads(paired.content[0].text)["pairs"] == 1
     assert json.loads(rubric.content[0].text)["goal_progress"]["weight"] == pytest.approx(0.3)
-    assert is_error(broken) and "broken.jsonl:1: steps: must be a list" in broken.content[0].text
+    assert mcp_is_error(broken) and "broken.jsonl:1: steps: must be a list" in broken.content[0].text
 
 
 def test_security_paths_outside_the_roots_and_overwrites_are_refused(tmp_path):
@@ -73,14 +69,10 @@ def test_security_paths_outside_the_roots_and_overwrites_are_refused(tmp_path):
         ("score", {"input": src, "output": str(root / "scored.jsonl")}),  # its own file: replaced
     ], roots=[root]))  # fmt: skip
     *refused, first, again = results
-    messages = [r.content[0].text for r in refused]
-    assert all(is_error(r) for r in refused), messages
-    assert all("outside the allowed roots" in m for m in messages[:4]), messages
-    assert all("not written by this server" in m for m in messages[4:]), messages
-    assert not any("SHADOW-HASH" in m for m in messages)
+    check_mcp_path_refusals(refused, outside=4, secret="SHADOW-HASH")
     assert not (outside / "out.jsonl").exists() and not (root / "a.jsonl").exists()
     assert (root / "notes.jsonl").read_text() == "precious\n"
-    assert not is_error(first) and not is_error(again), again.content[0].text
+    assert not mcp_is_error(first) and not mcp_is_error(again), again.content[0].text
 
 
 def test_knowlyr_reward_mcp_starts_the_same_server_with_its_roots(tmp_path):
@@ -94,4 +86,4 @@ def test_knowlyr_reward_mcp_starts_the_same_server_with_its_roots(tmp_path):
     ], roots=[root], command=("-m", "agentreward.cli", "mcp")))  # fmt: skip
     assert tools == {"score", "pairs", "rubrics"}
     assert json.loads(weights.content[0].text)["goal_progress"]["weight"] == pytest.approx(0.30)
-    assert is_error(outside) and "outside the allowed roots" in outside.content[0].text
+    assert mcp_is_error(outside) and "outside the allowed roots" in outside.content[0].text

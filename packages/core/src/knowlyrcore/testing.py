@@ -526,3 +526,23 @@ def check_refusal(code: int, stdout: str, stderr: str, path: str | os.PathLike, 
     for out, before in (outputs or {}).items():
         assert Path(out).read_bytes() == before, f"{out} was changed"
     return errors[0]
+
+
+# ------------------------------------------------------------------------------ MCP tool results
+
+
+def mcp_is_error(result: Any) -> bool:
+    """Whether an MCP ``CallToolResult`` is an error (``is_error`` on mcp 2.x, ``isError`` on 1.x)."""
+    return bool(getattr(result, "is_error", None) or getattr(result, "isError", False))
+
+
+def check_mcp_path_refusals(refused: list[Any], outside: int, secret: str) -> list[str]:
+    """Assert the path guard's answers: every result in ``refused`` is an error, the first
+    ``outside`` name a path outside the allowed roots, the rest a file the server did not write,
+    and none echoes ``secret`` (content of the host file it was pointed at). Returns the messages."""
+    messages = [r.content[0].text for r in refused]
+    assert all(mcp_is_error(r) for r in refused), messages
+    assert all("outside the allowed roots" in m for m in messages[:outside]), messages
+    assert all("not written by this server" in m for m in messages[outside:]), messages
+    assert not any(secret in m for m in messages), messages
+    return messages
