@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +22,7 @@ from scipy import optimize, stats
 
 from agentreward.errors import CalibrationError
 from agentreward.rubrics import RUBRICS
-from agentreward.trajectories import iter_json_lines, read_json_document
+from agentreward.trajectories import iter_json_lines, read_json_document, write_atomically
 
 MIN_LABELS = 4
 
@@ -128,16 +126,7 @@ class Calibrator:
             raise CalibrationError(
                 f"{path}: the calibration holds a non-finite number (NaN/Infinity); not saved"
             ) from None
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:  # atomic: a failed save leaves an earlier calibration file as it was
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, lambda out: out.write(text))  # a failed save leaves an earlier file as it was
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Calibrator:

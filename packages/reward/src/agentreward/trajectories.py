@@ -233,18 +233,29 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> i
 
     Nothing replaces ``path`` unless every record was written: an error (a bad input record, a
     non-finite number) leaves an existing file as it was."""
+    count = 0
+
+    def fill(out: Any) -> None:
+        nonlocal count
+        for record in records:
+            out.write(dumps_strict(record, str(path), count + 1) + "\n")
+            count += 1
+
+    write_atomically(path, fill)
+    return count
+
+
+def write_atomically(path: str | os.PathLike, fill: Any) -> None:
+    """Let ``fill(handle)`` write a temporary text file beside ``path``, then rename it over
+    ``path``; on any error the temporary file goes and an existing ``path`` stays as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    count = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for record in records:
-                out.write(dumps_strict(record, str(path), count + 1) + "\n")
-                count += 1
+            fill(out)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return count
