@@ -217,15 +217,11 @@ def iter_json_lines(
     except OSError as exc:
         raise DataFormatError(str(path), None, exc.strerror or str(exc)) from None
     with handle:
-        number = 0
-        while raw := handle.readline(limit + 1):  # the buffered reader fills it chunk by chunk
-            number += 1
-            if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        for number, raw in bounded_lines(handle, limit):
+            if number == 1 and raw is not None and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
                 raise DataFormatError(str(path), 1, "the file is UTF-16 text; convert it to UTF-8")
             try:
-                if len(raw) > limit and not raw.endswith(b"\n"):
-                    if on_error is not None:  # reading goes on after the long line
-                        _skip_rest_of_line(handle)
+                if raw is None:
                     raise DataFormatError(str(path), number, f"line longer than {limit} bytes "
                                           f"(limit: {MAX_LINE_BYTES_ENV})")  # fmt: skip
                 if not raw.strip():
@@ -237,9 +233,19 @@ def iter_json_lines(
                 on_error(exc)
 
 
-def _skip_rest_of_line(handle: Any, chunk: int = 1 << 16) -> None:
-    while (part := handle.readline(chunk)) and not part.endswith(b"\n"):
-        pass
+def bounded_lines(handle: Any, limit: int) -> Iterator[tuple[int, bytes | None]]:
+    """``(line number, raw bytes)`` of each line of a binary file; ``None`` for a line longer than
+    ``limit`` bytes, whose rest is skipped in small chunks: no line costs more than ``limit``
+    bytes of memory, however long it is."""
+    number = 0
+    while raw := handle.readline(limit + 1):  # the buffered reader fills it chunk by chunk
+        number += 1
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield number, raw
+            continue
+        while (rest := handle.readline(1 << 16)) and not rest.endswith(b"\n"):
+            pass
+        yield number, None
 
 
 def _record_of_line(raw: bytes, path: Path, number: int) -> dict[str, Any]:

@@ -40,10 +40,10 @@ from pydantic import ValidationError
 from agentrecorder.adapters.base import Adapter
 from agentrecorder.detect import detect
 from agentrecorder.errors import ConversionError, FieldError
-from agentrecorder.loading import _iter_jsonl, _lines, _looks_like_jsonl, _sniff, load_records
+from agentrecorder.loading import _iter_jsonl, _looks_like_jsonl, _sniff, load_records
 from agentrecorder.registry import get_adapter
 from knowlyrcore.errors import DataFormatError
-from knowlyrcore.jsonl import default_max_line_bytes, format_field_path, write_trajectories
+from knowlyrcore.jsonl import bounded_lines, default_max_line_bytes, format_field_path, write_trajectories
 from knowlyrcore.trajectory import Trajectory
 
 #: file names a directory walk picks up
@@ -236,7 +236,7 @@ def is_trajectory_file(path: str | os.PathLike) -> bool:
     is no trajectory line (the log reader then names it)."""
     try:
         with open(path, "rb") as handle:
-            for _, raw in _lines(handle, default_max_line_bytes()):
+            for _, raw in bounded_lines(handle, default_max_line_bytes()):
                 if raw is None:
                     return False
                 if raw.strip():

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrecorder.errors import ConversionError
-from knowlyrcore.jsonl import MAX_LINE_BYTES_ENV, default_max_line_bytes, non_finite_field
+from knowlyrcore.jsonl import MAX_LINE_BYTES_ENV, bounded_lines, default_max_line_bytes, non_finite_field
 
 SNIFF_BYTES = 8192
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -97,25 +97,11 @@ def _parse(text: str, path: Path, line: int | None, line_offset: int = 0) -> Any
         raise ConversionError(str(path), line, "JSON nested too deeply to read") from None
 
 
-def _lines(handle: Any, limit: int) -> Iterator[tuple[int, bytes | None]]:
-    """(number, raw line) of each line; ``None`` for a line longer than ``limit`` bytes, whose
-    rest is skipped (never held in memory)."""
-    number = 0
-    while raw := handle.readline(limit + 1):
-        number += 1
-        if len(raw) <= limit or raw.endswith(b"\n"):
-            yield number, raw
-            continue
-        while (rest := handle.readline(1 << 16)) and not rest.endswith(b"\n"):
-            pass
-        yield number, None
-
-
 def _iter_jsonl(path: Path, on_error: Callable[[ConversionError], None] | None = None) -> Iterator[tuple[int, Any]]:
     """(line, record) of each non-blank line; with ``on_error`` a bad line is reported and skipped."""
     limit = default_max_line_bytes()
     with open(path, "rb") as handle:
-        for number, raw in _lines(handle, limit):
+        for number, raw in bounded_lines(handle, limit):
             try:
                 if raw is None:
                     raise ConversionError(str(path), number, f"line longer than {limit} bytes ({MAX_LINE_BYTES_ENV})")
