@@ -15,7 +15,7 @@ PACKAGES="python3,git,coreutils,grep,findutils,procps,sed,gawk,diffutils,patch,t
 log() { printf '[setup_docker] %s\n' "$*" >&2; }
 
 missing=()
-command -v docker >/dev/null || missing+=(docker.io)
+command -v dockerd >/dev/null || missing+=(docker.io)  # a docker CLI alone (no daemon) is not enough
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 if ((${#missing[@]})); then

@@ -21,12 +21,14 @@ from agentsandbox.suites import SPLITS, TaskSuite, get_suite
 from agentsandbox.suites.coding import (
     CODING,
     CONSTANTS,
+    FAMILIES,
     NAMES,
     SEEN_TEMPLATES,
     UNSEEN_FAMILIES,
     UNSEEN_KIND,
     UNSEEN_TEMPLATES,
     generate,
+    planted_bugs,
     solution_edit,
 )
 from agentsandbox.testing import require_backend
@@ -146,6 +148,15 @@ def test_test_unseen_templates_never_occur_in_train():
     assert all(m["bug_kind"] == UNSEEN_KIND or m["family"] in UNSEEN_FAMILIES for m in unseen)
     assert len({t.split("/")[0] for t in SEEN_TEMPLATES}) >= 8
     assert {t.split("/")[1] for t in SEEN_TEMPLATES} == {"operator", "off_by_one", "wrong_constant", "missing_case"}
+
+
+def test_the_bug_catalogue_covers_every_family_and_names_what_a_template_lacks():
+    assert {t.split("/")[0] for t in SEEN_TEMPLATES + UNSEEN_TEMPLATES} == set(FAMILIES)
+    bugs = planted_bugs("mean", f="average", xs="numbers")
+    assert bugs["operator"].correct == "sum(numbers) / len" and bugs["operator"].buggy == "sum(numbers) // len"
+    assert bugs["missing_case"].symptom == "average() crashes on an empty list"
+    with pytest.raises(AssertionError, match=r"mean/operator uses 'xs', which mean\(\) does not pass"):
+        planted_bugs("mean", f="average")
 
 
 @pytest.mark.parametrize("split", SPLITS)

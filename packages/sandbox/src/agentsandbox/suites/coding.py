@@ -7,7 +7,8 @@ The description reports the symptom, never the fix; ``metadata.solution`` is the
 read_file -> edit_file -> run_tests -> submit. ``SandboxEnv`` writes the files into a fresh
 git repository (the setup command commits them, so the trajectory's patch is the fix).
 
-Function families and the bug kinds each one can carry:
+Function families and the bug kinds each one can carry (the bugs themselves, as templates over
+the names a family draws, are the data file ``coding_bugs.yaml``):
 
 ==============  ===========================================  ===============================================
 family          the module                                   bug kinds
@@ -40,13 +41,17 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from agentsandbox.suites import TaskSuite
 from knowlyrcore.domain import get_domain_profile
@@ -146,6 +151,25 @@ class Program:
     bugs: dict[str, Bug]
 
 
+@functools.cache
+def _bug_catalogue() -> dict[str, dict[str, dict[str, str]]]:
+    # Data, not code: ten families' bugs share one shape, so they live in one table.
+    return yaml.safe_load(resources.files(__package__).joinpath("coding_bugs.yaml").read_text(encoding="utf-8"))
+
+
+def planted_bugs(family: str, **names: Any) -> dict[str, Bug]:
+    """``family``'s bugs from ``coding_bugs.yaml``, their templates filled with the names it drew."""
+    bugs = {}
+    for kind, texts in _bug_catalogue()[family].items():
+        try:
+            bugs[kind] = Bug(**{field: text.format(**names) for field, text in texts.items()})
+        except KeyError as missing:
+            raise AssertionError(
+                f"coding_bugs.yaml: {family}/{kind} uses {missing}, which {family}() does not pass"
+            ) from None
+    return bugs
+
+
 class Names:
     """Draws names and constants from one side's pools, recording each as an entity."""
 
@@ -202,23 +226,7 @@ def clamp(n: Names) -> Program:
         ],
         "test_rejects_inverted_range": _raises(f"{f}({inside}, {high}, {low})", "ValueError"),
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"if {lo} > {hi}:", f"if {lo} < {hi}:",
-                        f"{f}() raises ValueError for a valid range",
-                        f"the range check in {f}() compares {lo} and {hi} the wrong way round"),
-        "off_by_one": Bug(f"min({v}, {hi})", f"min({v}, {hi} - 1)",
-                          f"{f}() returns the wrong value at and above the upper bound",
-                          f"{f}() limits {v} to one less than {hi}"),
-        "missing_case": Bug(f'    if {lo} > {hi}:\n        raise ValueError("{lo} must not exceed {hi}")\n', "",
-                            f"{f}() accepts a range whose {lo} exceeds its {hi} instead of raising ValueError",
-                            f"{f}() never checks that {lo} <= {hi}"),
-        "wrong_call": Bug(f"max({lo}, min(", f"min({lo}, min(",
-                          f"{f}() gives wrong results for values inside the range",
-                          f"{f}() takes the minimum with {lo} where it needs the maximum"),
-    }
-    # fmt: on
-    return Program(source, (f,), tests, bugs)
+    return Program(source, (f,), tests, planted_bugs("clamp", lo=lo, hi=hi, f=f, v=v))
 
 
 def mean(n: Names) -> Program:
@@ -240,23 +248,7 @@ def mean(n: Names) -> Program:
         "test_single_value": [f"assert {f}([{single}]) == {single}"],
         "test_empty": [f"assert {f}([]) == 0.0"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"sum({xs}) / len", f"sum({xs}) // len",
-                        f"{f}() is wrong whenever the mean is not a whole number",
-                        f"{f}() uses floor division"),
-        "off_by_one": Bug(f"/ len({xs})", f"/ (len({xs}) - 1)",
-                          f"{f}() gives wrong averages and fails on a single value",
-                          f"{f}() divides by one less than the number of values"),
-        "missing_case": Bug(f"    if not {xs}:\n        return 0.0\n", "",
-                            f"{f}() crashes on an empty list",
-                            f"{f}() has no branch for an empty {xs}"),
-        "wrong_call": Bug(f"sum({xs}) /", f"max({xs}) /",
-                          f"{f}() gives wrong averages for lists of several values",
-                          f"{f}() divides the largest value instead of the sum"),
-    }
-    # fmt: on
-    return Program(source, (f,), tests, bugs)
+    return Program(source, (f,), tests, planted_bugs("mean", xs=xs, f=f))
 
 
 def running_total(n: Names) -> Program:
@@ -281,23 +273,7 @@ def running_total(n: Names) -> Program:
         "test_empty": [f"assert {f}([]) == []"],
         "test_none": [f"assert {f}(None) == []"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"{acc} + {xs}[i]", f"{acc} - {xs}[i]",
-                        f"every total {f}() returns is wrong",
-                        f"{f}() subtracts each value instead of adding it"),
-        "off_by_one": Bug(f"range(len({xs}))", f"range(len({xs}) - 1)",
-                          f"{f}() returns too few totals",
-                          f"the loop in {f}() stops before the last value"),
-        "wrong_constant": Bug(f"{acc} = 0\n", f"{acc} = 1\n",
-                              f"every total {f}() returns is off by the same amount",
-                              f"{f}() starts counting from 1 instead of 0"),
-        "missing_case": Bug(f"    if {xs} is None:\n        return []\n", "",
-                            f"{f}() crashes when given None",
-                            f"{f}() has no branch for None"),
-    }
-    # fmt: on
-    return Program(source, (f,), tests, bugs)
+    return Program(source, (f,), tests, planted_bugs("running_total", acc=acc, xs=xs, f=f))
 
 
 def _word(rng: random.Random, length: int) -> str:
@@ -329,23 +305,9 @@ def count_words(n: Names) -> Program:
         "test_empty_text": [f"assert {f}('') == {{}}"],
         "test_none": [f"assert {f}(None) == {{}}"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f">= {const}", f"> {const}",
-                        f"{f}() misses some of the words its docstring says it counts",
-                        f"{f}() compares the length with > instead of >="),
-        "wrong_constant": Bug(f"{const} = {size}\n", f"{const} = {wrong}\n",
-                              f"{f}() counts the wrong words: its length rule disagrees with the docstring and tests",
-                              f"{const} is {wrong}, but the docstring and tests expect {size}"),
-        "missing_case": Bug(f"    if {text} is None:\n        return counts\n", "",
-                            f"{f}() crashes when given None",
-                            f"{f}() has no branch for None"),
-        "wrong_call": Bug(f"{text}.lower()", f"{text}.upper()",
-                          f"the words {f}() returns are not the lowercase words the tests expect",
-                          f"{f}() upper-cases the text where it should lower-case it"),
-    }
-    # fmt: on
-    return Program(source, (f,), tests, bugs)
+    return Program(
+        source, (f,), tests, planted_bugs("count_words", const=const, f=f, size=size, wrong=wrong, text=text)
+    )
 
 
 def is_sorted(n: Names) -> Program:
@@ -369,17 +331,7 @@ def is_sorted(n: Names) -> Program:
         "test_first_pair_out_of_order": [f"assert {f}({first_bad}) is False"],
         "test_short_lists": [f"assert {f}([]) is True", f"assert {f}([{ordered[0]}]) is True"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"{xs}[i] > {xs}", f"{xs}[i] >= {xs}",
-                        f"{f}() says a list with repeated values is not sorted",
-                        f"{f}() treats equal neighbours as out of order"),
-        "off_by_one": Bug(f"range(len({xs}) - 1)", f"range(len({xs}) - 2)",
-                          f"{f}() misses some lists that are out of order",
-                          f"the loop in {f}() never compares the last pair"),
-    }
-    # fmt: on
-    return Program(source, (f,), tests, bugs)
+    return Program(source, (f,), tests, planted_bugs("is_sorted", xs=xs, f=f))
 
 
 def fizzbuzz(n: Names) -> Program:
@@ -417,23 +369,9 @@ def fizzbuzz(n: Names) -> Program:
         "test_other_numbers": [f"assert {f}({other}) == {str(other)!r}"],
         "test_sequence": [f"assert {g}({ab}) == {[label(i) for i in range(1, ab + 1)]!r}"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"n % {a} == 0", f"n % {a} != 0",
-                        f"{f}() labels most numbers wrongly",
-                        f"{f}() tests for multiples of {a} with != instead of =="),
-        "off_by_one": Bug("range(1, last + 1)", "range(1, last)",
-                          f"{g}() returns one label too few",
-                          f"{g}() stops before its last number"),
-        "wrong_constant": Bug(f"n % {b} == 0", f"n % {b + 1} == 0",
-                              f'{f}() does not return "{w2}" for some multiples of {b}',
-                              f"{f}() tests for multiples of {b + 1} instead of {b}"),
-        "missing_case": Bug(f'    if n % {ab} == 0:\n        return "{w1}{w2}"\n', "",
-                            f"{f}() mislabels multiples of both {a} and {b}",
-                            f"{f}() has no branch for multiples of both {a} and {b}"),
-    }
-    # fmt: on
-    return Program(source, (f, g), tests, bugs)
+    return Program(
+        source, (f, g), tests, planted_bugs("fizzbuzz", a=a, f=f, g=g, b=b, next_b=b + 1, w2=w2, ab=ab, w1=w1)
+    )
 
 
 def discount(n: Names) -> Program:
@@ -464,23 +402,9 @@ def discount(n: Names) -> Program:
         "test_rejects_bad_percent": _raises(f"{f}({cost}, {too_much})", "ValueError"),
         "test_member_price": [f"assert close({g}({member_cost}), {round(member_cost * (100 - rate) / 100, 2)!r})"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"(100 - {pct})", f"(100 + {pct})",
-                        f"{f}() makes things more expensive",
-                        f"{f}() adds the discount instead of subtracting it"),
-        "off_by_one": Bug(f"{pct} > 100", f"{pct} > 99",
-                          f"{f}() rejects a valid percentage",
-                          f"the range check in {f}() refuses 100 percent"),
-        "wrong_constant": Bug(f"{const} = {rate}\n", f"{const} = {wrong}\n",
-                              f"{g}() charges members the wrong price",
-                              f"{const} is {wrong}, but members get {rate}% off"),
-        "missing_case": Bug(f'    if {pct} < 0 or {pct} > 100:\n        raise ValueError("{pct} must be between 0 and 100")\n', "",
-                            f"{f}() accepts percentages outside 0 to 100 instead of raising ValueError",
-                            f"{f}() never checks the range of {pct}"),
-    }
-    # fmt: on
-    return Program(source, (f, g), tests, bugs)
+    return Program(
+        source, (f, g), tests, planted_bugs("discount", pct=pct, f=f, const=const, rate=rate, wrong=wrong, g=g)
+    )
 
 
 def fahrenheit(n: Names) -> Program:
@@ -513,23 +437,7 @@ def fahrenheit(n: Names) -> Program:
             f"assert close(converted[0], {one * 9 / 5 + 32!r}) and close(converted[2], {three * 9 / 5 + 32!r})",
         ],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"{c} * 9 / 5 + 32", f"{c} * 9 / 5 - 32",
-                        f"{f}() gives temperatures that are far too low",
-                        f"{f}() subtracts the 32 degree offset instead of adding it"),
-        "wrong_constant": Bug("9 / 5 + 32", "9 / 5 + 30",
-                              f"{f}() is slightly off for every temperature",
-                              f"{f}() adds 30 where the Fahrenheit offset is 32"),
-        "missing_case": Bug(f"None if {c} is None else {f}({c})", f"{f}({c})",
-                            f"{t}() crashes on a missing reading",
-                            f"{t}() does not pass None readings through"),
-        "wrong_call": Bug(f"else {f}({c})", f"else {g}({c})",
-                          f"{t}() returns wrong temperatures",
-                          f"{t}() converts with {g}() instead of {f}()"),
-    }
-    # fmt: on
-    return Program(source, (f, g, t), tests, bugs)
+    return Program(source, (f, g, t), tests, planted_bugs("fahrenheit", c=c, f=f, t=t, g=g))
 
 
 def last_n(n: Names) -> Program:
@@ -550,20 +458,7 @@ def last_n(n: Names) -> Program:
         "test_zero": [f"assert {f}({data}, 0) == []"],
         "test_negative": [f"assert {f}({data}, -2) == []"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"{k} <= 0", f"{k} < 0",
-                        f"{f}() returns items when asked for none",
-                        f"{f}() lets {k} == 0 through to the slice"),
-        "off_by_one": Bug(f"[-{k}:]", f"[-{k} + 1:]",
-                          f"{f}() returns the wrong number of items",
-                          f"the slice in {f}() starts one item late"),
-        "missing_case": Bug(f"    if {k} <= 0:\n        return []\n", "",
-                            f"{f}() returns items for a zero or negative {k}",
-                            f"{f}() has no branch for {k} <= 0"),
-    }
-    # fmt: on
-    return Program(source, (f,), tests, bugs)
+    return Program(source, (f,), tests, planted_bugs("last_n", k=k, f=f))
 
 
 def largest_step(n: Names) -> Program:
@@ -589,23 +484,7 @@ def largest_step(n: Names) -> Program:
         "test_later_step_largest": [f"assert {f}({later}) == {big}"],
         "test_short_lists": [f"assert {f}([]) == 0", f"assert {f}([{start}]) == 0"],
     }
-    # fmt: off
-    bugs = {
-        "operator": Bug(f"{xs}[i] - {xs}", f"{xs}[i] + {xs}",
-                        f"{f}() returns values far larger than any step",
-                        f"{f}() adds neighbours instead of subtracting them"),
-        "off_by_one": Bug(f"range(1, len({xs}))", f"range(2, len({xs}))",
-                          f"{f}() overlooks some steps",
-                          f"{f}() never looks at the first pair of neighbours"),
-        "missing_case": Bug(f"    if len({xs}) < 2:\n        return 0\n", "",
-                            f"{f}() crashes on lists with fewer than two values",
-                            f"{f}() has no branch for lists shorter than two"),
-        "wrong_call": Bug("return max(", "return min(",
-                          f"{f}() does not return the largest step",
-                          f"{f}() takes the minimum where it needs the maximum"),
-    }
-    # fmt: on
-    return Program(source, (f,), tests, bugs)
+    return Program(source, (f,), tests, planted_bugs("largest_step", xs=xs, f=f))
 
 
 FAMILIES: dict[str, Callable[[Names], Program]] = {
