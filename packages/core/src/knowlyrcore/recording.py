@@ -17,6 +17,8 @@ import time
 import uuid
 from typing import Any
 
+from typing_extensions import TypedDict, Unpack
+
 from knowlyrcore.actions import parse_action
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.trajectory import Observation, Outcome, Step, TestSummary, ToolCall, Trajectory, Usage
@@ -30,6 +32,36 @@ def observation_text(observation: Any) -> str:
         return json.dumps(observation, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return str(observation)
+
+
+class StepFields(TypedDict, total=False):
+    """What a recorded step may carry besides its tool call and output (all optional)."""
+
+    thought: str
+    exit_code: int | None
+    error: str | None
+    reward: float | None
+    call_id: str | None
+    timestamp: float | None
+    duration_s: float | None  # a negative duration (clock skew in a log) is dropped
+    metadata: dict[str, Any] | None
+
+
+def make_step(
+    index: int, tool: str, parameters: dict[str, Any] | None = None, output: str = "", **fields: Unpack[StepFields]
+) -> Step:
+    """The ``Step`` numbered ``index``: every recorder of steps builds them here."""
+    duration = fields.get("duration_s")
+    return Step(
+        index=index,
+        thought=fields.get("thought") or "",
+        tool_call=ToolCall(name=tool or "unknown", parameters=dict(parameters or {}), id=fields.get("call_id")),
+        observation=Observation(output=output or "", exit_code=fields.get("exit_code"), error=fields.get("error")),
+        reward=fields.get("reward"),
+        timestamp=fields.get("timestamp"),
+        duration_s=duration if duration is None or duration >= 0 else None,
+        metadata=dict(fields.get("metadata") or {}),
+    )
 
 
 class TrajectoryBuilder:
@@ -53,34 +85,16 @@ class TrajectoryBuilder:
         self.steps: list[Step] = []
         self.started_at = time.time()
 
-    def add_step(
-        self,
-        action: Any,
-        observation: Any = "",
-        *,
-        exit_code: int | None = None,
-        error: str | None = None,
-        reward: float | None = None,
-        timestamp: float | None = None,
-        duration_s: float | None = None,
-        thought: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Step:
-        """Append one step; ``action`` is a ``{"tool", "params"[, "thought"]}`` dict."""
+    def add_step(self, action: Any, observation: Any = "", **fields: Unpack[StepFields]) -> Step:
+        """Append one step; ``action`` is a ``{"tool", "params"[, "thought", "id"]}`` dict."""
         tool, params = parse_action(action)
-        metadata = dict(metadata or {})
-        if isinstance(action, dict) and action.get("format_error"):  # the parser's verdict on a malformed call
-            metadata.setdefault("format_error", action["format_error"])
-        step = Step(
-            index=len(self.steps),
-            thought=thought if thought is not None else str(action.get("thought") or ""),
-            tool_call=ToolCall(name=tool, parameters=params, id=action.get("id")),
-            observation=Observation(output=observation_text(observation), exit_code=exit_code, error=error),
-            reward=reward,
-            timestamp=timestamp,
-            duration_s=duration_s,
-            metadata=metadata,
-        )
+        action = action if isinstance(action, dict) else {}
+        if fields.get("thought") is None:
+            fields["thought"] = str(action.get("thought") or "")
+        fields.setdefault("call_id", action.get("id"))
+        if action.get("format_error"):  # the parser's verdict on a malformed call
+            fields["metadata"] = {"format_error": action["format_error"], **(fields.get("metadata") or {})}
+        step = make_step(len(self.steps), tool, params, observation_text(observation), **fields)
         self.steps.append(step)
         return step
 

@@ -29,9 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Unpack
+
 from knowlyrcore.jsonl import write_trajectories
 from knowlyrcore.models import TaskInfo
-from knowlyrcore.recording import TrajectoryBuilder
+from knowlyrcore.recording import StepFields, TrajectoryBuilder
 from knowlyrcore.trajectory import Step, Trajectory
 
 
@@ -48,32 +50,11 @@ class Episode:
         return self._builder.steps
 
     def step(
-        self,
-        tool: str,
-        parameters: dict[str, Any] | None = None,
-        observation: Any = "",
-        *,
-        thought: str = "",
-        exit_code: int | None = None,
-        error: str | None = None,
-        reward: float | None = None,
-        duration_s: float | None = None,
-        call_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        self, tool: str, parameters: dict[str, Any] | None = None, observation: Any = "", **fields: Unpack[StepFields]
     ) -> Step:
-        """Record one tool call and what it returned."""
-        action = {"tool": tool, "params": parameters or {}, "id": call_id}
-        return self._builder.add_step(
-            action,
-            observation,
-            exit_code=exit_code,
-            error=error,
-            reward=reward,
-            timestamp=time.time() - (duration_s or 0.0),
-            duration_s=duration_s,
-            thought=thought,
-            metadata=metadata,
-        )
+        """Record one tool call and what it returned (``thought``, ``exit_code``, ``duration_s``...)."""
+        fields.setdefault("timestamp", time.time() - (fields.get("duration_s") or 0.0))
+        return self._builder.add_step({"tool": tool, "params": parameters or {}}, observation, **fields)
 
     def finish(self, **outcome: Any) -> Trajectory:
         """End the episode (``success``, ``score``, ``exit_status``, ``patch``, ``usage``...)."""

@@ -19,7 +19,10 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, ClassVar
 
-from knowlyrcore.trajectory import Observation, Step, ToolCall, Trajectory
+from typing_extensions import Unpack
+
+from knowlyrcore.recording import StepFields, make_step
+from knowlyrcore.trajectory import Observation, Step, Trajectory
 
 #: tool name given to a plain text turn (a reply to the user or to other agents)
 RESPOND = "respond"
@@ -48,28 +51,9 @@ class StepList:
         self.steps: list[Step] = []
 
     def add(
-        self,
-        tool: str,
-        parameters: dict[str, Any] | None = None,
-        *,
-        thought: str = "",
-        output: str = "",
-        exit_code: int | None = None,
-        error: str | None = None,
-        call_id: str | None = None,
-        timestamp: float | None = None,
-        duration_s: float | None = None,
-        metadata: dict[str, Any] | None = None,
+        self, tool: str, parameters: dict[str, Any] | None = None, output: str = "", **fields: Unpack[StepFields]
     ) -> Step:
-        step = Step(
-            index=len(self.steps),
-            thought=thought or "",
-            tool_call=ToolCall(name=tool or "unknown", parameters=dict(parameters or {}), id=call_id),
-            observation=Observation(output=output or "", exit_code=exit_code, error=error),
-            timestamp=timestamp,
-            duration_s=duration_s if duration_s is None or duration_s >= 0 else None,
-            metadata=dict(metadata or {}),
-        )
+        step = make_step(len(self.steps), tool, parameters, output, **fields)
         self.steps.append(step)
         return step
 

@@ -39,20 +39,15 @@ from agenttrainer.packed import sequence_sums, to_device
 from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
-from agenttrainer.trainers.setup import load_policy, make_accelerator
+from agenttrainer.trainers.setup import Recipe
 
 Pair = tuple[Example, Example]
 
 
-class DPOTrainer:
+class DPOTrainer(Recipe):
     """``DPOTrainer(config).train()``; pass ``model``/``tokenizer`` to train an already loaded model."""
 
-    def __init__(self, config: DPOConfig, *, model: Any = None, tokenizer: Any = None):
-        self.config = config
-        self.data = self.read_data() if config.train_file else None  # before the (slow) model load
-        self.accelerator = make_accelerator(config)
-        self.model, self.tokenizer = load_policy(config, model, tokenizer)
-        self.wrapped = HiddenStates(self.model)
+    config: DPOConfig
 
     @staticmethod
     def read_pairs(path: str | Path) -> list[tuple[Conversation, Conversation]]:

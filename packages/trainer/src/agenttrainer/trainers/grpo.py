@@ -42,18 +42,16 @@ from agenttrainer.packed import to_device, unpack_tokens
 from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
-from agenttrainer.trainers.setup import load_policy, make_accelerator
+from agenttrainer.trainers.setup import Recipe
 
 
-class GRPOTrainer:
+class GRPOTrainer(Recipe):
     """``GRPOTrainer(config).train()``; pass ``model``/``tokenizer`` to train an already loaded model."""
 
-    def __init__(self, config: GRPOConfig, *, model: Any = None, tokenizer: Any = None):
-        self.config = config
-        self.data = self.read_groups(config.train_file) if config.train_file else None  # before the model load
-        self.accelerator = make_accelerator(config)
-        self.model, self.tokenizer = load_policy(config, model, tokenizer)
-        self.wrapped = HiddenStates(self.model)
+    config: GRPOConfig
+
+    def read_data(self) -> list[tuple[list[Conversation], list[float]]]:
+        return self.read_groups(self.config.train_file)
 
     def read_groups(self, path: str | Path) -> list[tuple[list[Conversation], list[float]]]:
         """Every group of ``path``, checked, with its group-normalised advantages; no model needed."""
@@ -150,7 +148,7 @@ class GRPOTrainer:
         c, acc = self.config, self.accelerator
         if not c.train_file:
             raise ValueError("GRPOConfig.train_file is required")
-        read, self.data = self.data or self.read_groups(c.train_file), None  # tokenised here; the text is not kept
+        read, self.data = self.data or self.read_data(), None  # tokenised here; the text is not kept
         groups = self.tokenize(read)
         del read
         flat_index, offset = [], 0  # trajectory indices of each group, into the flat ref list

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from agenttrainer.config import TrainConfig
+from agenttrainer.models.attention import HiddenStates
 
 
 def make_accelerator(config: TrainConfig) -> Any:
@@ -94,3 +95,23 @@ def make_optimizer_and_scheduler(model: nn.Module, config: TrainConfig, total_st
     warmup = math.ceil(total_steps * config.warmup_ratio)
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
     return optimizer, scheduler
+
+
+class Recipe:
+    """What every recipe does before its loop, in this order: read and check all its data (so bad
+    data fails in seconds, before the slow model load), then the accelerator and the policy.
+
+    A recipe subclasses it and implements ``read_data()`` and ``train()``; pass ``model`` /
+    ``tokenizer`` to train an already loaded model.
+    """
+
+    def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None):
+        self.config = config
+        self.data = self.read_data() if config.train_file else None
+        self.accelerator = make_accelerator(config)
+        self.model, self.tokenizer = load_policy(config, model, tokenizer)
+        self.wrapped = HiddenStates(self.model)  # the forward pass that stops before the LM head
+
+    def read_data(self) -> Any:
+        """Every record the run will use, read and checked; no model needed."""
+        raise NotImplementedError

@@ -47,22 +47,16 @@ from agenttrainer.data import (
     tokenize_conversation,
 )
 from agenttrainer.losses import chunked_token_logps, sft_loss
-from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
 from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
-from agenttrainer.trainers.setup import load_policy, make_accelerator
+from agenttrainer.trainers.setup import Recipe
 
 
-class SFTTrainer:
+class SFTTrainer(Recipe):
     """``SFTTrainer(config).train()``; pass ``model``/``tokenizer`` to train an already loaded model."""
 
-    def __init__(self, config: SFTConfig, *, model: Any = None, tokenizer: Any = None):
-        self.config = config
-        self.data = self.read_data() if config.train_file else None  # before the (slow) model load
-        self.accelerator = make_accelerator(config)
-        self.model, self.tokenizer = load_policy(config, model, tokenizer)
-        self.wrapped = HiddenStates(self.model)
+    config: SFTConfig
 
     # ----------------------------------------------------------------------------- data
     def read_conversations(self, path: str | Path) -> tuple[list[Conversation], list[dict[str, Any]]]:
