@@ -98,7 +98,9 @@ raise SystemExit(main(sys.argv[1:]))
     [
         (["score", "{bad}", "-o", "{out}"], 2, "error: {bad}:1: steps: must be a list of steps"),
         (["score", "{missing}", "-o", "{out}"], 2, "error: {missing}: No such file or directory"),
-        (["score", "{bad}"], 2, "error: Missing option '-o' / '--output'. (see 'knowlyr-reward score --help')"),
+        (["score", "{bad}"], 2, "error: {bad}:1: steps: must be a list of steps"),
+        (["eval", "{bad}"], 2, "error: {bad}:1: steps: must be a list of steps"),
+        (["eval"], 2, "error: Missing argument 'LABELLED...'. (see 'knowlyr-reward eval --help')"),
         (["nope"], 2, "error: No such command 'nope'. (see 'knowlyr-reward --help')"),
         (["mcp"], 2, "knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'"),
         (["rubrics"], 0, None),

@@ -103,7 +103,9 @@ def test_repeated_failure_lowers_tool_selection(make_step):
 def test_penalty_counts(make_step):
     read = make_step("read_file", {"path": "a"})
     counts = penalty_counts(analyse(traj(read, read, read, make_step("zap", {}, "unknown tool zap"))))
-    assert counts == {"wrong_tool": 1, "redundant_call": 2, "format_error": 0, "timeout": 0}
+    assert counts == {"wrong_tool": 1, "redundant_call": 2, "format_error": 0, "timeout": 0, "unconfirmed_action": 0,
+                      "ungrounded_argument": 0, "repeated_action": 0, "action_after_done": 0,
+                      "needless_transfer": 0, "gave_up": 0}  # fmt: skip
 
 
 def test_empty_trajectory():

@@ -10,6 +10,8 @@ from agentreward.engine import RewardEngine
 from agentreward.errors import CalibrationError, JudgeError, RewardError, TrajectoryFormatError
 from agentreward.judge import Judge, parse_scores
 from agentreward.preferences import build_preference_pairs
+from agentreward.presets import PRESETS, SEED_003_WEIGHTS, target_tools, tool_f1
+from agentreward.quality import evaluate, hide_labels, roc_auc
 from agentreward.rubrics import DEFAULT_PENALTIES, DOMAIN_WEIGHTS, RUBRICS, Rubric, domain_weights, load_weights
 from agentreward.rules import analyse, rule_scores
 from agentreward.trajectories import read_trajectories, write_jsonl
@@ -27,7 +29,15 @@ __all__ = [
     "agreement",
     "labels_from_metadata",
     "load_labels",
-    # rubrics
+    # quality of the reward against labels
+    "evaluate",
+    "hide_labels",
+    "roc_auc",
+    # rubrics and presets
+    "PRESETS",
+    "SEED_003_WEIGHTS",
+    "target_tools",
+    "tool_f1",
     "RUBRICS",
     "Rubric",
     "DOMAIN_WEIGHTS",

@@ -1,6 +1,7 @@
 """The ``knowlyr-reward`` command.
 
-knowlyr-reward score TRAJ.jsonl --domain coding -o scored.jsonl [--judge-url URL --judge-model M]
+knowlyr-reward score TRAJ.jsonl --domain coding [-o scored.jsonl] [--preset seed-003] [--judge-url URL --judge-model M]
+knowlyr-reward eval LABELLED.jsonl [--domain D] [--preset P]   (how well rewards predict known labels)
 knowlyr-reward pairs SCORED.jsonl -o preferences.jsonl --min-margin 0.1
 knowlyr-reward calibrate SCORED.jsonl [--labels labels.jsonl] -o calibration.json
 knowlyr-reward rubrics [--domain coding]
@@ -66,6 +67,7 @@ def _engine(options: dict[str, Any]):
         judge=judge,
         calibrator=Calibrator.load(options["calibration"]) if options["calibration"] else None,
         outcome_weight=options["outcome_weight"],
+        preset=options["preset"],
     )
 
 
@@ -95,29 +97,78 @@ OUTPUT = click.option(
 )
 
 
+def engine_options(command: Any) -> Any:
+    """The options that build a ``RewardEngine`` (shared by ``score`` and ``eval``)."""
+    from agentreward.presets import PRESETS
+
+    options = [
+        click.option("--domain", help="Rubric weights of this domain (default: each trajectory's task.domain)."),
+        click.option("--weights", help="YAML/JSON file of rubric weights, overriding the domain's."),
+        click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True,
+                     help="How the total is composed: the step mean, or seed 003's five weighted dimensions."),
+        click.option("--outcome-weight", type=click.FloatRange(0, 1), default=0.4, show_default=True,
+                     help="Share of the outcome in the total (default preset)."),
+        click.option("--judge-url", help="OpenAI-compatible (or Anthropic) base URL of the LLM judge."),
+        click.option("--judge-model", help="Model name for the judge."),
+        click.option("--judge-api-key", help="API key for the judge endpoint."),
+        click.option("--judge-provider", type=click.Choice(["openai", "anthropic"]), default="openai",
+                     show_default=True),
+        click.option("--calibration", help="Calibration file from `knowlyr-reward calibrate`."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @cli.command("score")
 @INPUT
-@OUTPUT
-@click.option("--domain", help="Rubric weights of this domain (default: each trajectory's task.domain).")
-@click.option("--weights", help="YAML/JSON file of rubric weights, overriding the domain's.")
-@click.option("--outcome-weight", type=click.FloatRange(0, 1), default=0.4, show_default=True,
-              help="Share of the outcome in the total.")  # fmt: skip
-@click.option("--judge-url", help="OpenAI-compatible (or Anthropic) base URL of the LLM judge.")
-@click.option("--judge-model", help="Model name for the judge.")
-@click.option("--judge-api-key", help="API key for the judge endpoint.")
-@click.option("--judge-provider", type=click.Choice(["openai", "anthropic"]), default="openai", show_default=True)
-@click.option("--calibration", help="Calibration file from `knowlyr-reward calibrate`.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="JSONL file to write (atomically); default: JSON lines on stdout.")  # fmt: skip
+@engine_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
-def score_command(input_path: str, output: str, quiet: bool, **options: Any) -> None:
-    """Score trajectories step by step (INPUT: trajectory JSONL, or a .json file)."""
-    from agentreward.trajectories import write_jsonl
+def score_command(input_path: str, output: str | None, quiet: bool, **options: Any) -> None:
+    """Score trajectories step by step (INPUT: trajectory JSONL, or a .json file holding one
+    trajectory or a list)."""
+    from agentreward.trajectories import dumps_strict, write_jsonl
 
     engine = _engine(options)
     trajectories = _read_all(input_path)
-    count = write_jsonl(output, _progress(engine.score_many(trajectories), quiet))
-    click.echo(f"scored {count} trajectories -> {output}", err=True)
+    if output is None:
+        scored = list(_progress(engine.score_many(trajectories), quiet))  # all or nothing on stdout
+        for number, record in enumerate(scored, start=1):
+            click.echo(dumps_strict(record, "<stdout>", number))
+        count = len(scored)
+    else:
+        count = write_jsonl(output, _progress(engine.score_many(trajectories), quiet))
+    click.echo(f"scored {count} trajectories -> {output or 'stdout'}", err=True)
     if engine.judge is not None:
         click.echo(f"judge: {engine.judge.calls} calls, {len(engine.judge.failures)} steps kept rule scores", err=True)
+
+
+@cli.command("eval")
+@click.argument("input_paths", metavar="LABELLED...", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@engine_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the report here (JSON).")
+def eval_command(input_paths: tuple[str, ...], output: str | None, **options: Any) -> None:
+    """How well the rewards predict known labels: score labelled trajectories with outcome and
+    labels hidden, print one JSON line with the ROC AUC for success, the rank correlation with
+    outcome.score and, for steps labelled metadata.mistake (Who&When), how often the
+    lowest-rewarded step is the mistake."""
+    from agentreward.quality import evaluate
+    from agentreward.trajectories import dumps_strict, write_atomically
+
+    engine = _engine(options)
+
+    def labelled() -> Iterator[dict[str, Any]]:
+        for path in input_paths:
+            yield from _read_all(path)
+
+    report = {"inputs": list(input_paths), "preset": engine.preset, "judge": options["judge_model"],
+              **evaluate(engine, labelled())}  # fmt: skip
+    line = dumps_strict(report, output or "<stdout>")
+    if output:
+        write_atomically(output, lambda out: out.write(line + "\n"))
+    click.echo(line)
 
 
 @cli.command("pairs")

@@ -8,7 +8,12 @@ seed-003 penalties, each scaled by the number of steps so long and short episode
 
     total = clip((1 - a) * mean(step_rewards) + a * success + sum(penalty * count) / n_steps, 0, 1)
 
-with ``a = outcome_weight`` when the outcome is known and 0 otherwise.
+with ``a = outcome_weight`` when the outcome is known and 0 otherwise. With
+``preset="seed-003"`` the first two terms are replaced by seed 003's weighted trajectory
+dimensions (:mod:`agentreward.presets`), which are kept in ``metadata.reward_dimensions``.
+
+``score`` takes a dict in the trajectory format or a ``knowlyrcore.Trajectory`` (any pydantic
+model of that format) and returns the same type it was given.
 
 Examples:
     >>> engine = RewardEngine(domain="coding")
@@ -28,9 +33,10 @@ import copy
 import math
 import os
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentreward.errors import RewardError
+from agentreward.presets import SEED_003_WEIGHTS, check_preset, seed003_dimensions
 from agentreward.rubrics import DEFAULT_PENALTIES, MODEL_RUBRICS, domain_weights, normalise
 from agentreward.rules import analyse, penalty_counts, rule_scores
 from agentreward.trajectories import check_trajectory, read_trajectories, write_jsonl
@@ -38,6 +44,8 @@ from agentreward.trajectories import check_trajectory, read_trajectories, write_
 if TYPE_CHECKING:
     from agentreward.calibration import Calibrator
     from agentreward.judge import Judge
+
+T = TypeVar("T")
 
 
 class RewardEngine:
@@ -52,6 +60,7 @@ class RewardEngine:
         calibrator: Calibrator | None = None,
         penalties: dict[str, float] | None = None,
         outcome_weight: float = 0.4,
+        preset: str = "default",
     ):
         if not 0 <= outcome_weight <= 1:
             raise ValueError(f"outcome_weight must be in [0, 1], got {outcome_weight}")
@@ -61,6 +70,7 @@ class RewardEngine:
         self.calibrator = calibrator
         self.penalties = dict(DEFAULT_PENALTIES if penalties is None else penalties)
         self.outcome_weight = outcome_weight
+        self.preset = check_preset(preset)
         # a non-finite weight, penalty or calibration number would make every score NaN
         numbers = {**{f"weight {k}": v for k, v in (self.weights or {}).items()},
                    **{f"penalty {k}": v for k, v in self.penalties.items()}}  # fmt: skip
@@ -77,8 +87,16 @@ class RewardEngine:
         domain = self.domain or (trajectory.get("task") or {}).get("domain") or "generic"
         return domain_weights(domain)
 
-    def score(self, trajectory: dict[str, Any]) -> dict[str, Any]:
-        """Return a copy of ``trajectory`` with per-step ``reward``/``rubric_scores`` and a total ``reward``."""
+    def score(self, trajectory: T) -> T:
+        """Return a copy of ``trajectory`` with per-step ``reward``/``rubric_scores`` and a total
+        ``reward``, of the type given (a dict, or a pydantic trajectory model such as
+        ``knowlyrcore.Trajectory``)."""
+        if not isinstance(trajectory, dict) and callable(getattr(trajectory, "model_dump", None)):
+            scored = self._score_dict(trajectory.model_dump(mode="json"))
+            return type(trajectory).model_validate(scored)  # type: ignore[attr-defined]
+        return self._score_dict(trajectory)  # type: ignore[arg-type,return-value]
+
+    def _score_dict(self, trajectory: dict[str, Any]) -> dict[str, Any]:
         check_trajectory(trajectory)
         scored = copy.deepcopy(trajectory)
         signals = analyse(scored)
@@ -100,20 +118,32 @@ class RewardEngine:
             if sig.flags:
                 step.setdefault("metadata", {})["reward_flags"] = list(sig.flags)
             rewards.append(reward)
-        scored["reward"] = round(self.total(scored, rewards, penalty_counts(signals)), 6)
+        counts = penalty_counts(signals)
+        if self.preset == "seed-003" and rewards:
+            dimensions = seed003_dimensions(scored, per_step, signals)
+            if not isinstance(scored.get("metadata"), dict):
+                scored["metadata"] = {}
+            scored["metadata"]["reward_dimensions"] = dimensions
+            base = sum(w * dimensions[k] for k, w in SEED_003_WEIGHTS.items())
+            scored["reward"] = round(self._with_penalties(base, counts, len(rewards)), 6)
+        else:
+            scored["reward"] = round(self.total(scored, rewards, counts), 6)
         return scored
 
     def total(self, trajectory: dict[str, Any], rewards: list[float], counts: dict[str, int]) -> float:
+        """The default preset: step mean blended with the outcome, plus penalties, in [0, 1]."""
         if not rewards:
             return 0.0
         mean = sum(rewards) / len(rewards)
         success = (trajectory.get("outcome") or {}).get("success")
         a = self.outcome_weight if success is not None else 0.0
-        value = (1 - a) * mean + a * (1.0 if success else 0.0)
-        value += sum(self.penalties.get(k, 0.0) * n for k, n in counts.items()) / len(rewards)
+        return self._with_penalties((1 - a) * mean + a * (1.0 if success else 0.0), counts, len(rewards))
+
+    def _with_penalties(self, value: float, counts: dict[str, int], n_steps: int) -> float:
+        value += sum(self.penalties.get(k, 0.0) * n for k, n in counts.items()) / n_steps
         return min(1.0, max(0.0, value))
 
-    def score_many(self, trajectories: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    def score_many(self, trajectories: Iterable[T]) -> Iterator[T]:
         for trajectory in trajectories:
             yield self.score(trajectory)
 

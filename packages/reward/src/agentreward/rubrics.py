@@ -65,6 +65,13 @@ DEFAULT_PENALTIES: dict[str, float] = {
     "redundant_call": -0.2,  # an exact repeat of an earlier call
     "format_error": -0.1,  # an action the environment could not parse
     "timeout": -0.5,  # a command killed by its time limit
+    # conversation rules (agentreward.rules): breaches of a service policy and invented values
+    "unconfirmed_action": -0.3,  # a consequential action the user had not said yes to
+    "ungrounded_argument": -0.3,  # an id or number in an action that nothing earlier showed
+    "repeated_action": -0.2,  # the same action on the same ids, already done
+    "action_after_done": -0.3,  # acting after the user closed the conversation
+    "needless_transfer": -0.3,  # a hand-off to a human nobody asked for
+    "gave_up": -0.2,  # ending on "I cannot help" without having done anything
 }
 
 
