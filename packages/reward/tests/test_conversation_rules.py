@@ -109,7 +109,7 @@ def test_each_violation_lowers_the_step_and_the_total(make_step):
         say(make_step, "Cancel #W1234567?", "what would that cost?"),
         make_step("cancel_order", {"order_id": "#W7654321"}, "ok"),
     )
-    engine = RewardEngine()
+    engine = RewardEngine(conversation_rules=True)
     good_scored, bad_scored = engine.score(good), engine.score(bad)
     assert bad_scored["steps"][1]["metadata"]["reward_flags"] == ["unconfirmed", "ungrounded"]
     assert bad_scored["steps"][1]["reward"] < good_scored["steps"][1]["reward"]
@@ -118,3 +118,16 @@ def test_each_violation_lowers_the_step_and_the_total(make_step):
     # total: mean of the two steps plus (-0.3 unconfirmed - 0.3 ungrounded) / 2 steps
     mean = (bad_scored["steps"][0]["reward"] + bad_scored["steps"][1]["reward"]) / 2
     assert bad_scored["reward"] == round(max(0.0, mean - 0.6 / 2), 6)
+
+
+def test_conversation_rules_only_flag_unless_enabled(make_step):
+    bad = chat(
+        say(make_step, "Cancel #W1234567?", "what would that cost?"),
+        make_step("cancel_order", {"order_id": "#W7654321"}, "ok"),
+    )
+    scored, enabled = RewardEngine().score(bad), RewardEngine(conversation_rules=True).score(bad)
+    assert scored["steps"][1]["metadata"]["reward_flags"] == ["unconfirmed", "ungrounded"]
+    assert scored["steps"][1]["rubric_scores"]["goal_progress"] > 0.1
+    assert scored["steps"][1]["reward"] > enabled["steps"][1]["reward"]
+    mean = (scored["steps"][0]["reward"] + scored["steps"][1]["reward"]) / 2
+    assert scored["reward"] == round(mean, 6)  # no conversation penalty in the total

@@ -141,3 +141,38 @@ def test_prompt_shows_history_and_step():
 def test_provider_is_checked():
     with pytest.raises(ValueError, match="provider"):
         Judge(model="m", provider="cohere")
+
+
+def test_the_policy_goes_into_the_prompt():
+    with_policy = {**TRAJ, "metadata": {"system_prompt": "# Shop policy\nAsk for a yes before any refund."}}
+    assert "POLICY: # Shop policy" in build_prompt(with_policy, 0)
+    assert "POLICY" not in build_prompt(TRAJ, 0)
+
+
+def test_trajectory_mode_blends_one_verdict_into_the_total(server):
+    server.replies = [(200, 'Reasoning... {"task_success": 0.9}')]
+    judge = Judge(model="m", base_url=server.url, mode="trajectory")
+    rules_only = RewardEngine().score(TRAJ)
+    scored = RewardEngine(judge=judge).score(TRAJ)
+    assert judge.calls == 1 and "TRANSCRIPT:" in server.requests[0]["messages"][1]["content"]
+    assert scored["steps"] == rules_only["steps"]  # no per-step judging in this mode
+    assert scored["metadata"]["judge_task_success"] == 0.9
+    assert scored["reward"] == round((rules_only["reward"] + 0.9) / 2, 6)
+
+
+def test_trajectory_mode_abstains_to_the_rule_total(server):
+    server.replies = [(200, '{"task_success": 42}'), (200, "cannot tell")]
+    judge = Judge(model="m", base_url=server.url, mode="trajectory", max_retries=1)
+    assert RewardEngine(judge=judge).score(TRAJ)["reward"] == RewardEngine().score(TRAJ)["reward"]
+    assert judge.failures and judge.failures[0].startswith("trajectory: no JSON object with task_success")
+
+
+def test_both_modes_and_bad_mode(server):
+    server.replies = [(200, '{"goal_progress": 0.5, "tool_selection": 0.5, "param_correctness": 0.5}')] * 2 + [
+        (200, '{"task_success": 0.0}')
+    ]
+    judge = Judge(model="m", base_url=server.url, mode="both")
+    scored = RewardEngine(judge=judge).score(TRAJ)
+    assert judge.calls == 3 and scored["metadata"]["judge_task_success"] == 0.0
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Judge(model="m", mode="steps")

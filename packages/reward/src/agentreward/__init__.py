@@ -12,7 +12,15 @@ from agentreward.judge import Judge, parse_scores
 from agentreward.preferences import build_preference_pairs
 from agentreward.presets import PRESETS, SEED_003_WEIGHTS, target_tools, tool_f1
 from agentreward.quality import evaluate, hide_labels, roc_auc
-from agentreward.rubrics import DEFAULT_PENALTIES, DOMAIN_WEIGHTS, RUBRICS, Rubric, domain_weights, load_weights
+from agentreward.rubrics import (
+    CONVERSATION_PENALTIES,
+    DEFAULT_PENALTIES,
+    DOMAIN_WEIGHTS,
+    RUBRICS,
+    Rubric,
+    domain_weights,
+    load_weights,
+)
 from agentreward.rules import analyse, rule_scores
 from agentreward.trajectories import read_trajectories, write_jsonl
 
@@ -42,6 +50,7 @@ __all__ = [
     "Rubric",
     "DOMAIN_WEIGHTS",
     "DEFAULT_PENALTIES",
+    "CONVERSATION_PENALTIES",
     "domain_weights",
     "load_weights",
     # data

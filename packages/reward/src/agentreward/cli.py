@@ -59,7 +59,7 @@ def _engine(options: dict[str, Any]):
         if not options["judge_model"]:
             raise click.UsageError("--judge-url needs --judge-model (the model name the endpoint serves)")
         judge = Judge(model=options["judge_model"], base_url=options["judge_url"], api_key=options["judge_api_key"],
-                      provider=options["judge_provider"])  # fmt: skip
+                      provider=options["judge_provider"], mode=options["judge_mode"])  # fmt: skip
     weights = load_weights(options["weights"]) if options["weights"] else None  # refuses NaN/Infinity weights
     return RewardEngine(
         domain=options["domain"],
@@ -68,6 +68,7 @@ def _engine(options: dict[str, Any]):
         calibrator=Calibrator.load(options["calibration"]) if options["calibration"] else None,
         outcome_weight=options["outcome_weight"],
         preset=options["preset"],
+        conversation_rules=options["conversation_rules"],
     )
 
 
@@ -113,7 +114,12 @@ def engine_options(command: Any) -> Any:
         click.option("--judge-api-key", help="API key for the judge endpoint."),
         click.option("--judge-provider", type=click.Choice(["openai", "anthropic"]), default="openai",
                      show_default=True),
+        click.option("--judge-mode", type=click.Choice(["step", "trajectory", "both"]), default="step",
+                     show_default=True, help="Judge each step, the whole trajectory once, or both."),
         click.option("--calibration", help="Calibration file from `knowlyr-reward calibrate`."),
+        click.option("--conversation-rules", is_flag=True,
+                     help="Let the conversation rules (unconfirmed or invented-id actions, needless transfers, ...) "
+                          "lower step scores and the total; without it they only flag steps."),
     ]  # fmt: skip
     for option in reversed(options):
         command = option(command)

@@ -10,7 +10,9 @@ seed-003 penalties, each scaled by the number of steps so long and short episode
 
 with ``a = outcome_weight`` when the outcome is known and 0 otherwise. With
 ``preset="seed-003"`` the first two terms are replaced by seed 003's weighted trajectory
-dimensions (:mod:`agentreward.presets`), which are kept in ``metadata.reward_dimensions``.
+dimensions (:mod:`agentreward.presets`), which are kept in ``metadata.reward_dimensions``. A
+judge in ``trajectory`` or ``both`` mode gives a probability of task success that is averaged
+with that total (kept in ``metadata.judge_task_success``).
 
 ``score`` takes a dict in the trajectory format or a ``knowlyrcore.Trajectory`` (any pydantic
 model of that format) and returns the same type it was given.
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentreward.errors import RewardError
 from agentreward.presets import SEED_003_WEIGHTS, check_preset, seed003_dimensions
-from agentreward.rubrics import DEFAULT_PENALTIES, MODEL_RUBRICS, domain_weights, normalise
+from agentreward.rubrics import CONVERSATION_PENALTIES, DEFAULT_PENALTIES, MODEL_RUBRICS, domain_weights, normalise
 from agentreward.rules import analyse, penalty_counts, rule_scores
 from agentreward.trajectories import check_trajectory, read_trajectories, write_jsonl
 
@@ -61,6 +63,7 @@ class RewardEngine:
         penalties: dict[str, float] | None = None,
         outcome_weight: float = 0.4,
         preset: str = "default",
+        conversation_rules: bool = False,
     ):
         if not 0 <= outcome_weight <= 1:
             raise ValueError(f"outcome_weight must be in [0, 1], got {outcome_weight}")
@@ -69,6 +72,9 @@ class RewardEngine:
         self.judge = judge
         self.calibrator = calibrator
         self.penalties = dict(DEFAULT_PENALTIES if penalties is None else penalties)
+        self.conversation_rules = conversation_rules
+        if conversation_rules:  # the rules' flags also lower step scores and the total
+            self.penalties = {**CONVERSATION_PENALTIES, **self.penalties}
         self.outcome_weight = outcome_weight
         self.preset = check_preset(preset)
         # a non-finite weight, penalty or calibration number would make every score NaN
@@ -100,7 +106,7 @@ class RewardEngine:
         check_trajectory(trajectory)
         scored = copy.deepcopy(trajectory)
         signals = analyse(scored)
-        per_step = rule_scores(scored, signals)
+        per_step = rule_scores(scored, signals, conversation=self.conversation_rules)
         if self.judge is not None:
             for i, judged in enumerate(self.judge.score_steps(scored)):
                 if judged is not None:
@@ -119,6 +125,7 @@ class RewardEngine:
                 step.setdefault("metadata", {})["reward_flags"] = list(sig.flags)
             rewards.append(reward)
         counts = penalty_counts(signals)
+        verdict = self.judge.score_trajectory(scored) if self.judge is not None and rewards else None
         if self.preset == "seed-003" and rewards:
             dimensions = seed003_dimensions(scored, per_step, signals)
             if not isinstance(scored.get("metadata"), dict):
@@ -128,6 +135,9 @@ class RewardEngine:
             scored["reward"] = round(self._with_penalties(base, counts, len(rewards)), 6)
         else:
             scored["reward"] = round(self.total(scored, rewards, counts), 6)
+        if verdict is not None:  # the judge's trajectory verdict weighs as much as the rule total
+            scored.setdefault("metadata", {})["judge_task_success"] = round(verdict, 6)
+            scored["reward"] = round((scored["reward"] + verdict) / 2, 6)
         return scored
 
     def total(self, trajectory: dict[str, Any], rewards: list[float], counts: dict[str, int]) -> float:

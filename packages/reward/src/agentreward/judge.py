@@ -8,6 +8,11 @@ for a JSON object with ``goal_progress``, ``tool_selection`` and ``param_correct
 rescaled). When a reply stays unusable after ``max_retries`` the judge abstains for that step
 (``None``) and records why in ``failures``: the engine then keeps the rule layer's scores, so
 a flaky endpoint degrades the reward instead of corrupting it.
+
+The prompt carries the domain's policy when the trajectory has one (``metadata.system_prompt``,
+as recorded tau-bench and suite runs do), and the system prompt holds two worked examples. Modes:
+``step`` (one call per step, the model rubrics), ``trajectory`` (one call per trajectory: the
+probability that the task was accomplished, blended into the total by the engine) or ``both``.
 """
 
 from __future__ import annotations
@@ -25,10 +30,28 @@ _JSON_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
 _HISTORY_STEPS = 6
 _CLIP = 600
 
+_POLICY_CLIP = 2500
+_TRANSCRIPT_STEPS = 40
+MODES = ("step", "trajectory", "both")
+
 SYSTEM_PROMPT = (
     "You are a strict reviewer of an AI agent's tool calls. For the CURRENT STEP, rate each "
-    "criterion from 0 (bad) to 1 (excellent). Answer with one JSON object and nothing else, e.g. "
-    '{"goal_progress": 0.7, "tool_selection": 1.0, "param_correctness": 0.5}.'
+    "criterion from 0 (bad) to 1 (excellent), judging it against the POLICY when one is given. "
+    "Answer with one JSON object and nothing else, e.g. "
+    '{"goal_progress": 0.7, "tool_selection": 1.0, "param_correctness": 0.5}.\n\n'
+    "Example 1. TASK: fix the failing test in sort.py. HISTORY: [0] read_file(sort.py) -> the code. "
+    "CURRENT STEP: read_file(sort.py) -> the same code. Answer: "
+    '{"goal_progress": 0.1, "tool_selection": 0.5, "param_correctness": 1.0}\n'
+    "Example 2. TASK: cancel order #W12. POLICY: get the user's explicit yes before cancelling. "
+    "HISTORY: [0] respond(Cancel #W12?) -> user: yes. CURRENT STEP: cancel_order(#W12) -> cancelled. "
+    'Answer: {"goal_progress": 1.0, "tool_selection": 1.0, "param_correctness": 1.0}'
+)
+
+TRAJECTORY_SYSTEM_PROMPT = (
+    "You are a strict reviewer of an AI agent's work. Read the POLICY (when given), the TASK and the "
+    "TRANSCRIPT, then estimate the probability that the agent accomplished the task correctly and "
+    "within the policy: right actions with the right arguments, nothing the user did not ask for or "
+    'confirm. Answer with one JSON object and nothing else, e.g. {"task_success": 0.3}.'
 )
 
 
@@ -37,11 +60,19 @@ def _clip(text: Any, limit: int = _CLIP) -> str:
     return text if len(text) <= limit else text[: limit // 2] + " … " + text[-limit // 2 :]
 
 
+def _policy_lines(trajectory: dict[str, Any]) -> list[str]:
+    policy = (trajectory.get("metadata") or {}).get("system_prompt")
+    if not isinstance(policy, str) or not policy.strip():
+        return []
+    text = policy if len(policy) <= _POLICY_CLIP else policy[:_POLICY_CLIP] + " …"
+    return [f"POLICY: {text}", ""]
+
+
 def build_prompt(trajectory: dict[str, Any], index: int) -> str:
-    """The user message for step ``index``: task, recent history, the step, the criteria."""
+    """The user message for step ``index``: policy, task, recent history, the step, the criteria."""
     task = trajectory.get("task") or {}
     steps = trajectory["steps"]
-    lines = [f"TASK: {_clip(task.get('description'), 1500)}", "", "HISTORY:"]
+    lines = [*_policy_lines(trajectory), f"TASK: {_clip(task.get('description'), 1500)}", "", "HISTORY:"]
     for j in range(max(0, index - _HISTORY_STEPS), index):
         s = steps[j]
         lines.append(f"[{j}] {s['tool_call']['name']}({_clip(json.dumps(s['tool_call'].get('parameters', {})), 200)})"
@@ -61,6 +92,41 @@ def build_prompt(trajectory: dict[str, Any], index: int) -> str:
         *[f"- {name}: {RUBRICS[name].description}" for name in MODEL_RUBRICS],
     ]
     return "\n".join(lines)
+
+
+def build_trajectory_prompt(trajectory: dict[str, Any]) -> str:
+    """The user message of the trajectory mode: policy, task and a compact transcript (the first
+    and last steps when there are more than ``_TRANSCRIPT_STEPS``)."""
+    task = trajectory.get("task") or {}
+    steps = trajectory["steps"]
+    shown = list(range(len(steps)))
+    if len(shown) > _TRANSCRIPT_STEPS:
+        half = _TRANSCRIPT_STEPS // 2
+        shown = shown[:half] + shown[-half:]
+    lines = [*_policy_lines(trajectory), f"TASK: {_clip(task.get('description'), 1500)}", "", "TRANSCRIPT:"]
+    for j in shown:
+        call = steps[j]["tool_call"]
+        params = _clip(json.dumps(call.get("parameters", {}), ensure_ascii=False), 300)
+        lines.append(
+            f"[{j}] {call['name']}({params}) -> {_clip((steps[j].get('observation') or {}).get('output'), 300)}"
+        )
+    lines += ["", "Did the agent accomplish the task correctly and within the policy?"]
+    return "\n".join(lines)
+
+
+def parse_success(text: str) -> float:
+    """The ``task_success`` probability of a trajectory-mode reply; ``JudgeError`` if absent."""
+    for match in _JSON_OBJECT.finditer(text or ""):
+        try:
+            data = json.loads(match.group(0))
+        except json.JSONDecodeError:
+            continue
+        value = data.get("task_success") if isinstance(data, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(value) / 10 if 1 < value <= 10 else float(value)
+            if 0 <= value <= 1:
+                return value
+    raise JudgeError(f"no JSON object with task_success in [0, 1] in reply: {_clip(text, 160)!r}")
 
 
 def parse_scores(text: str) -> dict[str, float]:
@@ -97,6 +163,7 @@ class Judge:
     max_retries: int = 2
     timeout: float = 60.0
     max_tokens: int = 96
+    mode: str = "step"
     failures: list[str] = field(default_factory=list)
     calls: int = 0
     _cache: dict[str, dict[str, float] | None] = field(default_factory=dict, repr=False)
@@ -105,6 +172,8 @@ class Judge:
     def __post_init__(self) -> None:
         if self.provider not in ("openai", "anthropic"):
             raise ValueError(f"provider must be 'openai' or 'anthropic', got {self.provider!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
 
     def _get_client(self) -> Any:
         if self._client is not None:
@@ -124,7 +193,7 @@ class Judge:
             raise JudgeError(f"the judge needs the {self.provider} SDK: pip install 'knowlyr-reward[llm]'") from exc
         return self._client
 
-    def complete(self, prompt: str) -> str:
+    def complete(self, prompt: str, system: str = SYSTEM_PROMPT) -> str:
         """One chat completion; transport errors become ``JudgeError``."""
         client = self._get_client()
         self.calls += 1
@@ -132,14 +201,14 @@ class Judge:
             if self.provider == "openai":
                 reply = client.chat.completions.create(
                     model=self.model,
-                    messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
+                    messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}],
                     temperature=0,
                     max_tokens=self.max_tokens,
                 )
                 return reply.choices[0].message.content or ""
             reply = client.messages.create(
                 model=self.model,
-                system=SYSTEM_PROMPT,
+                system=system,
                 messages=[{"role": "user", "content": prompt}],
                 max_tokens=self.max_tokens,
                 temperature=0,
@@ -150,24 +219,37 @@ class Judge:
                 f"{self.provider} endpoint {self.base_url or '(default)'}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def score_step(self, trajectory: dict[str, Any], index: int) -> dict[str, float] | None:
-        """Scores for one step, or ``None`` (abstain) after ``max_retries`` unusable replies."""
-        prompt = build_prompt(trajectory, index)
-        key = hashlib.sha256(prompt.encode()).hexdigest()
+    def _ask(self, prompt: str, system: str, parse: Any, what: str) -> Any:
+        """A parsed reply, or ``None`` (abstain) after ``max_retries`` unusable replies."""
+        key = hashlib.sha256((system + "\x00" + prompt).encode()).hexdigest()
         if key in self._cache:
             return self._cache[key]
-        result: dict[str, float] | None = None
+        result = None
         last_error = ""
         for _ in range(self.max_retries + 1):
             try:
-                result = parse_scores(self.complete(prompt))
+                result = parse(self.complete(prompt, system))
                 break
             except JudgeError as exc:
                 last_error = str(exc)
         if result is None:
-            self.failures.append(f"step {index}: {last_error}")
+            self.failures.append(f"{what}: {last_error}")
         self._cache[key] = result
         return result
 
+    def score_step(self, trajectory: dict[str, Any], index: int) -> dict[str, float] | None:
+        """Scores for one step, or ``None`` (abstain) after ``max_retries`` unusable replies."""
+        return self._ask(build_prompt(trajectory, index), SYSTEM_PROMPT, parse_scores, f"step {index}")
+
     def score_steps(self, trajectory: dict[str, Any]) -> list[dict[str, float] | None]:
+        """Per-step scores (``None`` where the judge abstains, or for every step in trajectory mode)."""
+        if self.mode == "trajectory":
+            return [None] * len(trajectory["steps"])
         return [self.score_step(trajectory, i) for i in range(len(trajectory["steps"]))]
+
+    def score_trajectory(self, trajectory: dict[str, Any]) -> float | None:
+        """The probability that the trajectory accomplished its task, or ``None`` (step mode, or
+        the judge abstains)."""
+        if self.mode == "step":
+            return None
+        return self._ask(build_trajectory_prompt(trajectory), TRAJECTORY_SYSTEM_PROMPT, parse_success, "trajectory")

@@ -65,7 +65,13 @@ DEFAULT_PENALTIES: dict[str, float] = {
     "redundant_call": -0.2,  # an exact repeat of an earlier call
     "format_error": -0.1,  # an action the environment could not parse
     "timeout": -0.5,  # a command killed by its time limit
-    # conversation rules (agentreward.rules): breaches of a service policy and invented values
+}
+
+#: Trajectory-level penalties of the conversation rules (agentreward.rules), applied with
+#: ``RewardEngine(conversation_rules=True)`` (``--conversation-rules``). Off by default: on
+#: held-out tau-bench airline runs the rules' effect on the reward lowered its AUC for success
+#: (see the package README); the rules still flag the steps.
+CONVERSATION_PENALTIES: dict[str, float] = {
     "unconfirmed_action": -0.3,  # a consequential action the user had not said yes to
     "ungrounded_argument": -0.3,  # an id or number in an action that nothing earlier showed
     "repeated_action": -0.2,  # the same action on the same ids, already done

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]{2,}|\d{3,}")
@@ -245,9 +245,20 @@ def analyse(trajectory: dict[str, Any]) -> list[StepSignals]:
     return results
 
 
-def rule_scores(trajectory: dict[str, Any], signals: list[StepSignals] | None = None) -> list[dict[str, float]]:
-    """Per-step scores in [0, 1] for all five rubrics from the rules alone."""
+_CONVERSATION_FLAGS = ("unconfirmed", "ungrounded", "repeated_action", "after_done", "needless_transfer", "gave_up")
+
+
+def rule_scores(
+    trajectory: dict[str, Any], signals: list[StepSignals] | None = None, *, conversation: bool = False
+) -> list[dict[str, float]]:
+    """Per-step scores in [0, 1] for all five rubrics from the rules alone.
+
+    The conversation rules always flag steps; with ``conversation=True`` their flags also lower
+    the rubric scores (off by default: on held-out tau-bench runs that lowered the AUC for
+    success, see the package README)."""
     signals = analyse(trajectory) if signals is None else signals
+    if not conversation:
+        signals = [replace(s, **dict.fromkeys(_CONVERSATION_FLAGS, False)) for s in signals]
     success = (trajectory.get("outcome") or {}).get("success")
     last = len(signals) - 1
     scores: list[dict[str, float]] = []
