@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]{2,}|\d{3,}")
@@ -80,8 +80,8 @@ class StepSignals:
     flags: list[str] = field(default_factory=list)
 
 
-_FLAGS = ("redundant", "near_redundant", "failed", "timeout", "wrong_tool", "format_error", "regression",
-          "unconfirmed", "ungrounded", "repeated_action", "after_done", "needless_transfer", "gave_up")  # fmt: skip
+#: every yes/no finding is a flag, in field order
+_FLAGS = tuple(f.name for f in fields(StepSignals) if f.type == "bool")
 
 
 def _tokens(text: str) -> set[str]:
