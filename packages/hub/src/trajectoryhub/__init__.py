@@ -29,6 +29,7 @@ from trajectoryhub.stats import (
     wilcoxon_signed_rank,
     wilson_interval,
 )
+from trajectoryhub.store import GDIWeights, StoredTrajectory, TrajectoryStore, gdi_score
 
 __version__ = "0.1.0"
 
@@ -49,6 +50,11 @@ __all__ = [
     "ContentStore",
     "content_hash",
     "dedup",
+    # the trajectory database
+    "TrajectoryStore",
+    "StoredTrajectory",
+    "GDIWeights",
+    "gdi_score",
     # evaluation: policies on task splits (stages)
     "evaluate_policy",
     "summarize_stage",

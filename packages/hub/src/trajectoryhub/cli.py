@@ -6,7 +6,11 @@ knowlyr-hub export --format grpo -t trajectories.jsonl -o grpo_train.jsonl
 knowlyr-hub dedup -t trajectories.jsonl -o unique.jsonl [--store cas/]
 knowlyr-hub evaluate -t run.jsonl
 knowlyr-hub compare -t agent_a.jsonl -t agent_b.jsonl
-knowlyr-hub collect ENV_ID --endpoint URL --model NAME -n 20 -o trajectories.jsonl
+knowlyr-hub collect ENV_ID --endpoint URL --model NAME -n 20 -o trajectories.jsonl [--executor ray [--address ADDR]]
+knowlyr-hub store add runs.jsonl [--db trajectories.db | --db postgresql://...]
+knowlyr-hub store list [--domain D --agent A --success --min-reward R --order gdi|reward|time --limit N]
+knowlyr-hub store export -o top.jsonl|top.parquet [filters]
+knowlyr-hub store stats
 knowlyr-hub tasks --list
 knowlyr-hub tasks retail --split test --n 50 --seed 0 -o tasks.jsonl
 knowlyr-hub evaluate --policy expert|smollm2-135m|./checkpoint|http://host/v1 --tasks tasks.jsonl \
@@ -409,6 +413,9 @@ def _formats(value: str) -> tuple[str, ...]:
 @click.option("--system-prompt")
 @click.option("--agent-name")
 @click.option("--reward-domain", help="Score steps with knowlyr-reward's rules for this domain.")
+@click.option("--executor", type=click.Choice(["thread", "ray"]), default="thread", show_default=True,
+              help="Run episodes in threads, or as Ray actors (extra: ray).")  # fmt: skip
+@click.option("--address", help="Ray cluster address (default: start a local Ray runtime).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def collect_command(**options: Any) -> None:
     """Roll out an OpenAI-compatible policy in an environment."""
@@ -429,9 +436,111 @@ def collect_command(**options: Any) -> None:
                                                         system_prompt=args.system_prompt),
         n_episodes=args.n_episodes, tasks=tasks, max_steps=args.max_steps, reward_fn=reward_fn,
         concurrency=args.concurrency, agent_name=args.agent_name or args.model, model_name=args.model,
-        output_path=args.output,
+        output_path=args.output, **({"executor": args.executor, "ray_address": args.address}
+                                     if args.executor != "thread" else {}),
     )  # fmt: skip
     click.echo(f"collected {len(trajectories)} trajectories -> {args.output}", err=True)
+
+
+@cli.group("store", cls=HubGroup)
+def store_group() -> None:
+    """A trajectory database (SQLite by default, or PostgreSQL) with GDI ranking.
+
+    --db (or KNOWLYR_STORE): a file path for SQLite, or postgresql://user@host:port/db."""
+
+
+def store_options(fn: Any) -> Any:
+    fn = click.option(
+        "--gdi-weights", help="GDI weights, e.g. intrinsic=0.35,utility=0.3,feedback=0.2,freshness=0.15."
+    )(fn)
+    return click.option("--db", envvar="KNOWLYR_STORE", default="trajectories.db", show_default=True,
+                        help="SQLite file or postgresql:// URL (env KNOWLYR_STORE).")(fn)  # fmt: skip
+
+
+def query_options(fn: Any) -> Any:
+    options = [
+        click.option("--task", help="Only this task id."),
+        click.option("--domain", help="Only this domain."),
+        click.option("--agent", help="Only this agent."),
+        click.option("--success/--failure", default=None, help="Only successful (or failed) episodes."),
+        click.option("--min-reward", type=float),
+        click.option("--max-reward", type=float),
+        click.option("--since", type=float, help="Stored at or after this unix time."),
+        click.option("--until", type=float, help="Stored at or before this unix time."),
+        click.option("--order", "order_by", type=click.Choice(["gdi", "reward", "time"]), default="gdi",
+                     show_default=True),
+        click.option("--limit", type=click.IntRange(min=1)),
+    ]  # fmt: skip
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _open_store(db: str, gdi_weights: str | None):
+    from trajectoryhub.store import GDIWeights, TrajectoryStore
+
+    return TrajectoryStore(db, weights=GDIWeights.parse(gdi_weights) if gdi_weights else None)
+
+
+@store_group.command("add")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+@store_options
+def store_add_command(files: tuple[str, ...], db: str, gdi_weights: str | None) -> None:
+    """Add trajectory JSONL files (or folders) to the store; duplicates are skipped."""
+    items = _read_all(list(files))
+    with _open_store(db, gdi_weights) as store:
+        report = store.add(items)
+        total = len(store)
+    click.echo(f"{db}: {report.added} new, {report.duplicates} already stored, {total} in the store", err=True)
+
+
+@store_group.command("list")
+@store_options
+@query_options
+def store_list_command(db: str, gdi_weights: str | None, **query: Any) -> None:
+    """List stored trajectories, best first."""
+    with _open_store(db, gdi_weights) as store:
+        rows = store.query(**query)
+    click.echo(f"{'hash':12} {'gdi':>6} {'reward':>7} {'ok':>3} {'exp':>4}  {'agent':16} task")
+    for r in rows:
+        t = r.trajectory
+        ok = "-" if t.outcome is None else "yes" if t.outcome.success else "no"
+        reward = "-" if r.reward is None else f"{r.reward:.3f}"
+        click.echo(
+            f"{r.hash[:12]} {r.gdi:6.3f} {reward:>7} {ok:>3} {r.exports:4d}  {(t.agent or '-')[:16]:16} {t.task.id}"
+        )
+
+
+@store_group.command("export")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="File to write: .parquet for Parquet, anything else trajectory JSONL.")  # fmt: skip
+@store_options
+@query_options
+def store_export_command(output: str, db: str, gdi_weights: str | None, **query: Any) -> None:
+    """Export matching trajectories (best first) and count the export toward their GDI."""
+    with _open_store(db, gdi_weights) as store:
+        write = store.export_parquet if output.endswith(".parquet") else store.export_jsonl
+        count = write(output, **query)
+    click.echo(f"exported {count} trajectories -> {output}", err=True)
+
+
+@store_group.command("stats")
+@store_options
+def store_stats_command(db: str, gdi_weights: str | None) -> None:
+    """Counts by domain and agent, success rate, mean reward, exports (JSON)."""
+    with _open_store(db, gdi_weights) as store:
+        click.echo(json.dumps(store.stats(), indent=2))
+
+
+@store_group.command("feedback")
+@click.argument("hash_")
+@click.argument("value", type=click.FloatRange(0, 1))
+@store_options
+def store_feedback_command(hash_: str, value: float, db: str, gdi_weights: str | None) -> None:
+    """Record the training effect of a trajectory (0 harmful .. 1 helpful; GDI feedback)."""
+    with _open_store(db, gdi_weights) as store:
+        store.mark_feedback(hash_, value)
+    click.echo(f"feedback {value} -> {hash_[:12]}", err=True)
 
 
 cli.add_command(mcp_command("knowlyr-hub", "trajectoryhub.mcp_server"))

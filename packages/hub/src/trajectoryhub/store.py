@@ -1,0 +1,448 @@
+"""``TrajectoryStore``: a database of trajectories, deduplicated by content and ranked by GDI.
+
+One API over two engines:
+
+* **SQLite** (the default, embedded, nothing to run): a file path or ``sqlite:///path``. The
+  database is in WAL mode, so readers never block the writer and several processes can add
+  at once (each write waits up to 60 s for the lock instead of failing).
+* **PostgreSQL** for many concurrent writers: ``postgresql://user@host:port/db`` (extra
+  ``postgres``, psycopg 3).
+
+``add`` stores trajectories in one transaction and skips those whose content hash
+(``trajectoryhub.dedup.content_hash``: same task and same calls and observations) is already
+there; when it returns, the batch is committed — nothing acknowledged is lost if the process
+dies afterwards, and a process killed mid-batch leaves none of that batch behind.
+
+**GDI** (seed 004): a weighted sum of four signals, each in [0, 1]:
+
+=============  ======  ===================================================================
+signal         weight  value
+=============  ======  ===================================================================
+intrinsic      0.35    the trajectory's reward (clipped to [0, 1]; 0 when unscored)
+utility        0.30    ``ln(1 + exports) / ln(1 + max exports in the store)``: how often it
+                       went into a training set, log-normalised (0 when nothing was exported)
+feedback       0.20    the training effect on similar tasks, set with ``mark_feedback``
+                       (default 0.5: unknown)
+freshness      0.15    ``1 / (1 + 0.05 · age in days)`` since it was stored
+=============  ======  ===================================================================
+
+Weights are configurable (``GDIWeights``), must be finite and non-negative with a positive
+sum, and are normalised to sum to 1. Ordering by GDI is computed by the database.
+
+Examples:
+    >>> round(gdi_score(reward=0.8, exports=3, max_exports=7, feedback=0.5, age_days=10), 4)
+    0.68
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from knowlyrcore import Trajectory
+from knowlyrcore.errors import InputError
+from trajectoryhub.dedup import content_hash
+
+FRESHNESS_DECAY = 0.05  # per day, as in seed 004's GDI
+DEFAULT_FEEDBACK = 0.5
+ORDERS = ("gdi", "reward", "time")
+_SECONDS_PER_DAY = 86400.0
+
+
+class StoreError(InputError):
+    """A bad store URL, query or weight, or a hash that is not in the store."""
+
+
+@dataclass(frozen=True)
+class GDIWeights:
+    """GDI weights (seed 004's by default); validated and normalised to sum to 1."""
+
+    intrinsic: float = 0.35
+    utility: float = 0.30
+    feedback: float = 0.20
+    freshness: float = 0.15
+
+    def __post_init__(self) -> None:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise StoreError(f"GDI weight {name}: must be a finite number, got {value!r}")
+            if value < 0:
+                raise StoreError(f"GDI weight {name}: must be >= 0, got {value}")
+        total = sum(values.values())
+        if total <= 0:
+            raise StoreError("GDI weights: at least one must be positive")
+        for name, value in values.items():
+            object.__setattr__(self, name, value / total)
+
+    @classmethod
+    def parse(cls, text: str) -> GDIWeights:
+        """``intrinsic=0.5,utility=0.2,...`` (names not given keep their default)."""
+        given: dict[str, float] = {}
+        names = {f.name for f in fields(cls)}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, value = part.partition("=")
+            if not sep or name.strip() not in names:
+                raise StoreError(f"GDI weights: expected name=value with a name in {sorted(names)}, got {part!r}")
+            try:
+                given[name.strip()] = float(value)
+            except ValueError:
+                raise StoreError(f"GDI weight {name.strip()}: not a number: {value!r}") from None
+        return cls(**given)
+
+
+def gdi_score(
+    *, reward: float | None, exports: int, max_exports: int, feedback: float, age_days: float,
+    weights: GDIWeights | None = None,
+) -> float:  # fmt: skip
+    """The GDI of one trajectory (the same formula the database evaluates)."""
+    w = weights or GDIWeights()
+    intrinsic = _clip01(reward or 0.0)
+    utility = math.log1p(exports) / math.log1p(max_exports) if max_exports > 0 else 0.0
+    freshness = 1.0 / (1.0 + FRESHNESS_DECAY * max(0.0, age_days))
+    return w.intrinsic * intrinsic + w.utility * utility + w.feedback * feedback + w.freshness * freshness
+
+
+@dataclass(frozen=True)
+class StoredTrajectory:
+    """One row of the store: the trajectory and its ranking signals."""
+
+    hash: str
+    trajectory: Trajectory
+    reward: float | None
+    exports: int
+    feedback: float
+    created_at: float
+    gdi: float
+
+
+@dataclass(frozen=True)
+class AddReport:
+    added: int
+    duplicates: int
+    hashes: list[str]
+
+
+_COLUMNS = ("hash", "id", "task_id", "domain", "agent", "model", "success", "reward", "intrinsic", "created_at",
+            "exports", "feedback", "record")  # fmt: skip
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS trajectories (
+        hash TEXT PRIMARY KEY,
+        id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        domain TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        model TEXT NOT NULL,
+        success SMALLINT,
+        reward DOUBLE PRECISION,
+        intrinsic DOUBLE PRECISION NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        exports INTEGER NOT NULL DEFAULT 0,
+        feedback DOUBLE PRECISION NOT NULL DEFAULT 0.5,
+        record TEXT NOT NULL)""",
+    *(
+        f"CREATE INDEX IF NOT EXISTS trajectories_{c} ON trajectories ({c})"
+        for c in ("task_id", "domain", "agent", "reward", "created_at")
+    ),
+]
+
+
+class TrajectoryStore:
+    """Trajectories in SQLite (default) or PostgreSQL, deduplicated and ranked by GDI.
+
+    ``url``: a file path or ``sqlite:///path`` (SQLite), or ``postgresql://...``.
+    """
+
+    def __init__(self, url: str | os.PathLike = "trajectories.db", *, weights: GDIWeights | None = None):
+        self.url = str(url)
+        self.weights = weights or GDIWeights()
+        if self.url.startswith(("postgresql://", "postgres://")):
+            self._connect_postgres()
+        else:
+            self._connect_sqlite(self.url.removeprefix("sqlite:///").removeprefix("sqlite://"))
+        with self._transaction() as cur:
+            for statement in _SCHEMA:
+                cur.execute(statement)
+
+    # --- connections ---------------------------------------------------------------------------
+
+    def _connect_sqlite(self, path: str) -> None:
+        self.dialect = "sqlite"
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # autocommit off by hand (isolation_level=None): transactions are explicit BEGIN IMMEDIATE
+            self._conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at each commit's checkpoint
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not a usable SQLite database ({exc})") from None
+        # SQLite builds without the math functions exist; GDI needs the natural log
+        self._conn.create_function("ln", 1, math.log, deterministic=True)
+
+    def _connect_postgres(self) -> None:
+        self.dialect = "postgres"
+        try:
+            import psycopg
+        except ImportError:
+            raise StoreError("a PostgreSQL store needs psycopg: pip install 'knowlyr-hub[postgres]'") from None
+        try:
+            self._conn = psycopg.connect(self.url, autocommit=False, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {_redact(self.url)}: {str(exc).strip().splitlines()[0]}") from None
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", "%s") if self.dialect == "postgres" else statement
+
+    class _Tx:
+        def __init__(self, store: TrajectoryStore):
+            self.store = store
+
+        def __enter__(self) -> Any:
+            conn = self.store._conn
+            self.cursor = conn.cursor()
+            if self.store.dialect == "sqlite":
+                self.cursor.execute("BEGIN IMMEDIATE")  # take the write lock now, not at the first write
+            return _Cursor(self.cursor, self.store._sql)
+
+        def __exit__(self, exc_type, exc, tb) -> None:
+            conn = self.store._conn
+            try:
+                if exc_type is None:
+                    conn.commit() if self.store.dialect == "postgres" else self.cursor.execute("COMMIT")
+                else:
+                    conn.rollback() if self.store.dialect == "postgres" else self.cursor.execute("ROLLBACK")
+            finally:
+                self.cursor.close()
+
+    def _transaction(self) -> TrajectoryStore._Tx:
+        return TrajectoryStore._Tx(self)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> TrajectoryStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def add(self, trajectories: Trajectory | Iterable[Trajectory], *, now: float | None = None) -> AddReport:
+        """Store trajectories in one transaction; those already stored (same content hash, also
+        within the batch) are skipped. Returns how many were new and every trajectory's hash."""
+        batch = [trajectories] if isinstance(trajectories, Trajectory) else list(trajectories)
+        stamp = time.time() if now is None else float(now)
+        insert = (f"INSERT INTO trajectories ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+                  "ON CONFLICT (hash) DO NOTHING")  # fmt: skip
+        added, hashes = 0, []
+        with self._transaction() as cur:
+            for t in batch:
+                key = content_hash(t)
+                hashes.append(key)
+                success = t.outcome.success if t.outcome is not None else None
+                row = (key, t.id, t.task.id, t.task.domain or "", t.agent or "", t.model or "",
+                       None if success is None else int(success), t.reward, _clip01(t.reward or 0.0), stamp, 0,
+                       DEFAULT_FEEDBACK, t.model_dump_json())  # fmt: skip
+                cur.execute(insert, row)
+                added += max(cur.rowcount, 0)
+        return AddReport(added=added, duplicates=len(batch) - added, hashes=hashes)
+
+    def record_exports(self, hashes: Sequence[str]) -> None:
+        """Count one more export into a training set for each hash (the GDI's utility)."""
+        with self._transaction() as cur:
+            for key in hashes:
+                cur.execute("UPDATE trajectories SET exports = exports + 1 WHERE hash = ?", (key,))
+
+    def mark_feedback(self, key: str, value: float) -> None:
+        """Set the training-effect feedback of a trajectory (0 harmful .. 1 helpful)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise StoreError(f"feedback must be a number in [0, 1], got {value!r}")
+        with self._transaction() as cur:
+            cur.execute("UPDATE trajectories SET feedback = ? WHERE hash = ?", (float(value), key))
+            if cur.rowcount == 0:
+                raise StoreError(f"no trajectory with hash {key[:80]!r} in the store")
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Trajectory:
+        rows = self._select("SELECT record FROM trajectories WHERE hash = ?", (key,))
+        if not rows:
+            raise StoreError(f"no trajectory with hash {key[:80]!r} in the store")
+        return Trajectory.model_validate_json(rows[0][0])
+
+    def __len__(self) -> int:
+        return int(self._select("SELECT COUNT(*) FROM trajectories", ())[0][0])
+
+    def __contains__(self, key: object) -> bool:
+        return bool(self._select("SELECT 1 FROM trajectories WHERE hash = ?", (str(key),)))
+
+    def query(
+        self, *, task: str | None = None, domain: str | None = None, agent: str | None = None,
+        success: bool | None = None, min_reward: float | None = None, max_reward: float | None = None,
+        since: float | None = None, until: float | None = None, order_by: str = "gdi", limit: int | None = None,
+        now: float | None = None,
+    ) -> list[StoredTrajectory]:  # fmt: skip
+        """Trajectories matching every given filter, best first (``order_by``: gdi, reward or
+        time — newest first). ``since``/``until`` bound the time stored (unix seconds)."""
+        return list(self.iter_query(task=task, domain=domain, agent=agent, success=success, min_reward=min_reward,
+                                    max_reward=max_reward, since=since, until=until, order_by=order_by, limit=limit,
+                                    now=now))  # fmt: skip
+
+    def iter_query(self, *, order_by: str = "gdi", limit: int | None = None, now: float | None = None,
+                   **filters: Any) -> Iterator[StoredTrajectory]:  # fmt: skip
+        if order_by not in ORDERS:
+            raise StoreError(f"order_by must be one of {', '.join(ORDERS)}, got {order_by!r}")
+        if limit is not None and limit < 1:
+            raise StoreError(f"limit must be >= 1, got {limit}")
+        where, params = self._where(filters)
+        stamp = time.time() if now is None else float(now)
+        max_exports = int(self._select("SELECT COALESCE(MAX(exports), 0) FROM trajectories", ())[0][0])
+        w = self.weights
+        utility = (
+            "ln(CAST(1 + exports AS DOUBLE PRECISION)) / ln(CAST(1 + ? AS DOUBLE PRECISION))"
+            if max_exports > 0
+            else "0"
+        )
+        gdi = (f"(? * intrinsic + ? * {utility} + ? * feedback "
+               f"+ ? / (1 + {FRESHNESS_DECAY} * (CASE WHEN ? > created_at THEN ? - created_at ELSE 0 END) / "
+               f"{_SECONDS_PER_DAY}))")  # fmt: skip
+        gdi_params: list[Any] = [w.intrinsic, w.utility, *([max_exports] if max_exports > 0 else []), w.feedback,
+                                 w.freshness, stamp, stamp]  # fmt: skip
+        order = {"gdi": "gdi DESC", "reward": "reward DESC NULLS LAST" if self.dialect == "postgres" else
+                 "reward IS NULL, reward DESC", "time": "created_at DESC"}[order_by]  # fmt: skip
+        statement = (f"SELECT hash, record, reward, exports, feedback, created_at, {gdi} AS gdi FROM trajectories"
+                     f"{where} ORDER BY {order}, hash{' LIMIT ?' if limit else ''}")  # fmt: skip
+        rows = self._select(statement, (*gdi_params, *params, *([limit] if limit else [])))
+        for key, record, reward, exports, feedback, created_at, score in rows:
+            yield StoredTrajectory(hash=key, trajectory=Trajectory.model_validate_json(record), reward=reward,
+                                   exports=int(exports), feedback=float(feedback), created_at=float(created_at),
+                                   gdi=float(score))  # fmt: skip
+
+    def stats(self) -> dict[str, Any]:
+        """Counts by domain and agent, success rate, mean reward, exports."""
+        total, successes, labelled, mean_reward, exports = self._select(
+            "SELECT COUNT(*), COALESCE(SUM(success), 0), COUNT(success), AVG(reward), COALESCE(SUM(exports), 0) "
+            "FROM trajectories", ())[0]  # fmt: skip
+        by = {}
+        for column in ("domain", "agent"):
+            by[column] = {name or "(none)": int(n) for name, n in self._select(
+                f"SELECT {column}, COUNT(*) FROM trajectories GROUP BY {column} ORDER BY COUNT(*) DESC, {column}", ())}  # fmt: skip
+        return {"trajectories": int(total), "success_rate": round(int(successes) / labelled, 4) if labelled else None,
+                "mean_reward": None if mean_reward is None else round(float(mean_reward), 6),
+                "exports": int(exports), "by_domain": by["domain"], "by_agent": by["agent"],
+                "engine": self.dialect}  # fmt: skip
+
+    # --- exports -------------------------------------------------------------------------------
+
+    def export_jsonl(self, path: str | os.PathLike, **query: Any) -> int:
+        """Write the matching trajectories (best first) as trajectory JSONL, atomically, and count
+        the export for each."""
+        from knowlyrcore import write_trajectories
+
+        rows = self.query(**query)
+        write_trajectories(path, [r.trajectory for r in rows])
+        self.record_exports([r.hash for r in rows])
+        return len(rows)
+
+    def export_parquet(self, path: str | os.PathLike, **query: Any) -> int:
+        """Write the matching trajectories as Parquet (one row each: the ranking columns and the
+        trajectory as JSON text), loadable with ``datasets.load_dataset("parquet", ...)``."""
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise StoreError("Parquet export needs pyarrow: pip install 'knowlyr-hub[parquet]'") from None
+        rows = self.query(**query)
+        table = pa.table({
+            "hash": [r.hash for r in rows],
+            "id": [r.trajectory.id for r in rows],
+            "task_id": [r.trajectory.task.id for r in rows],
+            "domain": [r.trajectory.task.domain or "" for r in rows],
+            "agent": [r.trajectory.agent or "" for r in rows],
+            "success": [None if r.trajectory.outcome is None else r.trajectory.outcome.success for r in rows],
+            "reward": pa.array([r.reward for r in rows], type=pa.float64()),
+            "gdi": pa.array([r.gdi for r in rows], type=pa.float64()),
+            "exports": pa.array([r.exports for r in rows], type=pa.int64()),
+            "trajectory": [r.trajectory.model_dump_json() for r in rows],
+        })  # fmt: skip
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.record_exports([r.hash for r in rows])
+        return len(rows)
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _select(self, statement: str, params: Sequence[Any]) -> list[tuple]:
+        cursor = self._conn.cursor()
+        try:
+            cursor.execute(self._sql(statement), tuple(params))
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+        if self.dialect == "postgres":
+            self._conn.commit()  # end the read transaction: a long-lived reader must not hold a snapshot
+        return rows
+
+    def _where(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for key, column in (("task", "task_id"), ("domain", "domain"), ("agent", "agent")):
+            if filters.get(key) is not None:
+                clauses.append(f"{column} = ?")
+                params.append(str(filters[key]))
+        if filters.get("success") is not None:
+            clauses.append("success = ?")
+            params.append(int(bool(filters["success"])))
+        for key, clause in (("min_reward", "reward >= ?"), ("max_reward", "reward <= ?"), ("since", "created_at >= ?"),
+                            ("until", "created_at <= ?")):  # fmt: skip
+            value = filters.get(key)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise StoreError(f"{key} must be a finite number, got {value!r}")
+                clauses.append(clause)
+                params.append(float(value))
+        unknown = set(filters) - {"task", "domain", "agent", "success", "min_reward", "max_reward", "since", "until"}
+        if unknown:
+            raise StoreError(f"unknown filter(s) {sorted(unknown)}")
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+class _Cursor:
+    """A cursor that writes ``?`` placeholders in the engine's own style."""
+
+    def __init__(self, cursor: Any, translate: Any):
+        self._cursor, self._translate = cursor, translate
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
+        self._cursor.execute(self._translate(statement), tuple(params))
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+
+def _clip01(value: float) -> float:
+    return min(1.0, max(0.0, float(value)))
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, _, credentials = head.partition("://")
+    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{tail}" if ":" in credentials else url
