@@ -96,6 +96,19 @@ def test_two_processes_equal_one_process(tmp_path, tiny_path, sft_file, dpo_file
     _assert_weights_close(_weights(tmp_path / "one"), _weights(tmp_path / "two"), atol=1e-5)
 
 
+def test_the_shipped_ddp_config_launches(tmp_path, tiny_path, sft_file):
+    """examples/accelerate/ddp.yaml (what docs/scale.md tells GPU users to run) starts 2 processes
+    that train in lockstep; on this CPU machine with mixed precision off."""
+    config_file = Path(__file__).resolve().parents[3] / "examples" / "accelerate" / "ddp.yaml"
+    two = _write_config(tmp_path / "two.yaml", **_common(tiny_path, sft_file), batch_size=2,
+                        output_dir=str(tmp_path / "two"))  # fmt: skip
+    launch = [str(ACCELERATE), "launch", "--config_file", str(config_file), "--mixed_precision", "no",
+              "--main_process_port", str(_free_port()), "-m", "agenttrainer.cli", "sft", "--config", two]  # fmt: skip
+    proc = subprocess.run(launch, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count('"global_step": 4') == 1  # rank 0 reports 2 steps per epoch x 2 epochs
+
+
 def test_sigkill_after_checkpoint_then_resume_matches_uninterrupted(tmp_path, tiny_path, rows):
     train_file = str(rows.write(tmp_path / "sft.jsonl", rows.sft(48, seed=5)))
     fields = {**_common(tiny_path, train_file), "batch_size": 2, "num_epochs": 2, "save_steps": 4}
