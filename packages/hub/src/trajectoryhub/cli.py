@@ -436,8 +436,7 @@ def collect_command(**options: Any) -> None:
                                                         system_prompt=args.system_prompt),
         n_episodes=args.n_episodes, tasks=tasks, max_steps=args.max_steps, reward_fn=reward_fn,
         concurrency=args.concurrency, agent_name=args.agent_name or args.model, model_name=args.model,
-        output_path=args.output, **({"executor": args.executor, "ray_address": args.address}
-                                     if args.executor != "thread" else {}),
+        output_path=args.output, executor=args.executor, ray_address=args.address,
     )  # fmt: skip
     click.echo(f"collected {len(trajectories)} trajectories -> {args.output}", err=True)
 

@@ -101,19 +101,26 @@ def collect(
     seed: int | None = None,
     output_path: str | os.PathLike | None = None,
     progress: bool = True,
+    executor: str = "thread",
+    ray_address: str | None = None,
 ) -> list[Trajectory]:
     """Collect ``n_episodes`` trajectories (cycling through ``tasks`` when given), in order.
 
     ``env`` is a registered environment id or a factory. ``seed`` seeds episode ``i`` with
     ``seed + i``. Trajectories are appended atomically to ``output_path`` when given. An
     exception in any episode propagates after the running episodes finish; environments are
-    always closed.
+    always closed. ``executor="ray"`` runs the episodes on ``concurrency`` Ray actors, each
+    reusing one environment (``trajectoryhub.ray_executor``; ``ray_address`` names a cluster,
+    default: start a local runtime), with the same tasks, seeds and order.
     """
+    if executor not in ("thread", "ray"):
+        raise ValueError(f"executor must be 'thread' or 'ray', got {executor!r}")
     if agent is None and agent_factory is None:
         raise ValueError("collect() needs an agent or an agent_factory")
     if n_episodes < 1 or concurrency < 1 or max_steps < 1:
         raise ValueError("n_episodes, concurrency and max_steps must be >= 1")
-    if concurrency > 1 and agent_factory is None and hasattr(agent, "reset"):
+    # a Ray actor gets its own copy of the agent and runs one episode at a time: sharing is safe
+    if executor == "thread" and concurrency > 1 and agent_factory is None and hasattr(agent, "reset"):
         raise ValueError("a stateful agent (it has reset()) cannot be shared across threads: pass agent_factory")
     task_list = [TaskInfo.coerce(t) for t in tasks] if tasks else [None]
     kwargs = dict(env_kwargs or {})
@@ -133,7 +140,17 @@ def collect(
     bar = _progress_bar(n_episodes, progress)
     results: list[Trajectory] = []
     try:
-        if concurrency == 1:
+        if executor == "ray":
+            from trajectoryhub.ray_executor import run_on_ray
+
+            results = run_on_ray(
+                env, agent=agent, agent_factory=agent_factory, env_kwargs=kwargs, concurrency=concurrency,
+                tasks=[task_list[i % len(task_list)] for i in range(n_episodes)],
+                seeds=[None if seed is None else seed + i for i in range(n_episodes)],
+                options=dict(max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name),
+                address=ray_address, on_done=lambda: bar.update(1),
+            )  # fmt: skip
+        elif concurrency == 1:
             for i in range(n_episodes):
                 results.append(one(i))
                 bar.update(1)

@@ -1,0 +1,130 @@
+"""``collect(..., executor="ray")``: episodes as Ray actors, one environment per actor.
+
+Each of ``concurrency`` actors builds its environment once and runs one episode at a time on it
+(``reset`` starts each episode afresh), so the cost of a sandbox or a database is paid per actor,
+not per episode. Episode ``i`` gets the same task and seed as under the thread executor, and
+the results are returned in episode order, so a run is reproducible whichever executor ran it.
+
+Failures are told apart: an exception raised by the agent or the environment is a bug and
+propagates as it does with threads; a worker that dies (killed, out of memory, its node lost)
+is infrastructure — its episode is retried once on a fresh actor, and if that dies too the
+episode is recorded as an infrastructure failure (no steps, ``outcome.exit_status`` and
+``metadata.infrastructure_failure`` saying why) so one bad node does not stop a long run.
+
+A Ray runtime is started (``ray.init(address=...)``) only if none is running, and shut down
+again at the end only if it was started here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from knowlyrcore import Outcome, TaskInfo, Trajectory
+
+INFRASTRUCTURE_FAILURE = "infrastructure_failure"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("executor='ray' needs Ray: pip install 'knowlyr-hub[ray]'") from None
+    return ray
+
+
+class EpisodeWorker:
+    """The body of a Ray actor: one environment, reused for every episode the actor runs."""
+
+    def __init__(self, env: Any, env_kwargs: dict[str, Any], agent: Any, agent_factory: Callable | None,
+                 options: dict[str, Any]):  # fmt: skip
+        from trajectoryhub.rollout import _build_env
+
+        self.env = _build_env(env, env_kwargs)
+        self.agent, self.agent_factory, self.options = agent, agent_factory, options
+
+    def run(self, task: TaskInfo | None, seed: int | None) -> str:
+        from trajectoryhub.rollout import run_episode
+
+        agent = self.agent_factory() if self.agent_factory is not None else self.agent
+        return run_episode(self.env, agent, task=task, seed=seed, **self.options).model_dump_json()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def infrastructure_failure(task: TaskInfo | None, reason: str, options: dict[str, Any]) -> Trajectory:
+    """The record of an episode that could not run because its workers kept dying."""
+    return Trajectory(
+        task=task or TaskInfo(),
+        agent=options.get("agent_name", ""),
+        model=options.get("model_name", ""),
+        outcome=Outcome(success=False, exit_status=INFRASTRUCTURE_FAILURE),
+        metadata={INFRASTRUCTURE_FAILURE: reason},
+    )
+
+
+def run_on_ray(
+    env: Any,
+    *,
+    agent: Any,
+    agent_factory: Callable | None,
+    tasks: Sequence[TaskInfo | None],
+    seeds: Sequence[int | None],
+    env_kwargs: dict[str, Any],
+    options: dict[str, Any],
+    concurrency: int,
+    address: str | None,
+    on_done: Callable[[], None],
+) -> list[Trajectory]:
+    """Run episode ``i`` = ``(tasks[i], seeds[i])`` for every ``i`` on ``concurrency`` actors;
+    return the trajectories in episode order."""
+    ray = _import_ray()
+    from ray.exceptions import RayActorError, WorkerCrashedError
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    remote_worker = ray.remote(max_restarts=0, max_task_retries=0)(EpisodeWorker)
+
+    def new_actor() -> Any:
+        return remote_worker.remote(env, env_kwargs, agent, agent_factory, options)
+
+    n = len(tasks)
+    actors = [new_actor() for _ in range(min(concurrency, n))]
+    results: list[Trajectory | None] = [None] * n
+    pending: dict[Any, tuple[int, int, int]] = {}  # object ref -> (episode, actor slot, attempt)
+    queue = iter(range(n))
+
+    def submit(slot: int, episode: int, attempt: int) -> None:
+        pending[actors[slot].run.remote(tasks[episode], seeds[episode])] = (episode, slot, attempt)
+
+    try:
+        for slot in range(len(actors)):
+            submit(slot, next(queue), 0)
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            episode, slot, attempt = pending.pop(ref)
+            try:
+                results[episode] = Trajectory.model_validate_json(ray.get(ref))
+            except (RayActorError, WorkerCrashedError) as exc:
+                actors[slot] = new_actor()  # the dead actor's environment went with it
+                if attempt == 0:
+                    submit(slot, episode, 1)
+                    continue
+                reason = f"worker died twice: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+                results[episode] = infrastructure_failure(tasks[episode], reason, options)
+            on_done()
+            following = next(queue, None)
+            if following is not None:
+                submit(slot, following, 0)
+    finally:
+        for actor in actors:
+            try:
+                ray.get(actor.close.remote(), timeout=60)
+            except Exception:  # a dead actor has nothing left to close
+                pass
+            ray.kill(actor)
+        if started:
+            ray.shutdown()
+    return [r for r in results if r is not None]

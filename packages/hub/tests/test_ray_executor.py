@@ -1,0 +1,157 @@
+"""collect(executor="ray") on a real local Ray runtime (2 CPUs): the same trajectories as the
+thread executor, environments reused per actor, dead workers retried, bugs propagated."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowlyrcore import AgentEnv, TimeStep
+from knowlyrcore.testing import require_module
+from trajectoryhub import collect
+
+ray = require_module("ray", "the Ray executor needs ray: pip install 'knowlyr-hub[ray]' (in [dev])")
+require_module("agentsandbox", "the retail suite comes with knowlyr-sandbox")
+from agentsandbox.suites import get_suite  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_runtime():
+    # this module's classes and functions travel to the workers by value (pytest imports test
+    # files under names the workers cannot import)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def comparable(trajectory):
+    """A trajectory without what differs between two recordings of the same episode."""
+    data = trajectory.model_dump(mode="json")
+    data.pop("id", None)
+    for step in data["steps"]:
+        step.pop("timestamp", None)
+        step.pop("duration_s", None)
+    data["metadata"].pop("started_at", None)
+    return data
+
+
+def test_ray_trajectories_equal_the_thread_executor():
+    suite = get_suite("retail")
+    tasks = suite.generate("test", 6, 0)
+    options = dict(agent_factory=suite.expert, tasks=tasks, n_episodes=8, max_steps=suite.max_steps,
+                   env_kwargs=suite.env_kwargs, seed=11, concurrency=2, progress=False)  # fmt: skip
+    threads = collect(suite.env_id, executor="thread", **options)
+    on_ray = collect(suite.env_id, executor="ray", **options)
+    assert [comparable(t) for t in on_ray] == [comparable(t) for t in threads]
+    assert all(t.outcome.success for t in on_ray) and len(on_ray) == 8
+
+
+class CountingEnv(AgentEnv):
+    """Answers every reset with the process id and how many episodes this instance has run."""
+
+    domain = "generic"
+
+    def __init__(self):
+        self.episodes = 0
+
+    def reset(self, *, task=None, seed=None):
+        self.episodes += 1
+        return TimeStep(f"{os.getpid()}:{id(self)}:{self.episodes}:{seed}")
+
+    def step(self, action):
+        if action["tool"] == "crash":
+            os._exit(1)  # the worker process dies, as on an OOM kill
+        if action["tool"] == "bug":
+            raise RuntimeError("a bug in the environment")
+        return TimeStep("done", reward=1.0, terminated=True, info={"success": True})
+
+    @property
+    def available_tools(self):
+        return ["finish", "crash", "bug"]
+
+
+def finish(observation):
+    return {"tool": "finish", "params": {}}
+
+
+def test_each_actor_reuses_one_environment():
+    runs = collect(CountingEnv, agent=finish, n_episodes=6, concurrency=2, seed=0, executor="ray", progress=False)
+    firsts = [t.metadata["initial_observation"].split(":") for t in runs]  # pid:instance:episodes:seed
+    assert len({(pid, instance) for pid, instance, _, _ in firsts}) <= 2  # at most one environment per actor
+    assert [int(seed) for *_, seed in firsts] == list(range(6))  # seeds in episode order
+    assert max(int(episodes) for _, _, episodes, _ in firsts) >= 3  # an environment ran several episodes
+
+
+def seeds_of(runs):
+    return [int(t.metadata["initial_observation"].split(":")[3]) for t in runs]
+
+
+class CrashOnce:
+    """Kills its worker on episode `target`'s first attempt (a marker file remembers the attempt)."""
+
+    def __init__(self, marker: str, target_seed: int, always: bool = False):
+        self.marker, self.target_seed, self.always = marker, target_seed, always
+
+    def reset(self, task=None):
+        pass
+
+    def __call__(self, observation):
+        seed = int(observation.split(":")[3])
+        if seed == self.target_seed and (self.always or not Path(self.marker).exists()):
+            Path(self.marker).touch()
+            return {"tool": "crash", "params": {}}
+        return {"tool": "finish", "params": {}}
+
+
+def test_a_dead_worker_is_retried_once(tmp_path):
+    marker = str(tmp_path / "crashed-once")
+    runs = collect(CountingEnv, agent_factory=lambda: CrashOnce(marker, 2), n_episodes=5, concurrency=2, seed=0,
+                   executor="ray", progress=False)  # fmt: skip
+    assert Path(marker).exists()  # the crash happened
+    assert [t.outcome.success for t in runs] == [True] * 5
+    assert seeds_of(runs) == [0, 1, 2, 3, 4]
+
+
+def test_a_worker_that_keeps_dying_is_an_infrastructure_failure(tmp_path):
+    marker = str(tmp_path / "crash")
+    runs = collect(CountingEnv, agent_factory=lambda: CrashOnce(marker, 1, always=True), n_episodes=4,
+                   concurrency=2, seed=0, executor="ray", progress=False, agent_name="crashy")  # fmt: skip
+    assert [t.outcome.success for t in runs] == [True, False, True, True]
+    failed = runs[1]
+    assert failed.steps == [] and failed.agent == "crashy"
+    assert failed.outcome.exit_status == "infrastructure_failure"
+    assert "worker died twice" in failed.metadata["infrastructure_failure"]
+
+
+def test_a_bug_in_the_episode_propagates():
+    def buggy(observation):
+        return {"tool": "bug", "params": {}}
+
+    with pytest.raises(RuntimeError, match="a bug in the environment"):
+        collect(CountingEnv, agent=buggy, n_episodes=3, concurrency=2, executor="ray", progress=False)
+
+
+def test_unknown_executor_is_refused():
+    with pytest.raises(ValueError, match="executor must be"):
+        collect(CountingEnv, agent=finish, executor="dask", progress=False)
+
+
+def test_cli_collect_on_ray_against_a_real_http_policy(tmp_path):
+    from knowlyrcore.testing import ScriptedChatServer
+    from trajectoryhub.cli import main
+
+    require_module("openai", "the OpenAI policy needs the openai SDK (in [dev])")
+    suite = get_suite("retail")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(__import__("json").dumps(t) + "\n" for t in suite.generate("test", 2, 0)))
+    with ScriptedChatServer() as server:
+        server.replies += [{"content": "Sorry, I cannot look that up."}] * 2
+        code = main(["collect", suite.env_id, "--endpoint", server.base_url, "--model", "m", "--tasks", str(tasks),
+                     "-n", "2", "--concurrency", "2", "--executor", "ray", "-o", str(tmp_path / "out.jsonl")])  # fmt: skip
+        assert code == 0 and len(server.requests) == 2
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all('"respond"' in line for line in lines)
