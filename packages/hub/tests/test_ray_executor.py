@@ -155,3 +155,23 @@ def test_cli_collect_on_ray_against_a_real_http_policy(tmp_path):
         assert code == 0 and len(server.requests) == 2
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all('"respond"' in line for line in lines)
+
+
+def test_evaluate_policy_on_ray_matches_the_batched_run(tmp_path, capsys):
+    from trajectoryhub.cli import main
+    from trajectoryhub.evaluate import evaluate_policy
+
+    suite = get_suite("retail")
+    tasks = suite.generate("test", 5, 3)
+    options = dict(env=suite.env_id, env_kwargs=suite.env_kwargs, max_steps=suite.max_steps, seed=0, progress=False)
+    batched_summary, batched = evaluate_policy(suite.expert, tasks, **options)
+    ray_summary, on_ray = evaluate_policy(suite.expert, tasks, executor="ray", **options)
+    assert [comparable(t) for t in on_ray] == [comparable(t) for t in batched]
+    assert ray_summary["success_rate"] == batched_summary["success_rate"] == 1.0
+    with pytest.raises(ValueError, match="factory of per-episode policies"):
+        evaluate_policy(object(), tasks, executor="ray", **options)
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(__import__("json").dumps(t) + "\n" for t in tasks))
+    assert main(["evaluate", "--policy", "expert", "--tasks", str(path), "--executor", "ray"]) == 0
+    assert "5 episodes on knowlyr/retail" in capsys.readouterr().err

@@ -165,6 +165,11 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True,
               help="Model policies: tokens per answer.")  # fmt: skip
 @click.option("--seed", type=int, help="Episode i is reset with seed + i.")
+@click.option("--executor", type=click.Choice(["batched", "ray"]), default="batched", show_default=True,
+              help="Play episodes in lockstep here, or on Ray actors (extra: ray; not for local model policies).")  # fmt: skip
+@click.option("--address", help="Ray cluster address (default: start a local Ray runtime).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Ray actors (with --executor ray).")  # fmt: skip
 @click.option("--report-dir", help="Write report.json, report.md, report.html and PNG plots here.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the trajectories here.")
 def evaluate_command(trajectories: tuple[str, ...], **options: Any) -> None:
@@ -284,7 +289,8 @@ def _evaluate_policy(args: Any) -> None:
     started = time.perf_counter()
     summary, trajectories = evaluate_policy(
         policy, tasks, env=env_id, name=name, split=split, max_steps=max_steps, env_kwargs=env_kwargs,
-        batch_size=args.batch_size, seed=args.seed, model_name=model_name, progress=True,
+        batch_size=args.batch_size, seed=args.seed, model_name=model_name, progress=True, executor=args.executor,
+        ray_address=args.address, concurrency=args.concurrency,
     )  # fmt: skip
     seconds = time.perf_counter() - started
     _print_table(*stage_table([summary]))

@@ -272,20 +272,39 @@ def evaluate_policy(
     seed: int | None = None,
     model_name: str = "",
     progress: bool = True,
+    executor: str = "batched",
+    ray_address: str | None = None,
+    concurrency: int = 2,
 ) -> tuple[dict[str, Any], list[Trajectory]]:
-    """Run ``policy`` once on every task (``collect_batched``); return the stage summary and the trajectories.
+    """Run ``policy`` once on every task; return the stage summary and the trajectories.
 
     ``policy`` is a ``BatchPolicy`` or a factory of per-episode policies; ``env`` a registered
-    environment id or a factory.
+    environment id or a factory. ``executor="batched"`` plays the episodes in lockstep
+    (``collect_batched``); ``"ray"`` runs them on ``concurrency`` Ray actors (``collect``), which
+    needs a factory of per-episode policies (a batch policy holds one model in this process).
+    Episode ``i`` is reset with ``seed + i`` either way.
     """
+    from knowlyrcore.policy import BatchPolicy
     from trajectoryhub.batched import collect_batched
+    from trajectoryhub.rollout import collect
 
     if not tasks:
         raise ValueError("evaluate_policy needs at least one task")
-    trajectories = collect_batched(
-        env, policy, list(tasks), max_steps=max_steps, reward_fn=reward_fn, agent_name=name,
-        model_name=model_name, env_kwargs=env_kwargs, seed=seed, batch_size=batch_size, progress=progress,
-    )  # fmt: skip
+    if executor == "ray":
+        if isinstance(policy, BatchPolicy) or not callable(policy):
+            raise ValueError("executor='ray' needs a factory of per-episode policies, not a batch policy")
+        trajectories = collect(
+            env, agent_factory=policy, tasks=list(tasks), n_episodes=len(tasks), max_steps=max_steps,
+            reward_fn=reward_fn, agent_name=name, model_name=model_name, env_kwargs=env_kwargs, seed=seed,
+            concurrency=concurrency, progress=progress, executor="ray", ray_address=ray_address,
+        )  # fmt: skip
+    elif executor == "batched":
+        trajectories = collect_batched(
+            env, policy, list(tasks), max_steps=max_steps, reward_fn=reward_fn, agent_name=name,
+            model_name=model_name, env_kwargs=env_kwargs, seed=seed, batch_size=batch_size, progress=progress,
+        )  # fmt: skip
+    else:
+        raise ValueError(f"executor must be 'batched' or 'ray', got {executor!r}")
     return summarize_stage(trajectories, name=name, split=split), trajectories
 
 
