@@ -92,6 +92,8 @@ COMMANDS = {
     "recorder show": ("agentrecorder.cli", "trajectory", ["show", "{F}"]),
     "recorder view": ("agentrecorder.cli", "trajectory", ["view", "{F}", "-o", "{OUT}"]),
     "reward score": ("agentreward.cli", "trajectory", ["score", "{F}", "-o", "{OUT}"]),
+    "reward score stdout": ("agentreward.cli", "trajectory", ["score", "{F}"]),
+    "reward eval": ("agentreward.cli", "trajectory", ["eval", "{F}", "-o", "{OUT}"]),
     "reward pairs": ("agentreward.cli", "trajectory", ["pairs", "{F}", "-o", "{OUT}"]),
     "reward calibrate": ("agentreward.cli", "trajectory", ["calibrate", "{F}", "-o", "{OUT}"]),
     "reward calibrate labels": ("agentreward.cli", "labels", ["calibrate", "{TRAJ}", "--labels", "{F}", "-o", "{OUT}"]),
@@ -126,6 +128,7 @@ COMMANDS = {
     ),
     "hub pipeline": ("trajectoryhub.cli", "trajectory", ["pipeline", "{F}", "-o", "{DIR}/o"]),
     "hub dedup": ("trajectoryhub.cli", "trajectory", ["dedup", "-t", "{F}", "-o", "{OUT}"]),
+    "hub store add": ("trajectoryhub.cli", "trajectory", ["store", "add", "{F}", "--db", "{DIR}/o/store.db"]),
     "hub evaluate runs": ("trajectoryhub.cli", "trajectory", ["evaluate", "-t", "{F}"]),
     "hub compare": ("trajectoryhub.cli", "trajectory", ["compare", "-t", "{GOOD}", "-t", "{F}"]),
     "hub evaluate tasks": (
