@@ -89,11 +89,11 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "list": ("List the {entities} of the {service} service, newest first.", "none"),
     "create": ("Create a new {entity} in the {service} service.", "fields"),
     "update": ("Update the fields of an existing {entity} in the {service} service.", "id+fields"),
-    "delete": ("Delete a {entity} from the {service} service permanently.", "id"),
+    "delete": ("Delete {a_entity} from the {service} service permanently.", "id"),
     "search": ("Search {entities} of the {service} service matching a free-text query.", "query"),
-    "cancel": ("Cancel a {entity} in the {service} service; it can no longer be used.", "id"),
+    "cancel": ("Cancel {a_entity} in the {service} service; it can no longer be used.", "id"),
     "export": ("Export {entities} of the {service} service as a CSV file.", "none"),
-    "archive": ("Archive a {entity} of the {service} service (hidden, not deleted).", "id"),
+    "archive": ("Archive {a_entity} of the {service} service (hidden, not deleted).", "id"),
     "count": ("Count the {entities} of the {service} service.", "none"),
 }
 
@@ -141,7 +141,9 @@ def unseen_services(seed: int = 0) -> set[str]:
 def _tool(prefix: str, service: str, entity: str, action: str) -> ToolSpec:
     template, kind = ACTIONS[action]
     words = entity.replace("_", " ")
-    description = template.format(entity=words, entities=_plural(entity), service=service)
+    article = "an" if words[0] in "aeiou" else "a"
+    description = template.format(entity=words, a_entity=f"{article} {words}", entities=_plural(entity),
+                                  service=service)  # fmt: skip
     if prefix:
         description += f" ({prefix.capitalize()} edition of the API.)"
     properties: dict[str, Any] = {}

@@ -1,0 +1,16 @@
+"""Dense tool retrieval: a sentence-embedding encoder over a ``knowlyrcore.ToolLibrary`` and the
+contrastive recipe that fine-tunes it on (request -> tool used) pairs (``knowlyr-trainer retriever``)."""
+
+from agenttrainer.retrieval.contrastive import RetrieverConfig, contrastive_loss, mine_pairs, train_retriever
+from agenttrainer.retrieval.encoder import DEFAULT_ENCODER, DenseIndex, Encoder, tool_document
+
+__all__ = [
+    "DEFAULT_ENCODER",
+    "DenseIndex",
+    "Encoder",
+    "RetrieverConfig",
+    "contrastive_loss",
+    "mine_pairs",
+    "tool_document",
+    "train_retriever",
+]

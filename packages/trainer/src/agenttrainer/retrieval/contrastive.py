@@ -1,0 +1,224 @@
+"""Fine-tune the tool encoder contrastively on (request -> tool used) pairs.
+
+For a batch of B pairs the loss is InfoNCE: query i must score its own tool above every other
+tool in the batch (in-batch negatives) and above the hard negatives — for each query the
+library tools BM25 ranks highest that are not its tool, i.e. the confusable ones:
+
+    loss = mean_i CE(softmax_j(q_i · c_j / temperature), own_i)
+
+over candidates c = the batch's tools followed by the hard negatives. A candidate that *is*
+query i's tool (the same tool twice in one batch) is masked out rather than counted as a
+negative. Pairs come from a JSONL file of ``{"query", "tool"}``, from trajectories (each task's
+description paired with every library tool its agent called: ``mine_pairs``), or from
+``knowlyrcore.toolgen``'s generated training split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agenttrainer.config import ConfigError, read_config_file
+from agenttrainer.retrieval.encoder import DEFAULT_ENCODER, DenseIndex, Encoder, RetrieverError, tool_document
+
+
+def contrastive_loss(
+    queries: torch.Tensor,
+    candidates: torch.Tensor,
+    own: torch.Tensor,
+    same_tool: torch.Tensor | None = None,
+    temperature: float = 0.05,
+) -> torch.Tensor:
+    """InfoNCE over ``candidates`` (N, d) for ``queries`` (B, d): ``own[i]`` is the index of
+    query i's tool among the candidates; ``same_tool[i, j]`` (bool, B x N) marks candidates that
+    are query i's tool too, left out of its negatives."""
+    logits = queries @ candidates.T / temperature
+    if same_tool is not None:
+        others = same_tool.clone()
+        others[torch.arange(len(own)), own] = False
+        logits = logits.masked_fill(others, float("-inf"))
+    return torch.nn.functional.cross_entropy(logits, own)
+
+
+def mine_pairs(trajectories: Any, library: Any) -> list[tuple[str, str]]:
+    """(task description, tool) for every library tool an agent called in a trajectory."""
+    pairs: list[tuple[str, str]] = []
+    for trajectory in trajectories:
+        description = trajectory.task.description.strip()
+        if not description:
+            continue
+        used = dict.fromkeys(step.tool_call.name for step in trajectory.steps if step.tool_call.name in library)
+        pairs += [(description, tool) for tool in used]
+    return pairs
+
+
+@dataclass
+class RetrieverConfig:
+    """``knowlyr-trainer retriever --config cfg.yaml``."""
+
+    model_name_or_path: str = field(default=DEFAULT_ENCODER, metadata={"help": "Encoder to start from."})
+    library: str = field(default="generated", metadata={"help": "Tools JSONL/JSON, or 'generated' (toolgen)."})
+    train_file: str = field(
+        default="generated", metadata={"help": "{query, tool} JSONL, trajectory JSONL to mine, or 'generated'."}
+    )
+    generated_pairs: int = field(default=2000, metadata={"help": "Pairs drawn from toolgen's train split."})
+    eval_split: str | None = field(default="test", metadata={"help": "toolgen split to report recall@5 on."})
+    eval_pairs: int = field(default=400, metadata={"help": "Pairs of the eval split."})
+    output_dir: str = field(default="runs/retriever", metadata={"help": "Where the fine-tuned encoder goes."})
+    num_epochs: int = 1
+    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps."})
+    batch_size: int = 32
+    learning_rate: float = 3e-5
+    temperature: float = 0.05
+    hard_negatives: int = field(default=2, metadata={"help": "BM25-mined confusable tools per query."})
+    max_length: int = 64
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_epochs", "batch_size", "max_length", "generated_pairs", "eval_pairs"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.hard_negatives < 0:
+            raise ConfigError(f"hard_negatives must be >= 0, got {self.hard_negatives}")
+        for name in ("learning_rate", "temperature"):
+            if not isinstance(getattr(self, name), (int, float)) or not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_yaml(cls, path: str | None = None, **overrides: Any) -> RetrieverConfig:
+        values: dict[str, Any] = read_config_file(path)[0] if path else {}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in values if k not in known)
+        if unknown:
+            raise ConfigError(f"{path or 'config'}: unknown field(s) {unknown[:5]}")
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"{path or 'config'}: {exc}") from None
+
+
+def load_library(spec: str) -> Any:
+    if spec == "generated":
+        from knowlyrcore.toolgen import generate_library
+
+        return generate_library()
+    from knowlyrcore.tool_library import ToolLibrary
+
+    return ToolLibrary.load(spec)
+
+
+def load_pairs(config: RetrieverConfig, library: Any) -> list[tuple[str, str]]:
+    if config.train_file == "generated":
+        from knowlyrcore.toolgen import query_pairs
+
+        return query_pairs(library, "train", n=config.generated_pairs, seed=config.seed)
+    from knowlyrcore.jsonl import iter_json_lines
+
+    records = list(iter_json_lines(config.train_file))
+    if records and "steps" in records[0][1]:
+        from knowlyrcore import read_trajectories
+
+        pairs = mine_pairs(read_trajectories(config.train_file), library)
+    else:
+        pairs = []
+        for number, record in records:
+            query, tool = record.get("query"), record.get("tool")
+            if not isinstance(query, str) or not query.strip():
+                raise RetrieverError(f"{config.train_file}:{number}: query: missing or not a string")
+            if not isinstance(tool, str) or tool not in library:
+                raise RetrieverError(f"{config.train_file}:{number}: tool: {str(tool)[:80]!r} is not in the library")
+            pairs.append((query, tool))
+    if not pairs:
+        raise RetrieverError(f"{config.train_file}: no (query, tool) pairs to train on")
+    return pairs
+
+
+def recall_at(index: Any, pairs: list[tuple[str, str]], k: int = 5) -> dict[str, float]:
+    """recall@k and MRR (within the top k) of a searchable index on (query, tool) pairs."""
+    hits = reciprocal = 0.0
+    for query, tool in pairs:
+        names = [t.name for t, _ in index.search(query, k=k)]
+        if tool in names:
+            hits += 1
+            reciprocal += 1 / (names.index(tool) + 1)
+    return {f"recall@{k}": round(hits / len(pairs), 4), "mrr": round(reciprocal / len(pairs), 4)}
+
+
+def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[str, Any]:
+    """Fine-tune, save to ``config.output_dir``, and report the loss and (with ``eval_split``)
+    recall@5 / MRR of the encoder before and after on held-out pairs."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    library = load_library(config.library)
+    pairs = load_pairs(config, library)
+    tools = list(library)
+    position = {t.name: i for i, t in enumerate(tools)}
+    documents = [tool_document(t) for t in tools]
+    negatives = {}
+    for query, tool in set(pairs):  # the confusable tools: BM25's best that are not the answer
+        ranked = [t.name for t, _ in library.search(query, k=config.hard_negatives + 1)]
+        negatives[(query, tool)] = [name for name in ranked if name != tool][: config.hard_negatives]
+
+    encoder = Encoder(config.model_name_or_path, max_length=config.max_length)
+    report: dict[str, Any] = {"pairs": len(pairs), "tools": len(tools)}
+    eval_pairs = None
+    if config.eval_split and config.library == "generated":
+        from knowlyrcore.toolgen import query_pairs
+
+        eval_pairs = query_pairs(library, config.eval_split, n=config.eval_pairs, seed=config.seed + 1)
+        report["before"] = recall_at(DenseIndex(library, encoder), eval_pairs)
+
+    optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=config.learning_rate)
+    steps_per_epoch = (len(pairs) + config.batch_size - 1) // config.batch_size
+    total = min(config.max_steps or steps_per_epoch * config.num_epochs, steps_per_epoch * config.num_epochs)
+    losses: list[float] = []
+    started = time.perf_counter()
+    bar = tqdm(total=total, desc="retriever", unit="step", disable=not progress)
+    encoder.model.train()
+    step = 0
+    while step < total:
+        order = pairs[:]
+        rng.shuffle(order)
+        for start in range(0, len(order), config.batch_size):
+            if step >= total:
+                break
+            batch = order[start : start + config.batch_size]
+            candidates = list(dict.fromkeys([tool for _, tool in batch] +
+                                            [n for pair in batch for n in negatives[pair]]))  # fmt: skip
+            index_of = {name: i for i, name in enumerate(candidates)}
+            own = torch.tensor([index_of[tool] for _, tool in batch], device=encoder.device)
+            same = torch.tensor([[name == tool for name in candidates] for _, tool in batch], device=encoder.device)
+            queries = encoder.embed([query for query, _ in batch])
+            embedded = encoder.embed([documents[position[name]] for name in candidates])
+            loss = contrastive_loss(queries, embedded, own, same, config.temperature)
+            if not torch.isfinite(loss):
+                raise RetrieverError(f"step {step}: the loss is {loss.item()}; lower learning_rate")
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    bar.close()
+    encoder.model.eval()
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    encoder.save(out)
+    report.update({"steps": step, "first_loss": round(losses[0], 4), "final_loss": round(losses[-1], 4),
+                   "seconds": round(time.perf_counter() - started, 1), "output_dir": str(out)})  # fmt: skip
+    if eval_pairs is not None:
+        report["after"] = recall_at(DenseIndex(library, encoder), eval_pairs)
+    (out / "retriever_report.json").write_text(json.dumps({"config": dataclasses.asdict(config), **report}, indent=2))
+    return report

