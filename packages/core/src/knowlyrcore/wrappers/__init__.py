@@ -20,6 +20,7 @@ from knowlyrcore.wrappers.observation_truncate import ObservationTruncateWrapper
 from knowlyrcore.wrappers.recorder import RecorderWrapper
 from knowlyrcore.wrappers.reward import RewardWrapper, Transition
 from knowlyrcore.wrappers.timeout import TimeoutWrapper
+from knowlyrcore.wrappers.tool_retrieval import ToolRetrievalWrapper
 
 __all__ = [
     "EnvWrapper",
@@ -29,5 +30,6 @@ __all__ = [
     "RecorderWrapper",
     "RewardWrapper",
     "TimeoutWrapper",
+    "ToolRetrievalWrapper",
     "Transition",
 ]
