@@ -105,3 +105,21 @@ def test_console_script_help():
     )
     for command in ("envs", "domains", "domain", "check", "schema", "validate"):
         assert command in out.stdout
+
+
+def test_tools_index_and_search(tmp_path, capsys):
+    import json as _json
+
+    from knowlyrcore.cli import main
+
+    mcp_listing = tmp_path / "mcp.json"
+    mcp_listing.write_text(_json.dumps({"tools": [{"name": "read_file", "description": "Read a file from disk",
+                                                   "inputSchema": {"type": "object"}}]}))  # fmt: skip
+    assert main(["tools", "index", "generated", str(mcp_listing), "-o", str(tmp_path / "lib.jsonl")]) == 0
+    assert "1241 tools" in capsys.readouterr().err
+    assert main(["tools", "search", str(tmp_path / "lib.jsonl"), "read the file config.yaml", "-k", "2"]) == 0
+    first = _json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first["tool"] == "read_file"
+    assert main(["tools", "index", str(mcp_listing), str(mcp_listing), "-o", str(tmp_path / "dup.jsonl")]) == 2
+    assert "read_file' is in the library twice" in capsys.readouterr().err
+    assert not (tmp_path / "dup.jsonl").exists()

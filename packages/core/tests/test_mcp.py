@@ -72,7 +72,7 @@ def test_validate_domains_domain_tool_schemas_over_stdio(tmp_path):
             command=CLI,  # `knowlyr-core mcp --root DIR` starts the same server
         )
     )
-    assert tools == {"validate", "domains", "domain", "tool_schemas"}
+    assert tools == {"validate", "domains", "domain", "tool_schemas", "search_tools"}
     assert _payload(valid) == {"path": str(good), "kind": "trajectory", "valid": True, "records": 2}
 
     report = _payload(invalid)
@@ -130,3 +130,23 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path):
     )  # fmt: skip
     assert hidden.returncode == 2, hidden.stderr
     assert hidden.stderr == "knowlyr-core mcp needs the MCP SDK: pip install 'knowlyr-core[mcp]'\n"
+
+
+def test_search_tools_over_stdio_inside_the_roots_only(tmp_path):
+    library = tmp_path / "tools.json"
+    library.write_text(json.dumps([{"type": "function", "function": {"name": "refund_payment",
+                                    "description": "Refund a card payment", "parameters": {"type": "object"}}},
+                                   {"name": "get_forecast", "description": "Weather forecast for a city"}]))  # fmt: skip
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.json"
+    outside.write_text(library.read_text())
+    _, (generated, own, refused, bad_k) = asyncio.run(_session_calls([
+        ("search_tools", {"query": "please cancel my shop order", "k": 2}),
+        ("search_tools", {"query": "refund my card payment", "library": str(library), "k": 1}),
+        ("search_tools", {"query": "refund", "library": str(outside)}),
+        ("search_tools", {"query": "refund", "k": 500}),
+    ], roots=[tmp_path]))  # fmt: skip
+    assert _payload(generated)["tools"][0]["name"] == "shop_cancel_order"
+    assert [t["name"] for t in _payload(own)["tools"]] == ["refund_payment"]
+    assert _is_error(refused) and "outside" in refused.content[0].text.lower()
+    assert _is_error(bad_k) and "k must be" in bad_k.content[0].text
+    outside.unlink()

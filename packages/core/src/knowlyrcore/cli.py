@@ -6,6 +6,8 @@ knowlyr-core domain show NAME       a profile's tools, terminal tools, rubric we
 knowlyr-core check ENV_ID           run check_env on an environment
 knowlyr-core schema trajectory      the JSON Schema of a trajectory record
 knowlyr-core validate FILE.jsonl    validate a trajectory file
+knowlyr-core tools index SOURCES... -o library.jsonl   one tool library from JSONL / OpenAI / MCP files
+knowlyr-core tools search LIBRARY "request" [-k 5]     BM25 search of a library ('generated' for toolgen's)
 """
 
 from __future__ import annotations
@@ -121,6 +123,46 @@ def validate_command(files: tuple[str, ...]) -> None:
         if count == 0:
             raise DataFormatError(path, None, "no trajectories (empty file)")
         click.echo(f"{path}: {count} valid trajectories")
+
+
+@cli.group("tools")
+def tools_group() -> None:
+    """Tool libraries: merge tool specs into one library, search it (BM25)."""
+
+
+def load_tool_library(spec: str):
+    """A library file, or ``generated`` (knowlyrcore.toolgen's 1,240 tools)."""
+    from knowlyrcore.tool_library import ToolLibrary
+
+    if spec == "generated":
+        from knowlyrcore.toolgen import generate_library
+
+        return generate_library()
+    return ToolLibrary.load(spec)
+
+
+@tools_group.command("index")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Library JSONL to write.")
+def tools_index_command(sources: tuple[str, ...], output: str) -> None:
+    """Merge tool specs (JSONL, OpenAI tools arrays, MCP tools/list results, or 'generated') into one
+    validated library JSONL, refusing duplicate names."""
+    from knowlyrcore.jsonl import write_jsonl
+    from knowlyrcore.tool_library import ToolLibrary
+
+    library = ToolLibrary.merge(*(load_tool_library(source) for source in sources))
+    write_jsonl(output, (tool.model_dump(mode="json") for tool in library))
+    click.echo(f"{len(library)} tools -> {output}", err=True)
+
+
+@tools_group.command("search")
+@click.argument("library")
+@click.argument("query")
+@click.option("-k", type=click.IntRange(min=1), default=5, show_default=True)
+def tools_search_command(library: str, query: str, k: int) -> None:
+    """The k tools of LIBRARY (a file, or 'generated') that best match QUERY; one JSON line each."""
+    for tool, score in load_tool_library(library).search(query, k=k):
+        click.echo(json.dumps({"tool": tool.name, "score": round(score, 4), "description": tool.description}))
 
 
 cli.add_command(mcp_command("knowlyr-core", "knowlyrcore.mcp_server"))

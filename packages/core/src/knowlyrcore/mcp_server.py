@@ -7,9 +7,11 @@ Run it with ``knowlyr-core mcp`` or ``python -m knowlyrcore.mcp_server`` (extra 
   as ``knowlyr-core validate``;
 - ``domains()``: the domain profiles, built-in and registered;
 - ``domain(name)``: one profile, its tools (JSON Schemas) and rubric weights;
-- ``tool_schemas(names, domain)``: OpenAI function schemas of tools (``knowlyrcore.tool_schemas``).
+- ``tool_schemas(names, domain)``: OpenAI function schemas of tools (``knowlyrcore.tool_schemas``);
+- ``search_tools(query, library, k)``: the ``k`` tools of a tool library (a file inside the roots,
+  or ``generated``) that best match a request (BM25, ``knowlyrcore.tool_library``).
 
-``validate`` reads a file the client names, so its path is checked against the allowed roots
+``validate`` and ``search_tools`` read a file the client names, so its path is checked against the allowed roots
 (the working directory, or each ``--root DIR``, plus the roots the client declares;
 ``knowlyrcore.roots``) and refused outside them. The server is built by ``build_server()``, so
 importing this module needs no SDK.
@@ -88,7 +90,38 @@ def build_server() -> Any:
             get_domain_profile(domain)  # an unknown domain is an error, not silently "no descriptions"
         return {"tools": openai_tool_schemas(names, domain)}
 
+    @server.tool()
+    async def search_tools(query: str, library: str = "generated", k: int = 5,
+                           ctx: Context | None = None) -> dict[str, Any]:  # fmt: skip
+        """The `k` (1-50) tools of `library` (a tools JSONL / OpenAI tools / MCP tools/list file, or
+        "generated") that best match `query`, best first, with their parameter schemas."""
+        if not isinstance(k, int) or not 1 <= k <= 50:
+            raise ToolError(f"k must be an integer in [1, 50], got {k!r}")
+        if library != "generated":
+            roots = await refresh_roots(server, ctx)
+            with guard():
+                library = str(roots.readable(library))
+        with guard():
+            found = await anyio.to_thread.run_sync(functools.partial(_search_tools, query, library, k))
+        return {"tools": found}
+
     return server
+
+
+@functools.lru_cache(maxsize=4)
+def _library(spec: str, mtime: float) -> Any:
+    """A loaded library, kept while its file is unchanged (the BM25 index is built once)."""
+    from knowlyrcore.cli import load_tool_library
+
+    return load_tool_library(spec)
+
+
+def _search_tools(query: str, library: str, k: int) -> list[dict[str, Any]]:
+    import os
+
+    mtime = os.stat(library).st_mtime if library != "generated" else 0.0
+    return [{"name": tool.name, "description": tool.description, "parameters": tool.parameters,
+             "score": round(score, 4)} for tool, score in _library(library, mtime).search(query, k=k)]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
