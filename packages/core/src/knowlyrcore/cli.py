@@ -142,15 +142,28 @@ def load_tool_library(spec: str):
 
 
 @tools_group.command("index")
-@click.argument("sources", nargs=-1, required=True)
+@click.argument("sources", nargs=-1)
+@click.option("--from-data", "data_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Also harvest the tools an agent-run data file describes or calls (repeatable).")  # fmt: skip
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Library JSONL to write.")
-def tools_index_command(sources: tuple[str, ...], output: str) -> None:
+def tools_index_command(sources: tuple[str, ...], data_files: tuple[str, ...], output: str) -> None:
     """Merge tool specs (JSONL, OpenAI tools arrays, MCP tools/list results, or 'generated') into one
-    validated library JSONL, refusing duplicate names."""
+    validated library JSONL, refusing duplicate names; tools harvested from data files are added
+    when their names are new."""
     from knowlyrcore.jsonl import write_jsonl
-    from knowlyrcore.tool_library import ToolLibrary
+    from knowlyrcore.tool_library import ToolLibrary, tools_in_data
 
-    library = ToolLibrary.merge(*(load_tool_library(source) for source in sources))
+    if not sources and not data_files:
+        raise click.UsageError("give tool files (or 'generated') and/or --from-data files")
+    libraries = [load_tool_library(source) for source in sources]
+    known = {tool.name for library in libraries for tool in library}
+    harvested = []
+    for path in data_files:
+        for tool in tools_in_data(path):
+            if tool.name not in known:
+                known.add(tool.name)
+                harvested.append(tool)
+    library = ToolLibrary([tool for library in libraries for tool in library] + harvested)
     write_jsonl(output, (tool.model_dump(mode="json") for tool in library))
     click.echo(f"{len(library)} tools -> {output}", err=True)
 

@@ -143,6 +143,59 @@ class ToolLibrary:
         return cls(tool for library in libraries for tool in library)
 
 
+def tools_in_data(path: str | os.PathLike) -> list[ToolSpec]:
+    """Every tool a data file of agent runs mentions (JSON or JSONL): the specs in its OpenAI /
+    MCP ``tools`` arrays, then — with a description made from the name — the tools its
+    ``tool_calls`` call that no array describes. First occurrence wins; entries that are not
+    valid specs are skipped (a data set is harvested, not validated)."""
+    path = Path(path)
+    if path.suffix.lower() == ".jsonl":
+        documents: Iterable[Any] = (record for _, record in iter_json_lines(path))
+    else:
+        documents = [_read_document(path)]
+    found: dict[str, ToolSpec] = {}
+    called: dict[str, None] = {}
+    for document in documents:
+        stack = [document]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, list):
+                stack.extend(reversed(item))
+                continue
+            if not isinstance(item, dict):
+                continue
+            tools = item.get("tools")
+            if isinstance(tools, list):
+                for entry in tools:
+                    try:
+                        tool = _spec_of(_without_nulls(entry), path, None, None)
+                    except DataFormatError:
+                        continue
+                    found.setdefault(tool.name, tool)
+            for call in item.get("tool_calls") or [] if isinstance(item.get("tool_calls"), list) else []:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and isinstance(function.get("name"), str) and function["name"]:
+                    called.setdefault(function["name"], None)
+            stack.extend(v for k, v in item.items() if k != "tools" and isinstance(v, (dict, list)))
+    for name in called:
+        if name not in found:
+            words = " ".join(tokenize(name)) or name
+            found[name] = ToolSpec(
+                name=name, description=f"{words[:1].upper()}{words[1:]} (seen called in {path.name})."
+            )
+    return list(found.values())
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` without ``null`` members: data sets stored as Arrow tables pad every tool's schema
+    with the union of all tools' keys, set to null (``"enum": null``, ``"path": null``)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _read_document(path: Path) -> Any:
     limit = default_max_line_bytes()
     try:
