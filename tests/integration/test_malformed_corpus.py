@@ -86,6 +86,8 @@ def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
 # {GOOD} = a good file of the same format, {TASK} = a good task file, {DIR} = a fresh folder
 COMMANDS = {
     "core validate": ("knowlyrcore.cli", "trajectory", ["validate", "{F}"]),
+    "core tools search": ("knowlyrcore.cli", "trajectory", ["tools", "search", "{F}", "cancel an order"]),
+    "core tools index": ("knowlyrcore.cli", "trajectory", ["tools", "index", "--from-data", "{F}", "-o", "{OUT}"]),
     "recorder convert": ("agentrecorder.cli", "trajectory", ["convert", "{F}", "-o", "{OUT}"]),
     "recorder validate": ("agentrecorder.cli", "trajectory", ["validate", "{F}"]),
     "recorder stats": ("agentrecorder.cli", "trajectory", ["stats", "{F}"]),

@@ -150,6 +150,7 @@ def tools_index_command(sources: tuple[str, ...], data_files: tuple[str, ...], o
     """Merge tool specs (JSONL, OpenAI tools arrays, MCP tools/list results, or 'generated') into one
     validated library JSONL, refusing duplicate names; tools harvested from data files are added
     when their names are new."""
+    from knowlyrcore.errors import DataFormatError
     from knowlyrcore.jsonl import write_jsonl
     from knowlyrcore.tool_library import ToolLibrary, tools_in_data
 
@@ -159,7 +160,10 @@ def tools_index_command(sources: tuple[str, ...], data_files: tuple[str, ...], o
     known = {tool.name for library in libraries for tool in library}
     harvested = []
     for path in data_files:
-        for tool in tools_in_data(path):
+        found = tools_in_data(path)
+        if not found:
+            raise DataFormatError(path, None, "no tools described or called in this file")
+        for tool in found:
             if tool.name not in known:
                 known.add(tool.name)
                 harvested.append(tool)

@@ -129,12 +129,17 @@ class ToolLibrary:
         """Read a library from JSONL or JSON (see the module docstring for the shapes)."""
         path = Path(path)
         if path.suffix.lower() == ".jsonl":
-            return cls(_spec_of(record, path, number, None) for number, record in iter_json_lines(path))
+            tools = [_spec_of(record, path, number, None) for number, record in iter_json_lines(path)]
+            if not tools:
+                raise DataFormatError(str(path), None, "no tools (empty file)")
+            return cls(tools)
         document = _read_document(path)
         if isinstance(document, dict) and isinstance(document.get("tools"), list):
             document = document["tools"]  # an MCP tools/list result
         if not isinstance(document, list):
             raise DataFormatError(str(path), None, "expected a list of tools, or an object with a 'tools' list")
+        if not document:
+            raise DataFormatError(str(path), None, "no tools (empty list)")
         return cls(_spec_of(item, path, None, i) for i, item in enumerate(document))
 
     @classmethod
