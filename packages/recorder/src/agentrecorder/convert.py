@@ -13,9 +13,15 @@ trajectories stream to the output (memory stays flat for big JSONL) and the firs
 aborts the batch with nothing written. An existing output is replaced only by a batch that
 converted something: when every file failed it is left as it was.
 
+A JSON file holding one array is either one log (an OpenHands event list, a bare chat) or a
+data set of rows (a Hugging Face export, an ADP file, tau-bench results): it is a data set when
+its first element is an object some adapter accepts (the named one, or any under ``auto``).
+Rows are then read incrementally (``loading.iter_array``), so a 100,000-row file converts in
+the memory of one row; errors name the row as the start of their JSON path (``$[41].content``).
+
 ``iter_convert(..., on_error=f)`` goes record by record instead: a bad record (a broken JSONL
-line, one the adapter rejects) is passed to ``f`` and skipped, and the file's good records
-are kept (the hub pipeline's ``--skip-invalid``).
+line or data-set row, one the adapter rejects) is passed to ``f`` and skipped, and the file's
+good records are kept (the hub pipeline's ``--skip-invalid``).
 
 Example:
     >>> import json, tempfile, pathlib
@@ -28,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -39,8 +46,8 @@ from pydantic import ValidationError
 
 from agentrecorder.adapters.base import Adapter
 from agentrecorder.detect import detect
-from agentrecorder.errors import ConversionError, FieldError
-from agentrecorder.loading import _iter_jsonl, _looks_like_jsonl, _sniff, load_records
+from agentrecorder.errors import ConversionError, FieldError, UnknownFormatError
+from agentrecorder.loading import _iter_jsonl, _looks_like_jsonl, _sniff, iter_array, load_records, starts_an_array
 from agentrecorder.registry import get_adapter
 from knowlyrcore.errors import DataFormatError
 from knowlyrcore.jsonl import bounded_lines, default_max_line_bytes, format_field_path, write_trajectories
@@ -79,13 +86,21 @@ class BatchReport:
 
 
 def convert_record(
-    adapter: Adapter, record: Any, *, path: str | os.PathLike = "<input>", line: int | None = None
+    adapter: Adapter,
+    record: Any,
+    *,
+    path: str | os.PathLike = "<input>",
+    line: int | None = None,
+    where: str = "$",
 ) -> Iterator[Trajectory]:
-    """Run one record through ``adapter``, turning every problem into a ``ConversionError``."""
+    """Run one record through ``adapter``, turning every problem into a ``ConversionError``.
+
+    ``where`` is the record's own JSON path in its file (``$[7]`` for a data-set row); error
+    paths are given from there."""
     try:
         yield from adapter.convert(record, source=f"{adapter.name}:{path}")
     except FieldError as exc:
-        raise ConversionError(str(path), line, exc.message, field=exc.where) from None
+        raise ConversionError(str(path), line, exc.message, field=where + exc.where.removeprefix("$")) from None
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConversionError(
@@ -111,20 +126,21 @@ def iter_convert(
     path = Path(path)
     result = result if result is not None else FileResult(path)
     adapter = None if fmt == "auto" else get_adapter(fmt)
-    for line, record in _records(path, on_error):
+    for line, where, record in iter_records(path, adapter, on_error=on_error):
         try:
             if adapter is None:
                 detection = detect(record, str(path), line)
                 adapter = detection.adapter
                 result.detection = detection.describe()
-            else:  # named formats, and every JSONL record after the one that decided the format
+            else:  # named formats, and every record after the one that decided the format
                 why = adapter.check(record)
                 if why is not None:
-                    raise ConversionError(str(path), line, f"not in the {adapter.name} format: {why}")
+                    field = where if where != "$" else None
+                    raise ConversionError(str(path), line, f"not in the {adapter.name} format: {why}", field=field)
             result.format = adapter.name
-            converted = list(convert_record(adapter, record, path=path, line=line))
+            converted = list(convert_record(adapter, record, path=path, line=line, where=where))
         except ConversionError as exc:
-            if on_error is None or line is None:  # a one-document file fails as a whole, once
+            if on_error is None or (line is None and where == "$"):  # a one-document file fails as a whole
                 raise
             on_error(exc)
             continue
@@ -140,12 +156,51 @@ def iter_convert(
         raise ConversionError(str(path), None, f"no trajectories found {what}")
 
 
-def _records(path: Path, on_error: Callable[[DataFormatError], None] | None) -> Iterator[tuple[int | None, Any]]:
-    """``load_records``, except that with ``on_error`` a JSONL file's bad lines are reported and skipped."""
-    if on_error is None or not _looks_like_jsonl(path, _sniff(path)):
-        yield from load_records(path)
+def _is_row(record: Any, adapter: Adapter | None) -> bool:
+    """Whether the first element of a JSON array is a record of its own (the array a data set)."""
+    if not isinstance(record, dict):
+        return False
+    if adapter is not None:
+        return adapter.check(record) is None
+    try:
+        detect(record)
+    except UnknownFormatError:
+        return False
+    return True
+
+
+def iter_records(
+    path: str | os.PathLike,
+    adapter: Adapter | None = None,
+    *,
+    on_error: Callable[[DataFormatError], None] | None = None,
+) -> Iterator[tuple[int | None, str, Any]]:
+    """Yield ``(line, where, record)`` for each record of a log file.
+
+    JSONL gives one record per line (``where`` is ``$``); a JSON array whose first element
+    ``adapter`` accepts (any adapter when ``None``) gives one per row, read incrementally
+    (``line`` is ``None``, ``where`` is ``$[i]``); any other JSON file is one record. With
+    ``on_error`` a JSONL file's unreadable lines are reported there and skipped.
+    """
+    path = Path(path)
+    head = _sniff(path)
+    if _looks_like_jsonl(path, head):
+        for line, record in _iter_jsonl(path, on_error):
+            yield line, "$", record
         return
-    yield from _iter_jsonl(path, on_error)
+    if starts_an_array(head):
+        rows = iter_array(path)
+        try:
+            first = next(rows, None)
+        except ConversionError:  # read whole below, for the error's line and column
+            first = None
+        if first is not None and _is_row(first[1], adapter):
+            for index, row in itertools.chain([first], rows):
+                yield None, f"$[{index}]", row
+            return
+        rows.close()
+    for line, record in load_records(path):
+        yield line, "$", record
 
 
 def convert_file(path: str | os.PathLike, fmt: str = "auto") -> list[Trajectory]:

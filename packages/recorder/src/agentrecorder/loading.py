@@ -13,6 +13,10 @@ set) is refused after reading that many bytes, and ``NaN`` / ``Infinity`` anywhe
 refused naming their JSON path (no trajectory may carry them, and a field the adapter drops
 must not hide them).
 
+A data set published as one JSON array of rows (a Hugging Face export, an ADP ``*.std.json``)
+can be far bigger than memory: ``iter_array`` parses it incrementally (``ijson``), one row at a
+time, refusing a row nested deeper than core's ``MAX_JSON_DEPTH`` before it is built.
+
 Example:
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.jsonl"
@@ -30,7 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from agentrecorder.errors import ConversionError
-from knowlyrcore.jsonl import MAX_LINE_BYTES_ENV, bounded_lines, default_max_line_bytes, non_finite_field
+from knowlyrcore.jsonl import (
+    MAX_JSON_DEPTH,
+    MAX_LINE_BYTES_ENV,
+    bounded_lines,
+    default_max_line_bytes,
+    non_finite_field,
+)
 
 SNIFF_BYTES = 8192
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -141,3 +151,67 @@ def load_records(path: str | os.PathLike) -> Iterator[tuple[int | None, Any]]:
         yield from _iter_jsonl(path)
         return
     yield None, _parse(_decode(path.read_bytes(), path), path, None)
+
+
+def starts_an_array(head: bytes) -> bool:
+    """Whether a file whose first block is ``head`` holds one top-level JSON array."""
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"["
+
+
+def _array_error(path: Path, index: int, exc: Exception) -> ConversionError:
+    text = str(exc)
+    if "premature EOF" in text:
+        problem = "truncated JSON, the file ends early"
+    elif "invalid bytes in UTF8" in text or isinstance(exc, UnicodeDecodeError):
+        problem = "not UTF-8 text; binary or another encoding"
+    else:
+        problem = "invalid JSON: " + text.removeprefix("b'").splitlines()[0].split("\\n")[0].strip()
+    return ConversionError(str(path), None, problem, field=f"$[{index}]")
+
+
+def iter_array(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """Yield ``(index, row)`` for each element of the top-level JSON array in ``path``.
+
+    The file is parsed incrementally, so memory holds one row at a time. Raises
+    ``ConversionError`` naming the row (``$[index]``) for broken or truncated JSON, non-UTF-8
+    text, NaN/Infinity or overflowing numbers, and rows nested deeper than ``MAX_JSON_DEPTH``.
+    """
+    import ijson
+
+    path = Path(path)
+    index = 0
+    with open(path, "rb") as handle:
+        if handle.read(3) != b"\xef\xbb\xbf":
+            handle.seek(0)
+        events = ijson.basic_parse(handle, use_float=True)
+        stack: list[Any] = []  # the containers of the row being built, outermost first
+        keys: list[Any] = []  # the pending key of each open object
+        try:
+            if next(events, (None, None))[0] != "start_array":
+                raise ConversionError(str(path), None, "not a JSON array")
+            for event, value in events:
+                if event == "map_key":
+                    keys[-1] = value
+                    continue
+                if event in ("start_map", "start_array"):
+                    if len(stack) >= MAX_JSON_DEPTH:
+                        raise ConversionError(
+                            str(path), None, f"nested deeper than {MAX_JSON_DEPTH} levels", field=f"$[{index}]"
+                        )
+                    stack.append({} if event == "start_map" else [])
+                    keys.append(None)
+                    continue
+                if event in ("end_map", "end_array"):
+                    if not stack:  # the end of the top-level array
+                        continue
+                    keys.pop()
+                    value = stack.pop()
+                if not stack:
+                    yield index, value
+                    index += 1
+                elif isinstance(stack[-1], list):
+                    stack[-1].append(value)
+                else:
+                    stack[-1][keys[-1]] = value
+        except (ijson.JSONError, UnicodeDecodeError) as exc:
+            raise _array_error(path, index, exc) from None
