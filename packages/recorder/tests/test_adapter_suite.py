@@ -118,6 +118,56 @@ class TestWhoAndWhen(AdapterConformance):
         return real_json("who-and-when/algorithm-generated_1.json")
 
 
+class TestATIFContextSummarization(AdapterConformance):
+    format = "atif"
+    max_mutations = 1000  # 11,000 token ids and log-probs: each variant costs ~7 ms to copy and convert
+
+    def sample(self):
+        return real_json("interop/atif_terminus2_context-summarization.json")
+
+
+class TestATIFInvalidJSON(AdapterConformance):
+    format = "atif"
+
+    def sample(self):
+        return real_json("interop/atif_terminus2_invalid-json.json")
+
+
+class TestADPNebius(AdapterConformance):
+    format = "adp"
+
+    def sample(self):
+        return real_json("interop/adp_nebius_swe-agent.std.json")[0]
+
+
+class TestADPSWEGym(AdapterConformance):
+    format = "adp"
+
+    def sample(self):
+        return real_json("interop/adp_swe-gym_openhands.std.json")[1]
+
+
+class TestNebiusRow(AdapterConformance):
+    format = "nebius"
+
+    def sample(self):
+        return real_json("interop/nebius_swe-agent-trajectories_5rows.json")[2]
+
+
+class TestOpenAIChatSWEGymRow(AdapterConformance):
+    format = "openai-chat"
+
+    def sample(self):
+        return real_json("interop/swe-gym_openhands_messages_5rows.json")[1]
+
+
+class TestOpenHandsUIExport(AdapterConformance):
+    format = "openhands"
+
+    def sample(self):
+        return real_json("interop/openhands_ui-export_demo1.json")
+
+
 def test_every_registered_adapter_has_a_suite():
     covered = {cls.format for cls in AdapterConformance.__subclasses__()}
     assert set(names()) <= covered, f"adapters without a conformance suite: {set(names()) - covered}"

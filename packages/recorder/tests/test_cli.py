@@ -25,9 +25,12 @@ def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def test_formats_lists_every_adapter_in_detection_order():
     listed = json.loads(run("formats", "--json").stdout)
     names = [f["name"] for f in listed]
-    assert set(names) == {"openhands", "swe-agent", "mini-swe-agent", "openai-chat", "sharegpt", "who-and-when"}
+    assert set(names) == {
+        "openhands", "swe-agent", "mini-swe-agent", "openai-chat", "sharegpt", "who-and-when", "atif", "adp", "nebius",
+    }  # fmt: skip
     assert [f["priority"] for f in listed] == sorted(f["priority"] for f in listed)
     assert names.index("mini-swe-agent") < names.index("openai-chat")  # specific before generic
+    assert names.index("nebius") < names.index("swe-agent")  # a nebius row has a 'trajectory' too
 
 
 def test_convert_to_stdout_says_which_format_it_chose(real):
@@ -109,7 +112,9 @@ def test_unknown_format_name():
     assert proc.returncode == 2  # refused as an option value, before any file is read
     (line,) = proc.stderr.splitlines()
     assert line.startswith("error: Invalid value for '-f' / '--format': unknown format 'langchain'; known formats: ")
-    assert "mini-swe-agent, openai-chat, openhands" in line and line.endswith("(see 'knowlyr-recorder convert --help')")
+    assert "mini-swe-agent, nebius, openai-chat, openhands" in line and line.endswith(
+        "(see 'knowlyr-recorder convert --help')"
+    )
 
 
 @pytest.mark.parametrize(

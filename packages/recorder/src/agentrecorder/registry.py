@@ -29,6 +29,9 @@ BUILTIN: dict[str, str] = {
     "openai-chat": "agentrecorder.adapters.openai_chat:OpenAIChatAdapter",
     "sharegpt": "agentrecorder.adapters.sharegpt:ShareGPTAdapter",
     "who-and-when": "agentrecorder.adapters.who_and_when:WhoAndWhenAdapter",
+    "atif": "agentrecorder.adapters.atif:ATIFAdapter",
+    "adp": "agentrecorder.adapters.adp:ADPAdapter",
+    "nebius": "agentrecorder.adapters.nebius:NebiusAdapter",
 }
 
 _targets: dict[str, str | type[Adapter]] = {}

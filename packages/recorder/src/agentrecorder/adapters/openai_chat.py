@@ -8,8 +8,11 @@ user: a ``respond {"message": ...}`` step whose observation is the user's next m
 first user message is the task; the system prompt goes to metadata.
 
 A record's ``reward`` becomes ``outcome.score`` and ``outcome.success`` is ``reward >= 1``
-(tau-bench gives 1.0 exactly when the task is solved). A JSON list of records yields one
-trajectory per record.
+(tau-bench gives 1.0 exactly when the task is solved). A SWE data-set row (SWE-Gym's
+``{instance_id, run_id, resolved, messages, tools, test_result}``) takes its outcome from
+``resolved`` / ``test_result`` (``agentrecorder.outcomes``: the patch, the pytest counts of
+the test output) and is a ``coding`` task named by ``instance_id``. A JSON list of records
+yields one trajectory per record.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
+from agentrecorder.outcomes import OUTCOME_KEYS, swe_outcome
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.trajectory import Outcome, Step, Trajectory, Usage
 
@@ -127,7 +131,12 @@ class OpenAIChatAdapter(Adapter):
         success = get(record, "success", where, bool, None)
         if success is None and reward is not None:
             success = reward >= 1.0
-        task_id = record.get("task_id", record.get("id", ""))
+        swe = any(k in record for k in OUTCOME_KEYS)  # a SWE data-set row (SWE-Gym): resolved, test_result
+        outcome, test_rest = swe_outcome(record, where) if swe else (Outcome(), {})
+        if success is not None or reward is not None:
+            outcome.success = success
+            outcome.score = float(reward) if reward is not None else None
+        task_id = record.get("task_id", record.get("id", record.get("instance_id", "")))
         info = get(record, "info", where, dict, {})
         tau_task = info.get("task") if isinstance(info.get("task"), dict) else None
         task_meta: dict[str, Any] = {}
@@ -138,9 +147,11 @@ class OpenAIChatAdapter(Adapter):
         metadata: dict[str, Any] = {"format": "openai-chat"}
         if system is not None:
             metadata["system_prompt"] = system
-        for k in ("trial", "tools"):
+        for k in ("trial", "tools", "run_id"):
             if k in record:
                 metadata[k] = record[k]
+        if test_rest:
+            metadata["test_result"] = test_rest
         for k, v in info.items():
             if k != "task":
                 metadata[k] = v
@@ -149,11 +160,13 @@ class OpenAIChatAdapter(Adapter):
         usage = get(record, "usage", where, dict, None)
         return Trajectory(
             id=traj_id,
-            task=TaskInfo(id=str(task_id), description=task_text, domain="conversation", metadata=task_meta),
+            task=TaskInfo(
+                id=str(task_id), description=task_text, domain="coding" if swe else "conversation", metadata=task_meta
+            ),
             agent=str(record.get("agent") or ("tau-bench" if tau_task is not None else "")),
             model=str(record.get("model") or ""),
             steps=steps,
-            outcome=Outcome(success=success, score=float(reward) if reward is not None else None),
+            outcome=outcome,
             usage=Usage.model_validate({k: v for k, v in usage.items() if k in Usage.model_fields}) if usage else None,
             source=source,
             metadata=metadata,

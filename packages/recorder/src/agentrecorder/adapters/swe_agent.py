@@ -24,6 +24,7 @@ from typing import Any
 from agentrecorder.adapters.base import Adapter, StepList
 from agentrecorder.errors import FieldError
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
+from agentrecorder.outcomes import TRUNCATING_EXITS
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.trajectory import Outcome, Trajectory, Usage
 
@@ -40,7 +41,6 @@ COMMANDS: dict[str, list[str]] = {
     "submit": [],
 }
 _INT_PARAMS = {"line_number"}
-_TRUNCATING = ("exit_cost", "exit_context", "exit_total_execution_time", "exit_command_timeout", "max_steps")
 
 
 def parse_text_action(action: str) -> tuple[str, dict[str, Any]]:
@@ -161,7 +161,7 @@ class SWEAgentAdapter(Adapter):
         exit_status = get(info, "exit_status", "$.info", str, None)
         if exit_status is None and steps.last is not None and steps.last.tool_call.name == "submit":
             exit_status = "submitted"
-        truncated = bool(exit_status) and any(k in exit_status for k in _TRUNCATING)
+        truncated = bool(exit_status) and any(k in exit_status for k in TRUNCATING_EXITS)
         extra_info = {k: v for k, v in info.items() if k not in ("exit_status", "submission", "model_stats")}
         metadata: dict[str, Any] = {"format": "swe-agent", "style": "function_calling" if uses_tools else "text"}
         if isinstance(record.get("environment"), str):
