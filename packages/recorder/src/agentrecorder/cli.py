@@ -1,13 +1,17 @@
 """``knowlyr-recorder``: convert agent logs, validate, summarise, show and view trajectories.
 
     knowlyr-recorder convert logs/ 'runs/**/*.traj' -o trajectories.jsonl --skip-invalid
+    knowlyr-recorder export --to atif trajectories.jsonl -o atif.jsonl   # or --to adp; logs too
     knowlyr-recorder validate trajectories.jsonl
+    knowlyr-recorder validate -f atif trajectory.json   # ATIF's required fields and types
     knowlyr-recorder stats trajectories.jsonl [--json]
     knowlyr-recorder show trajectories.jsonl --index 3
     knowlyr-recorder view run.traj -o run.html
     knowlyr-recorder formats
     knowlyr-recorder mcp                       # MCP server over stdio (extra: mcp)
 
+``export`` writes the trajectory standards (ATIF, ADP; ``agentrecorder.interop``), streaming
+``.jsonl`` output with a progress bar, so a data set of any size converts in bounded memory.
 ``stats``, ``show`` and ``view`` accept trajectory JSONL or any supported log (converted on
 the fly) and read every input to its end, so a bad record anywhere is an error. Errors are one
 line, ``error: file[:line]: field: problem``, never a traceback (``knowlyrcore.clikit``); exit
@@ -27,6 +31,7 @@ from typing import Any
 import click
 
 from agentrecorder import registry
+from agentrecorder.atif_validation import check_atif_file
 from agentrecorder.convert import (
     FileResult,
     convert_paths,
@@ -36,6 +41,7 @@ from agentrecorder.convert import (
     load_trajectories,
 )
 from agentrecorder.errors import ConversionError
+from agentrecorder.interop import WRITERS, export_file
 from knowlyrcore.clikit import EXIT_BAD_INPUT, EXIT_OK, Group, mcp_command, print_error, run
 from knowlyrcore.errors import KnowlyrError
 from knowlyrcore.trajectory import Trajectory
@@ -141,12 +147,34 @@ def convert_command(inputs: tuple[str, ...], fmt: str, output: str | None, skip_
               f"{output or 'stdout'}" + (f"; {_plural(failed, 'file')} skipped" if failed else ""))  # fmt: skip
 
 
+@cli.command("export")
+@_inputs
+@click.option("--to", "target", type=click.Choice(sorted(WRITERS)), required=True, help="The standard to write.")
+@click.option("-o", "--output", required=True,
+              help=".jsonl: one document per line, streamed; .json: one document (written atomically).")  # fmt: skip
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr [default: when a terminal].")
+@click.option("-q", "--quiet", is_flag=True, help="Report only problems.")
+def export_command(
+    inputs: tuple[str, ...], fmt: str, target: str, output: str, progress: bool | None, quiet: bool
+) -> None:
+    """Write logs, data sets or trajectory JSONL as ATIF or ADP.
+
+    INPUT is a file, a directory or a glob. The first bad record stops the export and nothing is
+    written (exit 2); an existing output is left as it was.
+    """
+    written = export_file(inputs, output, target, fmt, progress=progress)
+    if not quiet:
+        _note(f"wrote {_plural(written, target.upper() + ' document')} to {output}")
+
+
 @cli.command("validate")
 @_inputs
 def validate_command(inputs: tuple[str, ...], fmt: str) -> int:
     """Check trajectory JSONL (or that a log converts).
 
-    Every file is checked; each bad one is an `error:` line, and the exit status is 2 if any was bad.
+    An ATIF file (named with -f atif or detected) is also checked against ATIF's required
+    fields and types. Every file is checked; each bad one is an `error:` line, and the exit
+    status is 2 if any was bad.
     """
     from knowlyrcore.jsonl import read_trajectories
 
@@ -163,7 +191,11 @@ def validate_command(inputs: tuple[str, ...], fmt: str) -> int:
                 result = FileResult(path)
                 for _ in iter_convert(path, fmt, result=result):  # streamed: only the counts are kept
                     pass
-                click.echo(f"{path}: ok as {result.format} log, {_plural(result.trajectories, 'trajectory')}, "
+                spec = ""
+                if result.format == "atif":
+                    check_atif_file(path)
+                    spec = " (valid ATIF)"
+                click.echo(f"{path}: ok as {result.format} log{spec}, {_plural(result.trajectories, 'trajectory')}, "
                            f"{_plural(result.steps, 'step')}")  # fmt: skip
         except KnowlyrError as exc:
             bad += 1

@@ -285,7 +285,8 @@ def convert_paths(
 
 
 def is_trajectory_file(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is already trajectory JSONL (first record has ``schema_version`` and ``steps``).
+    """Whether ``path`` is already trajectory JSONL (first record has ``schema_version``, not an
+    ATIF one, and ``steps``).
 
     Only the first non-blank line is read, at most ``KNOWLYR_MAX_LINE_BYTES`` of it: a longer one
     is no trajectory line (the log reader then names it)."""
@@ -296,7 +297,10 @@ def is_trajectory_file(path: str | os.PathLike) -> bool:
                     return False
                 if raw.strip():
                     record = json.loads(raw)
-                    return isinstance(record, dict) and "schema_version" in record and "steps" in record
+                    if not isinstance(record, dict) or "steps" not in record:
+                        return False
+                    version = record.get("schema_version")  # an ATIF document has both fields too
+                    return version is not None and not (isinstance(version, str) and version.startswith("ATIF-"))
     except (OSError, ValueError, RecursionError):
         return False
     return False

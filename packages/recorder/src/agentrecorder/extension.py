@@ -21,14 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel
-
 from agentrecorder.fields import expect, path
 from knowlyrcore.trajectory import Step, Trajectory
 
 KEY = "knowlyr"
 #: trajectory fields every writer carries in the standard's own fields (the rest go in the block)
-_TRAJECTORY_CARRIED = ("schema_version", "steps", "agent", "model")
+_TRAJECTORY_CARRIED = ("schema_version", "steps", "agent", "model", "task.description")
 
 
 def _strip(data: dict[str, Any], carried: Iterable[str]) -> dict[str, Any]:
@@ -75,7 +73,8 @@ def restore_step(step: Step, block: Any, where: str) -> Step:
 
 
 def trajectory_block(trajectory: Trajectory, metadata_carried: Iterable[str] = ()) -> dict[str, Any]:
-    """Every trajectory field except the steps, agent and model (which every standard carries)."""
+    """Every trajectory field except the steps, agent and model (which every standard carries);
+    restored, each replaces what the reader made of the standard's own fields."""
     data = trajectory.model_dump(mode="json", exclude_defaults=True)
     data = _strip(data, _TRAJECTORY_CARRIED)
     metadata = {k: v for k, v in trajectory.metadata.items() if k not in set(metadata_carried)}
@@ -83,6 +82,9 @@ def trajectory_block(trajectory: Trajectory, metadata_carried: Iterable[str] = (
     if metadata:
         data["metadata"] = metadata
     data["id"] = trajectory.id
+    data.setdefault("task", {})
+    data.setdefault("outcome", {})  # what the reader made of the standard's fields is replaced
+    data.setdefault("usage", None)
     return data
 
 
@@ -93,13 +95,8 @@ def restore_trajectory(fields: dict[str, Any], block: Any, where: str) -> dict[s
         return fields
     block = expect(block, dict, where)
     expect(block.get("metadata", {}), dict, path(where, "metadata"))
-    restored = dict(fields)
-    for key, value in block.items():
-        current = fields.get(key)
-        if key == "metadata":
-            restored[key] = {**value, **fields.get(key, {})}
-        elif isinstance(current, BaseModel) and isinstance(value, dict):  # a block holds what the standard lacks
-            restored[key] = {**current.model_dump(), **value}
-        else:
-            restored[key] = value
+    restored = {**fields, **{k: v for k, v in block.items() if k != "metadata"}}
+    restored["metadata"] = {**block.get("metadata", {}), **fields.get("metadata", {})}
+    if isinstance(block.get("task"), dict):  # the description is the standard's (the first user message)
+        restored["task"] = {**block["task"], "description": fields["task"].description}
     return restored

@@ -15,6 +15,10 @@ Token usage is summed over the distinct ``model_response`` ids (one LLM response
 several tool calls). An ``output.jsonl`` record wraps the same history with ``instruction``,
 ``instance_id``, ``metrics`` (accumulated cost and token usage) and
 ``test_result.git_patch``. Older histories of ``[action, observation]`` pairs are flattened.
+A UI export is the bare event list; a feedback export (what the UI's thumbs up/down shares)
+is ``{trajectory: [events], polarity, feedback, permissions, version, email, session_id}``,
+whose rating lands in ``metadata.feedback`` (the e-mail address is left out). An
+observation's ``success`` flag is kept in its step's metadata.
 """
 
 from __future__ import annotations
@@ -62,6 +66,15 @@ def _events(history: list) -> list[tuple[str, Any]]:
     return out
 
 
+def _history_key(record: dict) -> str | None:
+    """``history`` (an output.jsonl record) or ``trajectory`` (a feedback export) holding events."""
+    for key in ("history", "trajectory"):
+        events = record.get(key)
+        if isinstance(events, list) and any(_is_event(e) for _, e in _events(events)):
+            return key
+    return None
+
+
 def _tool_arguments(metadata: dict, where: str) -> dict[str, Any] | None:
     """Parsed arguments of the tool call ``metadata`` refers to, from its ``model_response``."""
     response = metadata.get("model_response")
@@ -89,18 +102,18 @@ class OpenHandsAdapter(Adapter):
                 return None
             return "not a list of OpenHands events ({action|observation, source, id})"
         if isinstance(record, dict):
-            history = record.get("history")
-            if isinstance(history, list) and any(_is_event(e) for _, e in _events(history)):
+            if _history_key(record) is not None:
                 return None
-            return "no 'history' of OpenHands events"
-        return "not an event list or an output.jsonl record"
+            return "no 'history' (output.jsonl) or 'trajectory' (feedback export) of OpenHands events"
+        return "not an event list, an output.jsonl record or a feedback export"
 
     def convert(self, record: Any, *, source: str) -> Iterator[Trajectory]:
         if isinstance(record, list):
             yield self._convert(record, "$", {}, source)
         else:
             record = expect(record, dict, "$")
-            yield self._convert(get(record, "history", "$", list), "$.history", record, source)
+            key = _history_key(record) or "history"
+            yield self._convert(get(record, key, "$", list), f"$.{key}", record, source)
 
     def _convert(self, history: list, base: str, record: dict, source: str) -> Trajectory:
         steps = StepList()
@@ -173,6 +186,8 @@ class OpenHandsAdapter(Adapter):
                     exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
                     error=content if kind == "error" else None,
                 )
+                if isinstance(event.get("success"), bool):
+                    step.metadata["success"] = event["success"]
                 stamp = iso_timestamp(event.get("timestamp"))
                 if stamp is not None and step.timestamp is not None and stamp >= step.timestamp:
                     step.duration_s = round(stamp - step.timestamp, 6)
@@ -189,8 +204,11 @@ class OpenHandsAdapter(Adapter):
         usage = self._usage(responses, metrics)
         run_meta = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
         llm = run_meta.get("llm_config") if isinstance(run_meta.get("llm_config"), dict) else {}
-        instance_id = str(record.get("instance_id", ""))
+        instance_id = str(record.get("instance_id", record.get("session_id", "")))
         metadata: dict[str, Any] = {"format": "openhands"}
+        feedback = {k: record[k] for k in ("polarity", "feedback", "permissions", "version") if k in record}
+        if feedback:
+            metadata["feedback"] = feedback
         if final_state is not None:
             metadata["final_agent_state"] = final_state
         if error:
