@@ -49,6 +49,8 @@ COMMANDS = {
     "stats": ["stats", "{F}"],
     "show": ["show", "{F}"],
     "view": ["view", "{F}", "-o", "{OUT}"],
+    "export atif": ["export", "--to", "atif", "{F}", "-o", "{OUT}"],
+    "export adp": ["export", "--to", "adp", "{F}", "-o", "{OUT}"],
 }
 PRECIOUS = b'{"precious": "an earlier result"}\n'
 LINE_LIMIT = 1 << 20  # KNOWLYR_MAX_LINE_BYTES for the table; the overlong line is 2 MiB
