@@ -56,6 +56,10 @@ FORMATS = {
     ),
     "actions": ({"tool": "bash", "params": {"command": "ls"}}, {"tool": 5, "params": "ls"}),
     "labels": ({"trajectory_id": "t-1", "step_index": 0, "score": 1.0}, {"trajectory_id": 5, "score": "high"}),
+    "tool": (
+        {"name": "shop_cancel_order", "description": "Cancel an order.", "parameters": {"type": "object"}},
+        {"name": ["shop"], "description": 7, "parameters": "none"},
+    ),
     "preferences": (
         {"task_id": "task-1", "chosen": TRAJECTORY, "rejected": TRAJECTORY, "margin": 0.5},
         {"task_id": "task-1", "chosen": "the first", "rejected": [], "margin": "big"},
@@ -86,7 +90,7 @@ def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
 # {GOOD} = a good file of the same format, {TASK} = a good task file, {DIR} = a fresh folder
 COMMANDS = {
     "core validate": ("knowlyrcore.cli", "trajectory", ["validate", "{F}"]),
-    "core tools search": ("knowlyrcore.cli", "trajectory", ["tools", "search", "{F}", "cancel an order"]),
+    "core tools search": ("knowlyrcore.cli", "tool", ["tools", "search", "{F}", "cancel an order"]),
     "core tools index": ("knowlyrcore.cli", "trajectory", ["tools", "index", "--from-data", "{F}", "-o", "{OUT}"]),
     "recorder convert": ("agentrecorder.cli", "trajectory", ["convert", "{F}", "-o", "{OUT}"]),
     "recorder validate": ("agentrecorder.cli", "trajectory", ["validate", "{F}"]),
@@ -157,6 +161,17 @@ COMMANDS = {
         ["grpo", "--train-file", "{F}", "--model", "{DIR}/m", "--output-dir", "{DIR}/o"],
     ),
     "trainer eval": ("agenttrainer.cli", "sft", ["eval", "--model", "{DIR}/m", "--eval-file", "{F}"]),
+    "trainer retriever library": (
+        "agenttrainer.cli",
+        "tool",
+        ["retriever", "--library", "{F}", "--train-file", "generated", "--output-dir", "{DIR}/o"],
+    ),
+    "trainer retriever pairs": (
+        "agenttrainer.cli",
+        "trajectory",
+        ["retriever", "--library", "generated", "--train-file", "{F}", "--output-dir", "{DIR}/o"],
+    ),
+    "trainer retriever-search": ("agenttrainer.cli", "tool", ["retriever-search", "--library", "{F}", "find an order"]),
     "trainer grpo online": (
         "agenttrainer.cli",
         "task",
