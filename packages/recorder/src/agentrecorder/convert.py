@@ -289,9 +289,13 @@ def is_trajectory_file(path: str | os.PathLike) -> bool:
     ATIF one, and ``steps``).
 
     Only the first non-blank line is read, at most ``KNOWLYR_MAX_LINE_BYTES`` of it: a longer one
-    is no trajectory line (the log reader then names it)."""
+    is no trajectory line (the log reader then names it); a file that opens a JSON array (a data
+    set on one line, perhaps) is none either, and no line of it is read."""
     try:
         with open(path, "rb") as handle:
+            if starts_an_array(handle.read(4096)):
+                return False
+            handle.seek(0)
             for _, raw in bounded_lines(handle, default_max_line_bytes()):
                 if raw is None:
                     return False
