@@ -68,6 +68,24 @@ FORMATS = {
         {"weights": {"goal_progress": 1.0}, "slope": 1.0, "intercept": 0.0},
         {"weights": "all", "slope": "steep"},
     ),
+    "atif": (
+        {
+            "schema_version": "ATIF-v1.5",
+            "session_id": "s-1",
+            "agent": {"name": "corpus", "version": "1.0"},
+            "steps": [
+                {"step_id": 1, "source": "user", "message": "list the files"},
+                {
+                    "step_id": 2,
+                    "source": "agent",
+                    "message": "",
+                    "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": {"command": "ls"}}],
+                    "observation": {"results": [{"source_call_id": "c1", "content": "a.py"}]},
+                },
+            ],
+        },
+        {"schema_version": "ATIF-v1.5", "session_id": 7, "agent": "corpus", "steps": [{"source": 5}]},
+    ),
 }
 FORMAT_KINDS = ("truncated", "utf16", "latin1", "nan", "wrong_types", "bad_line_50000")
 SHARED_KINDS = ("empty", "binary", "deep", "long_line")  # the same bytes whatever the format
@@ -97,6 +115,10 @@ COMMANDS = {
     "recorder stats": ("agentrecorder.cli", "trajectory", ["stats", "{F}"]),
     "recorder show": ("agentrecorder.cli", "trajectory", ["show", "{F}"]),
     "recorder view": ("agentrecorder.cli", "trajectory", ["view", "{F}", "-o", "{OUT}"]),
+    "recorder export atif": ("agentrecorder.cli", "trajectory", ["export", "--to", "atif", "{F}", "-o", "{OUT}"]),
+    "recorder export adp": ("agentrecorder.cli", "trajectory", ["export", "--to", "adp", "{F}", "-o", "{OUT}"]),
+    "recorder export from atif": ("agentrecorder.cli", "atif", ["export", "--to", "adp", "{F}", "-o", "{OUT}"]),
+    "recorder validate atif": ("agentrecorder.cli", "atif", ["validate", "-f", "atif", "{F}"]),
     "reward score": ("agentreward.cli", "trajectory", ["score", "{F}", "-o", "{OUT}"]),
     "reward score stdout": ("agentreward.cli", "trajectory", ["score", "{F}"]),
     "reward eval": ("agentreward.cli", "trajectory", ["eval", "{F}", "-o", "{OUT}"]),
