@@ -1,7 +1,9 @@
 """knowlyr-recorder: real agent logs into standard knowlyr trajectories.
 
-Adapters turn OpenHands, SWE-agent, mini-swe-agent, OpenAI tool-call chats (tau-bench),
-ShareGPT and Who&When logs into core ``Trajectory`` records; ``Recorder`` records live
+Adapters turn OpenHands, SWE-agent, mini-swe-agent, OpenAI tool-call chats (tau-bench,
+SWE-Gym), ShareGPT and Who&When logs, the ATIF and ADP standards and the nebius data set into
+core ``Trajectory`` records; ``to_atif`` / ``to_adp`` write the standards back (lossless
+round trip), ``validate_atif`` checks ATIF's required fields; ``Recorder`` records live
 agents into the same schema.
 
 Example:
@@ -11,6 +13,7 @@ Example:
 """
 
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList
+from agentrecorder.atif_validation import check_atif_file, validate_atif
 from agentrecorder.convert import (
     BatchReport,
     FileResult,
@@ -23,6 +26,7 @@ from agentrecorder.convert import (
 )
 from agentrecorder.detect import Detection, detect
 from agentrecorder.errors import ConversionError, FieldError, UnknownFormatError
+from agentrecorder.interop import export_file, to_adp, to_atif
 from agentrecorder.loading import load_records
 from agentrecorder.recorder import Episode, Recorder
 from agentrecorder.registry import ENTRY_POINT_GROUP, adapters, get_adapter, names, register_adapter
@@ -43,6 +47,12 @@ __all__ = [
     "iter_convert",
     "load_records",
     "load_trajectories",
+    # interchange standards (ATIF, ADP)
+    "check_atif_file",
+    "export_file",
+    "to_adp",
+    "to_atif",
+    "validate_atif",
     # adapters, registry and detection
     "ENTRY_POINT_GROUP",
     "RESPOND",

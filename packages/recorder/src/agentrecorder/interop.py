@@ -39,7 +39,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agentrecorder.adapters.adp import DEFAULT_SOURCE
 from agentrecorder.adapters.base import RESPOND, iso_timestamp
 from agentrecorder.errors import ConversionError
 from agentrecorder.extension import KEY, step_block, trajectory_block
@@ -200,6 +199,8 @@ def _final_metrics(trajectory: Trajectory) -> dict[str, Any]:
 
 def to_adp(trajectory: Trajectory) -> dict[str, Any]:
     """``trajectory`` as an ADP standardized row ``{id, content, details}``."""
+    from agentrecorder.adapters.adp import DEFAULT_SOURCE  # adapters load on use (see registry)
+
     content: list[dict[str, Any]] = []
     if trajectory.task.description:
         content.append(_text_observation(trajectory.task.description, "user", None))
