@@ -177,3 +177,26 @@ def test_security_roots_declared_by_the_client_are_allowed(host):
     _, (undeclared,) = asyncio.run(_session_calls(calls, roots=[root], command=cli))
     assert _payload(declared)["trajectories"] == 1
     assert _is_error(undeclared) and "outside the allowed roots" in undeclared.content[0].text
+
+
+def test_export_over_stdio(real, tmp_path):
+    rows = real("interop/nebius_swe-agent-trajectories_5rows.json")
+    out = tmp_path / "rows.atif.jsonl"
+    out.write_text("not ours\n")
+    tools, (refused, exported, bad) = asyncio.run(
+        _session_calls(
+            [
+                ("export", {"inputs": [str(rows)], "output": str(out), "to": "atif"}),
+                ("export", {"inputs": [str(rows)], "output": str(tmp_path / "rows.adp.json"), "to": "adp"}),
+                ("export", {"inputs": [str(rows)], "output": str(tmp_path / "x.json"), "to": "sql"}),
+            ],
+            roots=[tmp_path, rows.parent],
+        )
+    )
+    assert "export" in tools
+    assert _is_error(refused) and out.read_text() == "not ours\n"  # a file the server did not write
+    assert _payload(exported) == {"output": str(tmp_path / "rows.adp.json"), "to": "adp", "written": 5}
+    documents = json.loads((tmp_path / "rows.adp.json").read_text())
+    assert [d["id"] for d in documents][:2] == ["tomerfiliba__plumbum-366_17", "tempoCollaboration__OQuPy-74_55"]
+    assert _is_error(bad) and "unknown target 'sql'" in bad.content[0].text
+    assert not (tmp_path / "x.json").exists()

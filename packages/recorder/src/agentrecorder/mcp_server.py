@@ -1,4 +1,4 @@
-"""MCP server (stdio) exposing convert, validate and stats as tools for agents.
+"""MCP server (stdio) exposing convert, export (ATIF, ADP), validate and stats as tools for agents.
 
 Run it with ``knowlyr-recorder mcp`` or ``python -m agentrecorder.mcp_server``; it needs the
 ``mcp`` extra (the SDK shim, error rule and launcher are ``knowlyrcore.mcp``). Tools
@@ -8,7 +8,8 @@ return JSON objects; bad input comes back as a tool error carrying the same one-
 Paths are the client's, so every one is checked against the allowed roots (the working
 directory, or each ``--root DIR``, plus the roots the client declares): inputs and outputs
 outside them are refused, directories and globs are walked only inside them and only so far
-(``knowlyrcore.roots``), and ``convert`` never replaces a file this server did not write.
+(``knowlyrcore.roots``), and ``convert`` / ``export`` never replace a file this server did not
+write.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agentrecorder.convert import (
     iter_convert,
     load_trajectories,
 )
+from agentrecorder.interop import export_file
 from agentrecorder.stats import summarize
 from knowlyrcore.errors import KnowlyrError
 from knowlyrcore.jsonl import read_trajectories
@@ -75,6 +77,28 @@ def _convert(inputs: list[str], output: str, format: str, skip_invalid: bool) ->
         ],
         "failed": [{"path": str(f.path), "error": f.error} for f in report.failed],
     }
+
+
+@server.tool()
+async def export(
+    inputs: list[str], output: str, to: str, format: str = "auto", ctx: Context | None = None
+) -> dict[str, Any]:
+    """Write logs, data sets or trajectory JSONL as `to` ("atif" or "adp") documents at `output`.
+
+    A `.jsonl` output gets one document per line (streamed), any other one JSON document. The
+    write is atomic; `output` must be new or a file this server wrote.
+    """
+    await refresh_roots(server, ctx)
+    return await anyio.to_thread.run_sync(functools.partial(_export, inputs, output, to, format))
+
+
+def _export(inputs: list[str], output: str, to: str, format: str) -> dict[str, Any]:
+    files = _files(inputs)
+    with guard():
+        target = server.roots.writable(output)
+        written = export_file(files, target, to, format, progress=False)
+    server.roots.mark_written(target)
+    return {"output": str(target), "to": to, "written": written}
 
 
 @server.tool()
