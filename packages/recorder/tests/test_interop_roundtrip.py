@@ -198,3 +198,77 @@ def test_one_trajectory_exports_as_one_atif_document(real, tmp_path):
     assert [c["function_name"] for s in doc["steps"] for c in s.get("tool_calls", [])] == [
         "find_file", "open", "edit", "bash", "submit",
     ]  # fmt: skip
+
+
+def test_a_turn_with_two_tool_calls_links_results_by_id_and_is_written_as_one_step():
+    doc = {
+        "schema_version": "ATIF-v1.5",
+        "session_id": "two-calls",
+        "agent": {"name": "harbor-agent", "version": "1.0.0", "model_name": "m-1"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "price and volume of ACME?"},
+            {
+                "step_id": 2,
+                "source": "agent",
+                "timestamp": "2025-10-11T10:30:02Z",
+                "message": "two lookups",
+                "reasoning_content": "both at once",
+                "tool_calls": [
+                    {"tool_call_id": "p", "function_name": "quote", "arguments": {"ticker": "ACME", "metric": "price"}},
+                    {"tool_call_id": "v", "function_name": "quote", "arguments": {"ticker": "ACME", "metric": "volume"}},
+                ],
+                # results in the other order: they are matched by source_call_id, not position
+                "observation": {
+                    "results": [{"source_call_id": "v", "content": "1.5M"}, {"source_call_id": "p", "content": "$12"}]
+                },
+                "metrics": {"prompt_tokens": 52, "completion_tokens": 3, "completion_token_ids": [7, 8, 9],
+                            "logprobs": [-0.5, -0.25, -0.125]},
+            },
+            {"step_id": 3, "source": "agent", "message": "ACME: $12, 1.5M traded"},
+        ],
+    }  # fmt: skip
+    assert validate_atif(doc) == []
+    t = read_back(doc, "atif")
+    assert t.tool_names == ["quote", "quote", "respond"]
+    assert [s.observation.output for s in t.steps] == ["$12", "1.5M", ""]
+    assert t.steps[0].token_ids == [7, 8, 9] and t.steps[1].token_ids is None
+    assert t.steps[0].thought == "two lookups" and t.steps[1].thought == ""
+    assert t.steps[0].timestamp == t.steps[1].timestamp == 1760178602.0
+    assert t.steps[0].metadata["reasoning_content"] == "both at once"
+    assert t.steps[2].tool_call.parameters == {"message": "ACME: $12, 1.5M traded"}
+    assert t.usage.prompt_tokens == 52 and t.usage.api_calls == 2  # no final_metrics: the step sums
+
+    written = to_atif(t)
+    assert validate_atif(written) == []
+    turn = written["steps"][1]
+    assert [c["tool_call_id"] for c in turn["tool_calls"]] == ["p", "v"]
+    assert turn["observation"]["results"] == [
+        {"source_call_id": "p", "content": "$12"},
+        {"source_call_id": "v", "content": "1.5M"},
+    ]
+    assert turn["metrics"]["completion_token_ids"] == [7, 8, 9] and turn["timestamp"] == "2025-10-11T10:30:02Z"
+    assert [s["source"] for s in written["steps"]] == ["user", "agent", "agent"]
+    assert comparable(read_back(written, "atif")) == comparable(t)
+
+
+def test_results_without_call_ids_go_to_the_calls_in_order():
+    doc = {
+        "schema_version": "ATIF-v1.6",
+        "session_id": "s",
+        "agent": {"name": "a", "version": "1"},
+        "steps": [
+            {
+                "step_id": 1,
+                "source": "agent",
+                "message": "",
+                "tool_calls": [
+                    {"tool_call_id": "a", "function_name": "ls", "arguments": {}},
+                    {"tool_call_id": "b", "function_name": "pwd", "arguments": {}},
+                ],
+                "observation": {"results": [{"content": "x.py"}, {"content": "/work"}, {"content": "(done)"}]},
+            }
+        ],
+    }
+    t = read_back(doc, "atif")
+    assert [s.observation.output for s in t.steps] == ["x.py", "/work\n(done)"]  # the surplus joins the last call
+    assert t.task.description == ""
