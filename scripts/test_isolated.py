@@ -161,6 +161,7 @@ BARE_COMMANDS: dict[str, list[tuple[list[str], str | None]]] = {
         (["knowlyr-hub", "export", "--format", "sft", "-t", "{trajectory}", "-o", "{out}"], None),
         (["knowlyr-hub", "tasks", "--list"], "sandbox"),  # the task suites are knowlyr-sandbox's
         (["knowlyr-hub", "pipeline", "{trajectory}", "-o", "{out}"], "recorder"),  # converting logs
+        (["knowlyr-hub", "export", "--format", "atif", "-t", "{trajectory}", "-o", "{out}"], "recorder"),
     ],
     "recorder": [(["knowlyr-recorder", "formats"], None), (["knowlyr-recorder", "validate", "{trajectory}"], None)],
     "reward": [

@@ -3,6 +3,7 @@
 knowlyr-hub export --format sft  -t trajectories.jsonl -o sft_train.jsonl
 knowlyr-hub export --format dpo  -t trajectories.jsonl [-p preferences.jsonl] -o dpo_train.jsonl
 knowlyr-hub export --format grpo -t trajectories.jsonl -o grpo_train.jsonl
+knowlyr-hub export --format atif -t trajectories.jsonl -o atif.jsonl      (also adp; extra: recorder)
 knowlyr-hub dedup -t trajectories.jsonl -o unique.jsonl [--store cas/]
 knowlyr-hub evaluate -t run.jsonl
 knowlyr-hub compare -t agent_a.jsonl -t agent_b.jsonl
@@ -31,10 +32,7 @@ import click
 from knowlyrcore import TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
 from knowlyrcore.clikit import Group, mcp_command, run
 from knowlyrcore.errors import DataFormatError, InputError
-
-
-class MissingExtraError(InputError):
-    """A feature needs an extra (or a sibling package) that is not installed; the message names it."""
+from trajectoryhub.export import MissingExtraError
 
 
 def _read_all(paths: list[str]) -> list:
@@ -89,13 +87,19 @@ def cli() -> None:
 
 
 @cli.command("export")
-@click.option("--format", "fmt", required=True, type=click.Choice(["sft", "dpo", "grpo"]))
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    type=click.Choice(["sft", "dpo", "grpo", "atif", "adp"]),
+    help="A training set (sft, dpo, grpo) or an interchange standard (atif, adp; extra: recorder).",
+)
 @trajectory_files
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Dataset JSONL to write.")
 @click.option("-p", "--preferences", help="DPO: preference pairs from `knowlyr-reward pairs`.")
 @click.option("--sft-format", type=click.Choice(["steps", "messages"]), default="steps", show_default=True)
-@click.option("--min-reward", type=float, help="SFT: keep trajectories with at least this reward.")
-@click.option("--success-only", is_flag=True, help="SFT: keep only successful trajectories.")
+@click.option("--min-reward", type=float, help="SFT, ATIF, ADP: keep trajectories with at least this reward.")
+@click.option("--success-only", is_flag=True, help="SFT, ATIF, ADP: keep only successful trajectories.")
 @click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True,
               help="DPO: minimum reward gap of a pair.")  # fmt: skip
 @click.option("--min-group-size", type=click.IntRange(min=1), default=2, show_default=True,
@@ -103,12 +107,14 @@ def cli() -> None:
 def export_command(fmt: str, trajectories: tuple[str, ...], more_files: tuple[str, ...], output: str,
                    preferences: str | None, sft_format: str, min_reward: float | None, success_only: bool,
                    min_margin: float, min_group_size: int) -> None:  # fmt: skip
-    """Export trajectories as an SFT, DPO or GRPO dataset."""
+    """Export trajectories as an SFT, DPO or GRPO dataset, or as ATIF / ADP documents."""
     from trajectoryhub.export import DatasetExporter
 
     exporter = DatasetExporter(trajectories=_read_all(_files(trajectories, more_files)))
     if fmt == "sft":
         report = exporter.export_sft(output, format=sft_format, min_reward=min_reward, success_only=success_only)
+    elif fmt in ("atif", "adp"):
+        report = exporter.export_interchange(output, to=fmt, min_reward=min_reward, success_only=success_only)
     elif fmt == "dpo":
         report = exporter.export_dpo(output, preferences=preferences, min_margin=min_margin)
     else:

@@ -6,6 +6,8 @@
 - DPO: ``prompt`` / ``chosen`` / ``rejected`` with the two responses as message lists, from a
   preferences file (``knowlyr-reward pairs``) or paired here: per task, best against worst
   when their rewards differ by at least ``min_margin``.
+- ATIF / ADP: one interchange document per trajectory (with knowlyr-recorder, the ``recorder``
+  extra), for the other tools of the ecosystem.
 - GRPO: per task, every attempt (as messages) with its reward and step rewards; groups smaller than
   ``min_group_size`` or whose rewards are all equal (zero advantage: no learning signal) are
   left out and counted.
@@ -27,8 +29,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from knowlyrcore import SCHEMA_VERSION, Trajectory, read_trajectories, write_jsonl
-from knowlyrcore.errors import DataFormatError, DomainError
+from knowlyrcore.errors import DataFormatError, DomainError, InputError
 from knowlyrcore.jsonl import iter_json_lines, validation_error
+
+
+class MissingExtraError(InputError):
+    """A feature needs an extra (or a sibling package) that is not installed; the message names it."""
 
 
 def trajectory_reward(t: Trajectory) -> float | None:
@@ -145,6 +151,19 @@ class DatasetExporter:
                 groups[t.task.id].append((reward, t))
         return groups
 
+    def _kept(self, report: ExportReport, *, min_reward: float | None, success_only: bool) -> Iterator[Trajectory]:
+        """The trajectories an SFT-style export keeps; the others are counted in ``report``."""
+        for t in self.trajectories:
+            reward = trajectory_reward(t)
+            if not t.steps:
+                report.skip("no_steps")
+            elif success_only and t.outcome.success is not True:
+                report.skip("not_successful")
+            elif min_reward is not None and (reward is None or reward < min_reward):
+                report.skip("below_min_reward")
+            else:
+                yield t
+
     def export_sft(
         self, output: str | os.PathLike, *, format: str = "steps", min_reward: float | None = None,
         success_only: bool = False, system_prompt: str | None = None, include_tools: bool = True,
@@ -159,18 +178,9 @@ class DatasetExporter:
             raise ValueError(f"format must be 'steps' or 'messages', got {format!r}")
         report = ExportReport()
         records = []
-        for t in self.trajectories:
-            reward = trajectory_reward(t)
-            if not t.steps:
-                report.skip("no_steps")
-                continue
-            if success_only and t.outcome.success is not True:
-                report.skip("not_successful")
-                continue
-            if min_reward is not None and (reward is None or reward < min_reward):
-                report.skip("below_min_reward")
-                continue
-            record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "task_id": t.task.id, "reward": reward}
+        for t in self._kept(report, min_reward=min_reward, success_only=success_only):
+            record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "task_id": t.task.id,
+                                      "reward": trajectory_reward(t)}  # fmt: skip
             if format == "steps":
                 context = {k: v for k, v in {"repo": t.task.repo, "domain": t.task.domain}.items() if v}
                 record |= {"instruction": t.task.description, "input": json.dumps(context) if context else "",
@@ -183,6 +193,25 @@ class DatasetExporter:
             record["metadata"] = _metadata(t)
             records.append(record)
         report.written = write_jsonl(output, records)
+        return report
+
+    def export_interchange(
+        self, output: str | os.PathLike, *, to: str, min_reward: float | None = None, success_only: bool = False
+    ) -> ExportReport:
+        """One ATIF or ADP document per kept trajectory, one per line, for tools that read those
+        standards (knowlyr-recorder's writers: what a standard has no field for rides along under
+        a ``knowlyr`` key, so reading the file back with knowlyr-recorder loses nothing)."""
+        try:
+            from agentrecorder.interop import WRITERS
+        except ImportError:
+            raise MissingExtraError(
+                f"exporting {to} needs knowlyr-recorder: pip install 'knowlyr-hub[recorder]'"
+            ) from None
+        if to not in WRITERS:
+            raise ValueError(f"to must be one of {', '.join(WRITERS)}, got {to!r}")
+        report = ExportReport()
+        documents = [WRITERS[to](t) for t in self._kept(report, min_reward=min_reward, success_only=success_only)]
+        report.written = write_jsonl(output, documents)
         return report
 
     def export_dpo(

@@ -49,10 +49,11 @@ async def _threaded(ctx: Context | None, fn, *args) -> Any:
 async def export(
     format: str, trajectories: list[str], output: str, min_margin: float = 0.1, ctx: Context | None = None
 ) -> dict[str, Any]:
-    """Export trajectory JSONL files (or directories of them) as an `sft`, `dpo` or `grpo` dataset
-    at `output` (new, or a file this server wrote)."""
-    if format not in ("sft", "dpo", "grpo"):
-        raise ToolError(f"format must be sft, dpo or grpo, got {format!r}")
+    """Export trajectory JSONL files (or directories of them) as an `sft`, `dpo` or `grpo` dataset,
+    or as `atif` / `adp` interchange documents (needs knowlyr-recorder), at `output` (new, or a
+    file this server wrote)."""
+    if format not in ("sft", "dpo", "grpo", "atif", "adp"):
+        raise ToolError(f"format must be sft, dpo, grpo, atif or adp, got {format!r}")
     return await _threaded(ctx, _export, format, trajectories, output, min_margin)
 
 
@@ -65,6 +66,8 @@ def _export(format: str, trajectories: list[str], output: str, min_margin: float
             report = exporter.export_sft(target)
         elif format == "dpo":
             report = exporter.export_dpo(target, min_margin=min_margin)
+        elif format in ("atif", "adp"):
+            report = exporter.export_interchange(target, to=format)
         else:
             report = exporter.export_grpo(target)
     server.roots.mark_written(target)
