@@ -156,7 +156,11 @@ def check_mcp_1x(folder: str, pip: list[str]) -> int:
 #: traceback), and commands that need an extra: ``(argv, extra)``. ``{trajectory}`` is a small
 #: valid trajectory file, ``{out}`` a file to write; commands run in a scratch directory.
 BARE_COMMANDS: dict[str, list[tuple[list[str], str | None]]] = {
-    "core": [(["knowlyr-core", "validate", "{trajectory}"], None), (["knowlyr-core", "domains"], None)],
+    "core": [
+        (["knowlyr-core", "validate", "{trajectory}"], None),
+        (["knowlyr-core", "domains"], None),
+        (["knowlyr-core", "tools", "search", "generated", "cancel an order"], None),  # BM25 needs nothing
+    ],
     "hub": [
         (["knowlyr-hub", "export", "--format", "sft", "-t", "{trajectory}", "-o", "{out}"], None),
         (["knowlyr-hub", "tasks", "--list"], "sandbox"),  # the task suites are knowlyr-sandbox's
@@ -173,6 +177,7 @@ BARE_COMMANDS: dict[str, list[tuple[list[str], str | None]]] = {
         (["knowlyr-trainer", "sft", "--help"], None),
         (["knowlyr-trainer", "serve", "--help"], None),  # help needs no extra
         (["knowlyr-trainer", "serve", "{out}"], "serve"),  # the extra is checked before the checkpoint
+        (["knowlyr-trainer", "retriever-search", "cancel an order"], "retriever"),  # the MiniLM encoder
     ],
 }
 
