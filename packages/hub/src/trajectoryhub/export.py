@@ -210,8 +210,8 @@ class DatasetExporter:
         if to not in WRITERS:
             raise ValueError(f"to must be one of {', '.join(WRITERS)}, got {to!r}")
         report = ExportReport()
-        documents = [WRITERS[to](t) for t in self._kept(report, min_reward=min_reward, success_only=success_only)]
-        report.written = write_jsonl(output, documents)
+        kept = self._kept(report, min_reward=min_reward, success_only=success_only)
+        report.written = write_jsonl(output, (WRITERS[to](t) for t in kept))  # streamed, one document at a time
         return report
 
     def export_dpo(

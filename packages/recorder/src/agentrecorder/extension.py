@@ -41,17 +41,23 @@ def _strip(data: dict[str, Any], carried: Iterable[str]) -> dict[str, Any]:
     return data
 
 
+def _own_metadata(data: dict[str, Any], metadata: dict[str, Any], carried: Iterable[str]) -> dict[str, Any]:
+    """``data`` whose ``metadata`` is ``metadata`` less the keys a writer maps onto standard
+    fields (left out when nothing remains)."""
+    carried = set(carried)
+    data.pop("metadata", None)
+    kept = {k: v for k, v in metadata.items() if k not in carried}
+    if kept:
+        data["metadata"] = kept
+    return data
+
+
 def step_block(step: Step, carried: Iterable[str], metadata_carried: Iterable[str] = ()) -> dict[str, Any]:
     """The fields of ``step`` that differ from their default and that the standard does not carry
     (``carried``: dotted field names such as ``observation.output``; ``metadata_carried``: the
     metadata keys the writer maps onto standard fields)."""
     data = step.model_dump(mode="json", exclude_defaults=True)
-    data = _strip(data, ["index", *carried])
-    metadata = {k: v for k, v in step.metadata.items() if k not in set(metadata_carried)}
-    data.pop("metadata", None)
-    if metadata:
-        data["metadata"] = metadata
-    return data
+    return _own_metadata(_strip(data, ["index", *carried]), step.metadata, metadata_carried)
 
 
 def restore_step(step: Step, block: Any, where: str) -> Step:
@@ -76,11 +82,7 @@ def trajectory_block(trajectory: Trajectory, metadata_carried: Iterable[str] = (
     """Every trajectory field except the steps, agent and model (which every standard carries);
     restored, each replaces what the reader made of the standard's own fields."""
     data = trajectory.model_dump(mode="json", exclude_defaults=True)
-    data = _strip(data, _TRAJECTORY_CARRIED)
-    metadata = {k: v for k, v in trajectory.metadata.items() if k not in set(metadata_carried)}
-    data.pop("metadata", None)
-    if metadata:
-        data["metadata"] = metadata
+    data = _own_metadata(_strip(data, _TRAJECTORY_CARRIED), trajectory.metadata, metadata_carried)
     data["id"] = trajectory.id
     data.setdefault("task", {})
     data.setdefault("outcome", {})  # what the reader made of the standard's fields is replaced
