@@ -11,6 +11,11 @@ PACKAGES := $(sort $(patsubst packages/%/src,%,$(wildcard packages/*/src)))
 TORCH_SPEC ?= torch==2.13.0
 NEEDS_TORCH := $(filter trainer,$(PACKAGES))
 PYTEST_ARGS ?=
+# TEST_ORDER_SEED=N runs the tests in a random order drawn from N (pytest-random-order: modules
+# shuffled, and the tests inside each module): an outcome that depends on which test ran before
+# shows up. The same N gives the same order again. CI draws N from the commit.
+TEST_ORDER_SEED ?=
+TEST_ORDER := $(if $(TEST_ORDER_SEED),--random-order-bucket=module --random-order-seed=$(TEST_ORDER_SEED))
 
 .DEFAULT_GOAL := help
 
@@ -31,18 +36,18 @@ $(VENV)/.installed: $(BIN)/python $(wildcard packages/*/pyproject.toml) Makefile
 install: $(VENV)/.installed ## create .venv and install every package (editable, dev extras)
 
 lint: install ## ruff check and format check
-	$(BIN)/ruff check packages tests examples bench scripts
-	$(BIN)/ruff format --check packages tests examples bench scripts
+	$(BIN)/ruff check packages tests examples bench scripts conftest.py
+	$(BIN)/ruff format --check packages tests examples bench scripts conftest.py
 
 format: install ## apply ruff formatting and import sorting
-	$(BIN)/ruff check --fix packages tests examples bench scripts
-	$(BIN)/ruff format packages tests examples bench scripts
+	$(BIN)/ruff check --fix packages tests examples bench scripts conftest.py
+	$(BIN)/ruff format packages tests examples bench scripts conftest.py
 
-test: install lint ## lint, then run unit and integration tests (what CI runs)
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+test: install lint ## lint, then run unit and integration tests (what CI runs); TEST_ORDER_SEED=N shuffles them
+	$(BIN)/pytest -m "not slow" $(TEST_ORDER) $(PYTEST_ARGS)
 
-test-unit: install ## fast tests only (no Docker, no model, no servers)
-	$(BIN)/pytest -m "not slow and not integration" $(PYTEST_ARGS)
+test-unit: install ## fast tests only (no Docker, no model, no servers); TEST_ORDER_SEED=N shuffles them
+	$(BIN)/pytest -m "not slow and not integration" $(TEST_ORDER) $(PYTEST_ARGS)
 
 test-slow: install ## the slow tier (full demo runs)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)

@@ -23,7 +23,16 @@ from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.policy import BatchPolicy
 from knowlyrcore.testing import PolicyConformance
 
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Batched and one-by-one generation compared on one thread (same reduction order); the
+    process's own setting is put back for the tests after these."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 WEATHER = {
     "type": "function",

@@ -18,14 +18,18 @@ SYSTEM = "You are a test agent."
 
 class Countdown(AgentEnv):
     """Ends after ``metadata.n`` steps (default 3); each step's reward depends on the action text,
-    so sampled episodes of one task score differently. ``metadata.fail_at`` makes step k raise an
-    infrastructure error; an action named ``invalid`` is refused with ``InvalidActionError``."""
+    so sampled episodes of one task score differently. With ``metadata.reward_by_seed`` the reward
+    is instead the parity of the episode's reset seed: consecutive episodes of a group (seeds
+    ``s, s+1, ...``) then score differently whatever the model samples. ``metadata.fail_at`` makes
+    step k raise an infrastructure error; an action named ``invalid`` is refused with
+    ``InvalidActionError``."""
 
     domain = "generic"
 
     def reset(self, *, task=None, seed=None):
         meta = getattr(task, "metadata", {}) or {}
         self.left, self.fail_at, self.done_steps = int(meta.get("n", 3)), meta.get("fail_at"), 0
+        self.seed_reward = float(seed % 2) if meta.get("reward_by_seed") and seed is not None else None
         return TimeStep(observation=f"Count down from {self.left}.")
 
     def step(self, action):
@@ -36,7 +40,7 @@ class Countdown(AgentEnv):
             raise InvalidActionError("tool 'invalid' does not exist")
         self.left -= 1
         text = json.dumps(action["params"], sort_keys=True)
-        reward = float(sum(map(ord, text)) % 3 == 0)
+        reward = float(sum(map(ord, text)) % 3 == 0) if self.seed_reward is None else self.seed_reward
         done = self.left <= 0
         return TimeStep(observation=f"{self.left} left", reward=reward, terminated=done, info={"success": reward > 0})
 
@@ -469,7 +473,10 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
     if use_lora:
         require_module("peft", "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
 
-    tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}, {"metadata": {"n": 3}}])
+    # Rewards by episode seed: every group of 3 holds both rewards, so the update has a signal
+    # whatever the server samples (a group of equal rewards is skipped and takes no step).
+    tasks = [{"metadata": {"n": 2, "reward_by_seed": True}}, {"metadata": {"n": 3, "reward_by_seed": True}}]
+    tasks_file = write_tasks(tmp_path / "t.jsonl", tasks)
     monkeypatch.setenv("KNOWLYR_GENERATION_API_KEY", "s3cret-key")
     with ServerProcess(tiny_path, "--allow-weight-updates", "--api-key", "s3cret-key") as server:
         c = config(tmp_path, tasks_file, model_name_or_path=tiny_path, generation_url=server.base_url,
@@ -479,6 +486,8 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
         assert isinstance(trainer.generator, ServerGenerator)
         rollouts = trainer.rollout(0)
         assert all(r.valid for r in rollouts) and sum(len(r.step_spans) for r in rollouts) >= 5
+        for group in (rollouts[:3], rollouts[3:]):  # the signal the update below depends on
+            assert len({r.env_reward > 0 for r in group}) == 2, [r.env_reward for r in group]
         # the server's log-probs are the training model's on the same ids
         logps, mask, _ = trainer.forward(trainer.wrapped, [trainer.example(r) for r in rollouts])
         for i, r in enumerate(rollouts):

@@ -34,15 +34,17 @@ class MetricsLogger:
                 import wandb
             except ImportError:
                 raise ImportError("report_to wandb needs: pip install 'knowlyr-trainer[wandb]'") from None
-            os.environ.setdefault("WANDB_MODE", "offline")
-            os.environ.setdefault("WANDB_SILENT", "true")
+            # Offline and quiet unless the user's environment says otherwise; passed as arguments,
+            # not written into os.environ, so the defaults do not leak into the rest of the process.
+            silent = os.environ.get("WANDB_SILENT", "true").lower() in ("1", "true", "yes")
             self._wandb = wandb.init(
                 project=os.environ.get("WANDB_PROJECT", "knowlyr-trainer"),
                 name=run_name,
                 dir=str(out),
                 config=config,
-                mode=os.environ["WANDB_MODE"],
+                mode=os.environ.get("WANDB_MODE", "offline"),
                 reinit="finish_previous",
+                settings=wandb.Settings(silent=silent),
             )
 
     def log(self, metrics: dict[str, float], step: int) -> None:

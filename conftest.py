@@ -1,0 +1,144 @@
+"""Test isolation for the whole monorepo: a test's outcome must not depend on which tests ran before it.
+
+Loaded for every test under ``packages/`` and ``tests/`` (this is the rootdir's conftest), also in
+the per-package isolated runs, so it imports only the standard library; torch and numpy are
+touched only when a test already imported them.
+
+- **Random state.** Before each test's setup (its fixtures included, even session-scoped ones it
+  is the first to use), Python's, NumPy's and torch's global generators are seeded from the test's
+  own id. Every test sees the same random stream whatever ran before it, in any order.
+- **Process-wide settings.** Environment variables, the working directory, the socket default
+  timeout and torch's global switches (default dtype, grad mode, thread count, deterministic
+  algorithms, matmul precision) are read before a test and after its teardown. A test that changes
+  one and does not put it back fails with the list of what it left changed, and the setting is
+  restored so the tests after it still run in a clean process. Session-scoped fixtures (a daemon,
+  a served model) are exempt while they live: what they set is part of the session they build.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import sys
+import zlib
+from typing import Any
+
+import pytest
+
+_SNAPSHOT = pytest.StashKey[dict[str, Any]]()
+#: Variables libraries set for themselves on first import or use; they change no test's outcome.
+_ENV_IGNORED = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "TOKENIZERS_PARALLELISM", "PYTEST_CURRENT_TEST"})
+_ENV_IGNORED_PREFIXES = ("RAY_", "COV_CORE_", "TORCHINDUCTOR_", "TRITON_", "WANDB_SERVICE")
+
+
+def _seed_for(nodeid: str) -> int:
+    return zlib.crc32(nodeid.encode())
+
+
+def seed_global_generators(seed: int) -> None:
+    """Seed every global random generator a test could draw from (those already imported)."""
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "manual_seed"):
+        torch.manual_seed(seed)
+
+
+def _torch_settings() -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "get_default_dtype"):
+        return {}
+    return {
+        "torch.default_dtype": torch.get_default_dtype(),
+        "torch.grad_enabled": torch.is_grad_enabled(),
+        "torch.num_threads": torch.get_num_threads(),
+        "torch.deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "torch.float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+def _restore_torch(name: str, value: Any) -> None:
+    import torch
+
+    setter = {
+        "torch.default_dtype": torch.set_default_dtype,
+        "torch.grad_enabled": torch.set_grad_enabled,
+        "torch.num_threads": torch.set_num_threads,
+        "torch.deterministic_algorithms": torch.use_deterministic_algorithms,
+        "torch.float32_matmul_precision": torch.set_float32_matmul_precision,
+    }[name]
+    setter(value)
+
+
+def _tracked_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _ENV_IGNORED and not k.startswith(_ENV_IGNORED_PREFIXES)}
+
+
+def _snapshot() -> dict[str, Any]:
+    return {
+        "env": _tracked_env(),
+        "cwd": os.getcwd(),
+        "socket_timeout": socket.getdefaulttimeout(),
+        **_torch_settings(),
+    }
+
+
+#: Environment variables a session-, package- or module-scoped fixture set or removed: they are
+#: that fixture's to own for its lifetime (a daemon's socket path, say), not a test's leak.
+_FIXTURE_OWNED_ENV: set[str] = set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+    if fixturedef.scope == "function":
+        yield
+        return
+    before = _tracked_env()
+    yield
+    after = _tracked_env()
+    _FIXTURE_OWNED_ENV.update(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def _restore(before: dict[str, Any]) -> list[str]:
+    """Put every changed setting back; return one description per change."""
+    changed: list[str] = []
+    after = _snapshot()
+    old_env, new_env = before["env"], after["env"]
+    for key in sorted(set(old_env) | set(new_env)):
+        if old_env.get(key) != new_env.get(key) and key not in _FIXTURE_OWNED_ENV:
+            changed.append(f"environment variable {key}: {old_env.get(key)!r} -> {new_env.get(key)!r}")
+            if key in old_env:
+                os.environ[key] = old_env[key]
+            else:
+                os.environ.pop(key, None)
+    if after["cwd"] != before["cwd"]:
+        changed.append(f"working directory: {before['cwd']} -> {after['cwd']}")
+        os.chdir(before["cwd"])
+    if after["socket_timeout"] != before["socket_timeout"]:
+        changed.append(f"socket default timeout: {before['socket_timeout']} -> {after['socket_timeout']}")
+        socket.setdefaulttimeout(before["socket_timeout"])
+    for name, value in before.items():
+        if name.startswith("torch.") and after.get(name) != value:
+            changed.append(f"{name}: {value} -> {after.get(name)}")
+            _restore_torch(name, value)
+    return changed
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_SNAPSHOT] = _snapshot()
+    seed_global_generators(_seed_for(item.nodeid))
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    before = item.stash.get(_SNAPSHOT, None)
+    if before is None:
+        return
+    changed = _restore(before)
+    if changed:
+        raise AssertionError(f"{item.nodeid} left process-wide state changed: " + "; ".join(changed))
