@@ -2,13 +2,16 @@
 determinism, split disjointness, an expert that solves every task and policies that must not."""
 
 import json
+import re
 
 import pytest
 
 from agentsandbox.retail import RetailEnv
 from agentsandbox.retail.db import open_shop, state_digest
 from agentsandbox.suites import SPLITS, SuiteError, get_suite
-from agentsandbox.suites.retail import SEEN_TEMPLATES, UNSEEN_TEMPLATES
+from agentsandbox.suites import retail as retail_suite
+from agentsandbox.suites.retail import SEEN_TEMPLATES, TRAIN_ONLY_TEMPLATES, UNSEEN_TEMPLATES
+from agentsandbox.suites.retail_phrasing import VERBS
 from knowlyrcore import make
 from knowlyrcore.testing import EnvConformance
 
@@ -57,7 +60,8 @@ def test_train_and_test_share_no_entity_no_id_and_unseen_templates_are_held_out(
     assert train_entities and held_entities and not train_entities & held_entities
     assert not {t["id"] for t in train} & {t["id"] for t in held_out}
     train_templates = {t["metadata"]["template"] for t in train}
-    assert train_templates == set(SEEN_TEMPLATES)
+    assert train_templates == set(SEEN_TEMPLATES) | set(TRAIN_ONLY_TEMPLATES)
+    assert {t["metadata"]["template"] for t in RETAIL.generate("test", 50, 0)} == set(SEEN_TEMPLATES)
     assert {t["metadata"]["template"] for t in RETAIL.generate("test-unseen", 50, 0)} == set(UNSEEN_TEMPLATES)
     assert not train_templates & set(UNSEEN_TEMPLATES)
     # unseen templates combine tools that train demonstrates: generalisation, not a new tool
@@ -98,6 +102,78 @@ def test_do_nothing_and_shortcut_policies_fail(split):
     for task in needs_state:
         final = task["metadata"]["solution"][-1]
         assert play(task, [final]).info["success"] is False, task["id"]
+
+
+def _skeleton_sentences(task):
+    """The request's sentences with every entity and id replaced: its wording, not its content."""
+    text = task["description"]
+    world = task["metadata"]["world"]
+    names = [u["name"] for u in world["users"]] + [u["email"] for u in world["users"]]
+    for entity in sorted({*task["metadata"]["entities"], *names}, key=len, reverse=True):
+        text = text.replace(entity, "<e>")
+    return {s.strip() for s in re.split(r"(?<=[.?!;])\s+", text) if s.strip()}
+
+
+def test_held_out_requests_use_wordings_train_never_shows():
+    """Read off the generated files: no sentence (entities masked), frame or verb phrase of a
+    test or test-unseen request occurs in train, over several seeds."""
+    train = [t for seed in range(3) for t in RETAIL.generate("train", 320, seed)]
+    held = [t for seed in range(3) for split in ("test", "test-unseen") for t in RETAIL.generate(split, 120, seed)]
+    train_sentences = set().union(*map(_skeleton_sentences, train))
+    for task in held:
+        shared = _skeleton_sentences(task) & train_sentences
+        assert not shared, (task["id"], task["description"], shared)
+    assert {t["metadata"]["phrasing"]["frame"] for t in train}.isdisjoint(
+        t["metadata"]["phrasing"]["frame"] for t in held
+    )
+    train_verbs = {t["metadata"]["phrasing"]["verb"] for t in train} - {None}
+    held_verbs = {t["metadata"]["phrasing"]["verb"] for t in held} - {None}
+    assert train_verbs and held_verbs and train_verbs.isdisjoint(held_verbs)
+    train_text = " ".join(t["description"].lower() for t in train)
+    for verb in (v for intent in VERBS.values() for v in intent["held_out"] if "{" not in v):
+        assert not re.search(rf"\b{verb}\b", train_text), verb
+    # the grammar is used: many distinct wordings per template, and the typos are there
+    per_template = {}
+    for t in held:
+        per_template.setdefault(t["metadata"]["template"], set()).add(frozenset(_skeleton_sentences(t)))
+    assert all(len(wordings) >= 5 for wordings in per_template.values()), {k: len(v) for k, v in per_template.items()}
+    assert 0.03 < sum(t["metadata"]["phrasing"]["typo"] for t in held) / len(held) < 0.3
+
+
+def test_unseen_templates_tool_sequences_never_occur_in_train():
+    train = [t for seed in range(2) for t in RETAIL.generate("train", 320, seed)]
+    train_sequences = {tuple(a["tool"] for a in t["metadata"]["solution"]) for t in train}
+    unseen_sequences = {
+        tuple(a["tool"] for a in t["metadata"]["solution"]) for t in RETAIL.generate("test-unseen", 60, 0)
+    }
+    assert len(unseen_sequences) == len(UNSEEN_TEMPLATES)
+    assert unseen_sequences.isdisjoint(train_sequences)
+
+
+def test_wording_does_not_change_the_world_the_solution_or_the_answer_check(monkeypatch):
+    """Requests are worded from a random stream of their own."""
+    worded = RETAIL.generate("test", 30, 4)
+    monkeypatch.setattr(retail_suite, "phrase", lambda template, split, rng, slots, identity: ("plain", {}))
+    plain = RETAIL.generate("test", 30, 4)
+    keys = ("world", "solution", "answer_contains", "answer_excludes", "template")
+    assert [[t["metadata"][k] for k in keys] for t in worded] == [[t["metadata"][k] for k in keys] for t in plain]
+
+
+def test_requests_name_what_the_solution_needs():
+    """The lookup the solution starts with is possible from the request: an email when it finds
+    by email, the name and never the email when it finds by name; every order id and item it
+    touches is named, except where the request says "my pending order"."""
+    for split in ("train", "test", "test-unseen"):
+        for task in RETAIL.generate(split, 90, 2):
+            text, solution = task["description"], task["metadata"]["solution"]
+            first = solution[0]
+            if first["tool"] == "find_user_by_email":
+                assert first["params"]["email"] in text, text
+            if first["tool"] == "find_user_by_name":
+                user = next(u for u in task["metadata"]["world"]["users"] if u["name"] == first["params"]["name"])
+                assert user["name"] in text and user["email"] not in text, text
+            named = [a["params"]["order_id"] for a in solution if a["tool"] == "get_order"]
+            assert all(oid in text for oid in named), text
 
 
 def test_listing_every_status_does_not_pass_the_answer_check():

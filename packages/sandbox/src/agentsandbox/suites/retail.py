@@ -6,21 +6,33 @@ the customer's request as its description, the ground-truth tool calls
 
 Templates (the number of tool calls in brackets):
 
-=====================  =====================================================================  =====
-template               the customer asks to ...                                               split
-=====================  =====================================================================  =====
-order_status           know an order's status                                     [2]         all
-cancel_order           cancel an order (refused when it is no longer pending)     [3-4]       all
-change_address         ship a pending order elsewhere                             [4]         all
-return_item            return one item of a delivered order                       [4]         all
-count_orders           know how many orders they have                             [3]         all
-cancel_two             cancel two pending orders                                  [6]         all
-cancel_reasons         know which reasons a cancellation accepts                  [1]         all
-email_on_file          know the email on their account, giving their name         [2]         all
-address_by_email       know the address on file, giving their email               [3]         all
-address_on_file        know the address on file, giving only their name           [3]         unseen
-cancel_pending_by_name cancel their pending order, giving only their name         [4]         unseen
-=====================  =====================================================================  =====
+========================  =====================================================================  =====
+template                  the customer asks to ...                                               split
+========================  =====================================================================  =====
+order_status              know an order's status                                     [2]        all
+cancel_order              cancel an order (refused when it is no longer pending)     [3-4]      all
+change_address            ship a pending order elsewhere                             [4]        all
+return_item               return one item of a delivered order                       [4]        all
+count_orders              know how many orders they have                             [3]        all
+cancel_two                cancel two pending orders                                  [6]        all
+cancel_reasons            know which reasons a cancellation accepts                  [1]        all
+email_on_file             know the email on their account, giving their name         [2]        all
+address_by_email          know the address on file, giving their email               [3]        all
+address_on_file           know the address on file, giving only their name           [3]        unseen
+cancel_pending_by_name    cancel their pending order, giving only their name         [4]        unseen
+change_address_by_name    ship their pending order elsewhere, giving only their name [4]        train
+cancel_pending_by_email   cancel their pending order, giving their email             [4]        train
+cancel_and_return         cancel one order and return an item of another             [6]        train
+========================  =====================================================================  =====
+
+``all`` templates are in ``train`` and ``test``; the three ``train`` ones compose skills the
+others teach (a lookup by name followed by a write, a list followed by a cancellation, two writes
+on two orders), so training shows composition without showing the unseen templates' own tool
+sequences.
+
+Requests are worded by ``retail_phrasing``: ``train`` and the held-out splits use disjoint
+sentence frames, verb phrases, identity clauses, reason wordings, greetings and chit-chat, with
+occasional typos, so ``test`` measures the task rather than the sentences train showed.
 
 The unseen templates use no tool that the seen ones do not also use; they combine them in
 ways train never shows (look a customer up by name, then read or change their account), so
@@ -43,6 +55,7 @@ from typing import Any
 from agentsandbox.retail.db import CANCEL_REASONS
 from agentsandbox.retail.env import SYSTEM_PROMPT
 from agentsandbox.suites import TaskSuite
+from agentsandbox.suites.retail_phrasing import phrase
 
 _FIRST = ["Ava", "Liam", "Mia", "Noah", "Zoe", "Ethan", "Ivy", "Lucas", "Chloe", "Mason", "Nora", "Owen", "Ruby",
           "Caleb", "Lily", "Felix", "Hazel", "Jonah", "Iris", "Miles", "Stella", "Hugo", "Alice", "Theo", "Clara",
@@ -64,6 +77,8 @@ _PRODUCTS = ["desk lamp", "water bottle", "backpack", "yoga mat", "coffee grinde
 SEEN_TEMPLATES = ("order_status", "cancel_order", "change_address", "return_item", "count_orders", "cancel_two",
                   "cancel_reasons", "email_on_file", "address_by_email")  # fmt: skip
 UNSEEN_TEMPLATES = ("address_on_file", "cancel_pending_by_name")
+#: Compositions of skills the seen templates teach, in ``train`` only (``test`` keeps the nine).
+TRAIN_ONLY_TEMPLATES = ("change_address_by_name", "cancel_pending_by_email", "cancel_and_return")
 
 
 class _Pools:
@@ -113,6 +128,13 @@ def _call(tool: str, **params: Any) -> dict[str, Any]:
     return {"tool": tool, "params": params}
 
 
+def _request(user: dict[str, Any], identity: str | None, **slots: Any) -> dict[str, Any]:
+    """What the customer's request must say (worded later by ``retail_phrasing.phrase``):
+    ``identity`` is how they identify themselves (``"email_or_both"``, ``"name"``, or None when
+    the task needs no lookup), ``slots`` the order ids, items, addresses and reason."""
+    return {"identity": identity, "name": user["name"], "email": user["email"], **slots}
+
+
 def _orders_of(world: dict[str, Any], user: dict[str, Any], status: str | None = None) -> list[dict[str, Any]]:
     return [o for o in world["orders"] if o["user_id"] == user["user_id"] and (status is None or o["status"] == status)]
 
@@ -138,22 +160,20 @@ def _ensure_order(rng: random.Random, pools: _Pools, world: dict[str, Any], user
 #: also names the true one, so listing every status cannot game the answer check.
 STATUSES = ("pending", "processed", "delivered", "cancelled")
 
-# Each template fills (description, solution, answer_contains, answer_excludes) from the world
-# and the customer.
+# Each template fills (request, solution, answer_contains, answer_excludes) from the world and
+# the customer; the request (see ``_request``) is worded by ``retail_phrasing``.
 Template = Callable[
-    [random.Random, _Pools, dict[str, Any], dict[str, Any]], tuple[str, list[dict], list[str], list[str]]
+    [random.Random, _Pools, dict[str, Any], dict[str, Any]], tuple[dict[str, Any], list[dict], list[str], list[str]]
 ]
 
 
 def _order_status(rng, pools, world, user):
     order = rng.choice(_orders_of(world, user))
     oid = order["order_id"]
-    description = rng.choice([f"Hi, what is the status of my order {oid}?",
-                              f"Can you tell me where my order {oid} is?",
-                              f"I'm {user['name']}. Has order {oid} shipped yet? What's its status?"])  # fmt: skip
+    request = _request(user, None, oid=oid)
     answer = f"Your order {oid} is {order['status']}."
     others = [s for s in STATUSES if s != order["status"]]
-    return description, [_call("get_order", order_id=oid), _call("respond", message=answer)], [order["status"]], others
+    return request, [_call("get_order", order_id=oid), _call("respond", message=answer)], [order["status"]], others
 
 
 def _cancel_order(rng, pools, world, user):
@@ -162,53 +182,45 @@ def _cancel_order(rng, pools, world, user):
         [o for o in _orders_of(world, user) if o["status"] != "pending"] or [_ensure_order(rng, pools, world, user,
                                                                                             "delivered")])  # fmt: skip
     oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
-    why = {"no longer needed": rng.choice(["I don't need it anymore", "I no longer need it"]),
-           "ordered by mistake": rng.choice(["I ordered it by mistake", "it was a mistake to order it"])}[reason]  # fmt: skip
-    description = rng.choice([f"Hi, my email is {user['email']}. Please cancel order {oid}, {why}.",
-                              f"I'm {user['name']} ({user['email']}). Cancel my order {oid} because {why}."])  # fmt: skip
+    request = _request(user, "email_or_both", oid=oid, reason=reason)
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid)]
     if order["status"] == "pending":
         solution.append(_call("cancel_order", order_id=oid, reason=reason))
-        return description, [*solution, _call("respond", message=f"Order {oid} is now cancelled.")], ["cancelled"], []
+        return request, [*solution, _call("respond", message=f"Order {oid} is now cancelled.")], ["cancelled"], []
     answer = f"Order {oid} is {order['status']}, so it cannot be cancelled."
-    return description, [*solution, _call("respond", message=answer)], ["cannot", order["status"]], ["now cancelled"]
+    return request, [*solution, _call("respond", message=answer)], ["cannot", order["status"]], ["now cancelled"]
 
 
 def _change_address(rng, pools, world, user):
     order = _ensure_order(rng, pools, world, user, "pending")
     oid, new = order["order_id"], pools.address(rng)
-    description = rng.choice([f"This is {user['email']}. Please ship order {oid} to {new} instead.",
-                              f"Hello, I'm {user['name']}, email {user['email']}. Change the address of order "
-                              f"{oid} to {new}."])  # fmt: skip
+    request = _request(user, "email_or_both", oid=oid, new=new)
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
                 _call("change_address", order_id=oid, address=new),
                 _call("respond", message=f"Order {oid} will now ship to {new}.")]  # fmt: skip
-    return description, solution, [new], []
+    return request, solution, [new], []
 
 
 def _return_item(rng, pools, world, user):
     order = _ensure_order(rng, pools, world, user, "delivered")
     item = rng.choice(order["items"])
     oid = order["order_id"]
-    description = rng.choice([f"My email is {user['email']}. I want to return the {item['name']} from order {oid}.",
-                              f"Hi, {user['name']} here ({user['email']}). Please return the {item['name']} "
-                              f"in order {oid}."])  # fmt: skip
+    request = _request(user, "email_or_both", oid=oid, item=item["name"])
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
                 _call("return_items", order_id=oid, item_ids=[item["item_id"]]),
                 _call("respond", message=f"The {item['name']} from order {oid} is returned.")]  # fmt: skip
-    return description, solution, ["returned"], []
+    return request, solution, ["returned"], []
 
 
 def _count_orders(rng, pools, world, user):
     found = _call("find_user_by_email", email=user["email"])
     count = len(_orders_of(world, user))
-    description = rng.choice([f"Hi, I'm {user['email']}. How many orders do I have with you?",
-                              f"How many orders are on my account? My email is {user['email']}."])  # fmt: skip
+    request = _request(user, "email_or_both")
     noun = "order" if count == 1 else "orders"
     solution = [found, _call("list_orders", user_id=user["user_id"]),
                 _call("respond", message=f"You have {count} {noun}.")]  # fmt: skip
     wrong = [f"{k} order" for k in range(10) if k != count]
-    return description, solution, [f"{count} {noun}"], wrong
+    return request, solution, [f"{count} {noun}"], wrong
 
 
 def _cancel_two(rng, pools, world, user):
@@ -219,55 +231,89 @@ def _cancel_two(rng, pools, world, user):
         world["orders"].append(second)
     a, b = first["order_id"], second["order_id"]
     reason = rng.choice(CANCEL_REASONS)
-    why = "I no longer need them" if reason == "no longer needed" else "I ordered them by mistake"
-    description = f"My email is {user['email']}. Please cancel orders {a} and {b}, {why}."
+    request = _request(user, "email_or_both", oid=a, oid2=b, reason=reason, plural=True)
     solution = [_call("find_user_by_email", email=user["email"]),
                 _call("get_order", order_id=a), _call("cancel_order", order_id=a, reason=reason),
                 _call("get_order", order_id=b), _call("cancel_order", order_id=b, reason=reason),
                 _call("respond", message=f"Orders {a} and {b} are now cancelled.")]  # fmt: skip
-    return description, solution, ["cancelled"], []
+    return request, solution, ["cancelled"], []
 
 
 def _cancel_reasons(rng, pools, world, user):
-    description = rng.choice(["What reasons can I give when I cancel an order?",
-                              "Which cancellation reasons do you accept?"])  # fmt: skip
+    request = _request(user, None)
     answer = f"You can cancel because the order is {CANCEL_REASONS[0]!r} or was {CANCEL_REASONS[1]!r}."
-    return description, [_call("respond", message=answer)], list(CANCEL_REASONS), []
+    return request, [_call("respond", message=answer)], list(CANCEL_REASONS), []
 
 
 def _email_on_file(rng, pools, world, user):
-    description = rng.choice([f"Hi, I'm {user['name']}. Which email address is on my account?",
-                              f"This is {user['name']}. What email do you have for me?"])  # fmt: skip
+    request = _request(user, "name")
     solution = [_call("find_user_by_name", name=user["name"]),
                 _call("respond", message=f"The email on your account is {user['email']}.")]  # fmt: skip
-    return description, solution, [user["email"]], []
+    return request, solution, [user["email"]], []
 
 
 def _address_by_email(rng, pools, world, user):
-    description = rng.choice([f"My email is {user['email']}. What address do you have on file for me?",
-                              f"Hi, {user['email']} here. Which address is on my account?"])  # fmt: skip
+    request = _request(user, "email_or_both")
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_user", user_id=user["user_id"]),
                 _call("respond", message=f"Your address on file is {user['address']}.")]  # fmt: skip
-    return description, solution, [user["address"]], []
+    return request, solution, [user["address"]], []
 
 
 def _address_on_file(rng, pools, world, user):
-    description = rng.choice([f"I'm {user['name']}. What address do you have on file for me?",
-                              f"Hi, this is {user['name']}. Which address is on my account?"])  # fmt: skip
+    request = _request(user, "name")
     solution = [_call("find_user_by_name", name=user["name"]), _call("get_user", user_id=user["user_id"]),
                 _call("respond", message=f"Your address on file is {user['address']}.")]  # fmt: skip
-    return description, solution, [user["address"]], []
+    return request, solution, [user["address"]], []
 
 
 def _cancel_pending_by_name(rng, pools, world, user):
     for order in _orders_of(world, user, "pending")[1:]:  # exactly one pending order, so the request is clear
         order["status"] = "processed"
     order = _ensure_order(rng, pools, world, user, "pending")
-    description = f"I'm {user['name']}. Please cancel my pending order, I ordered it by mistake."
+    request = _request(user, "name", reason="ordered by mistake")
     solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
                 _call("cancel_order", order_id=order["order_id"], reason="ordered by mistake"),
                 _call("respond", message=f"Order {order['order_id']} is now cancelled.")]  # fmt: skip
-    return description, solution, ["cancelled"], []
+    return request, solution, ["cancelled"], []
+
+
+def _only_pending(world, user):
+    """Leave ``user`` with at most one pending order, so "my pending order" names exactly one."""
+    for order in _orders_of(world, user, "pending")[1:]:
+        order["status"] = "processed"
+
+
+def _change_address_by_name(rng, pools, world, user):
+    _only_pending(world, user)
+    order = _ensure_order(rng, pools, world, user, "pending")
+    oid, new = order["order_id"], pools.address(rng)
+    solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
+                _call("change_address", order_id=oid, address=new),
+                _call("respond", message=f"Order {oid} will now ship to {new}.")]  # fmt: skip
+    return _request(user, "name", new=new), solution, [new], []
+
+
+def _cancel_pending_by_email(rng, pools, world, user):
+    _only_pending(world, user)
+    order = _ensure_order(rng, pools, world, user, "pending")
+    oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
+    solution = [_call("find_user_by_email", email=user["email"]), _call("list_orders", user_id=user["user_id"]),
+                _call("cancel_order", order_id=oid, reason=reason),
+                _call("respond", message=f"Order {oid} is now cancelled.")]  # fmt: skip
+    return _request(user, "email_or_both", reason=reason), solution, ["cancelled"], []
+
+
+def _cancel_and_return(rng, pools, world, user):
+    pending = _ensure_order(rng, pools, world, user, "pending")
+    delivered = _ensure_order(rng, pools, world, user, "delivered")
+    item, reason = rng.choice(delivered["items"]), rng.choice(CANCEL_REASONS)
+    a, b = pending["order_id"], delivered["order_id"]
+    solution = [_call("find_user_by_email", email=user["email"]),
+                _call("get_order", order_id=a), _call("cancel_order", order_id=a, reason=reason),
+                _call("get_order", order_id=b), _call("return_items", order_id=b, item_ids=[item["item_id"]]),
+                _call("respond", message=f"Order {a} is now cancelled and the {item['name']} from order {b} is returned.")]  # fmt: skip
+    request = _request(user, "email_or_both", oid=a, oid2=b, item=item["name"], reason=reason)
+    return request, solution, ["cancelled", "returned"], []
 
 
 TEMPLATES: dict[str, Template] = {
@@ -276,6 +322,8 @@ TEMPLATES: dict[str, Template] = {
     "cancel_reasons": _cancel_reasons, "email_on_file": _email_on_file, "address_by_email": _address_by_email,
     "address_on_file": _address_on_file,
     "cancel_pending_by_name": _cancel_pending_by_name,
+    "change_address_by_name": _change_address_by_name, "cancel_pending_by_email": _cancel_pending_by_email,
+    "cancel_and_return": _cancel_and_return,
 }  # fmt: skip
 
 
@@ -293,7 +341,9 @@ def _entities(world: dict[str, Any]) -> list[str]:
 def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` retail tasks of ``split``; the same arguments always give the same tasks."""
     pools = _Pools(side=0 if split == "train" else 1)
-    templates = UNSEEN_TEMPLATES if split == "test-unseen" else SEEN_TEMPLATES
+    templates = {"train": SEEN_TEMPLATES + TRAIN_ONLY_TEMPLATES, "test-unseen": UNSEEN_TEMPLATES}.get(
+        split, SEEN_TEMPLATES
+    )
     tasks = []
     for index in range(n):
         rng = random.Random(f"retail/{split}/{seed}/{index}")
@@ -301,7 +351,10 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
         template = templates[index % len(templates)]  # round robin: every template equally often
         world = _world(rng, pools)
         user = rng.choice(world["users"])
-        description, solution, answer_contains, answer_excludes = TEMPLATES[template](rng, pools, world, user)
+        request, solution, answer_contains, answer_excludes = TEMPLATES[template](rng, pools, world, user)
+        # worded from a stream of its own: the world and solution do not depend on the wording
+        wording = random.Random(f"retail/{split}/{seed}/{index}/phrasing")
+        description, phrasing = phrase(template, split, wording, request, request.pop("identity"))
         digest = hashlib.sha256(json.dumps([description, world], sort_keys=True).encode()).hexdigest()[:8]
         tasks.append({
             "id": f"retail-{split}-{seed}-{index:05d}-{digest}",
@@ -310,7 +363,7 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
             "max_steps": len(solution) + 2,
             "metadata": {"suite": "retail", "split": split, "template": template, "world": world,
                          "solution": solution, "answer_contains": answer_contains, "answer_excludes": answer_excludes,
-                         "entities": _entities(world)},
+                         "phrasing": phrasing, "entities": _entities(world)},
         })  # fmt: skip
     return tasks
 
