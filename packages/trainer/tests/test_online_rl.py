@@ -478,7 +478,7 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
     tasks = [{"metadata": {"n": 2, "reward_by_seed": True}}, {"metadata": {"n": 3, "reward_by_seed": True}}]
     tasks_file = write_tasks(tmp_path / "t.jsonl", tasks)
     monkeypatch.setenv("KNOWLYR_GENERATION_API_KEY", "s3cret-key")
-    with ServerProcess(tiny_path, "--allow-weight-updates", "--api-key", "s3cret-key") as server:
+    with ServerProcess(tiny_path, "--allow-weight-updates", "--api-key", "s3cret-key", "--seed", "0") as server:
         c = config(tmp_path, tasks_file, model_name_or_path=tiny_path, generation_url=server.base_url,
                    served_model_name=server.model_name, num_iterations=1, kl_coef=0.1, use_lora=use_lora,
                    lora_preset="minimal", learning_rate=5e-2 if use_lora else 1e-2)  # fmt: skip
@@ -494,6 +494,7 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
             sampled = torch.tensor([lp for lp, s in zip(r.logprobs, r.sampled) if s])
             assert torch.allclose(logps[i, : int(mask[i].sum())].float(), sampled, atol=1e-4)
         result = trainer.train()
+        assert result["masked_episodes"] == 0  # no episode was lost to the server (which would also skip the step)
         assert result["optimizer_steps"] == 1
         prompt = [trainer.tokenizer("Count down from 3.", add_special_tokens=False)["input_ids"]]
         served = trainer.generator.generate(prompt, max_new_tokens=6, temperature=0.0)[0]

@@ -189,6 +189,21 @@ def test_seeded_sampling_is_reproducible(server, prompts):
     assert [c["token_ids"] for c in first["choices"]] == [c["token_ids"] for c in again["choices"]]
 
 
+def test_a_seeded_server_samples_the_same_after_a_restart_and_unseeded_ones_differ(tiny_path, prompts):
+    """``serve --seed`` seeds the sampler once at start: two server processes with the same seed
+    answer the same unseeded requests alike; without it each process draws its own samples."""
+
+    def samples(*args):
+        with ServerProcess(tiny_path, "--model-name", MODEL, *args) as server:
+            return [[c["token_ids"] for c in _complete(server, prompts, temperature=1.0, return_token_ids=True)["choices"]]
+                    for _ in range(2)]  # fmt: skip
+
+    seeded = samples("--seed", "11")
+    assert seeded[0] != seeded[1]  # the stream moves on between requests
+    assert samples("--seed", "11") == seeded
+    assert samples() != samples()
+
+
 def test_string_prompts_and_the_openai_sdk(server, tokenizer):
     with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as client:
         reply = client.completions.create(

@@ -98,6 +98,13 @@ def _default_name(checkpoint: str) -> str:
     "that a client names (off by default; enable it only for a trusted client such as the trainer).",
 )
 @click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed the sampler once at start, so a restarted server answers the same unseeded requests with "
+    "the same samples (a request's own 'seed' still wins) [default: a fresh random seed per process].",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -113,6 +120,7 @@ def serve(
     api_key: str | None,
     insecure: bool,
     allow_weight_updates: bool,
+    seed: int | None,
     log_level: str,
     **limit_values: Any,
 ) -> None:
@@ -152,6 +160,10 @@ def serve(
         if isinstance(exc, ModelLoadError):
             raise click.ClickException(str(exc)) from None
         raise
+    if seed is not None:
+        import torch
+
+        torch.manual_seed(seed)  # after loading: the draws of unseeded requests start here
     name = model_name or _default_name(checkpoint)
     app = create_app(
         engine,
