@@ -251,3 +251,115 @@ def test_docstring_examples_run():
     for module in (agentsandbox.retail.env, agentsandbox.suites.coding):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+# -- partial credit (reward="partial") ----------------------------------------------------------
+
+PARTIAL_WORLD = {
+    "users": [{"user_id": "u1", "name": "A B", "email": "a@b.c", "address": "1 X St"}],
+    "orders": [
+        {"order_id": f"#W{k}", "user_id": "u1", "status": status, "address": "1 X St",
+         "items": [{"item_id": f"I{k}", "name": f"thing {k}", "price": 10.0}]}
+        for k, status in ((1, "pending"), (2, "pending"), (3, "pending"), (4, "delivered"))
+    ],
+}  # fmt: skip
+CANCEL_1_AND_2 = {
+    "id": "partial",
+    "description": "Cancel #W1 and #W2, ordered by mistake.",
+    "metadata": {
+        "world": PARTIAL_WORLD,
+        "solution": [
+            {"tool": "cancel_order", "params": {"order_id": "#W1", "reason": "ordered by mistake"}},
+            {"tool": "cancel_order", "params": {"order_id": "#W2", "reason": "ordered by mistake"}},
+            {"tool": "respond", "params": {"message": "Orders #W1 and #W2 are now cancelled."}},
+        ],
+        "answer_contains": ["#W1", "#W2", "cancelled"],
+        "answer_excludes": ["processed"],
+    },
+}
+
+
+def partial_episode(actions):
+    """Play ``actions`` under partial credit; returns each step's reward and the last info."""
+    env = RetailEnv(reward="partial")
+    env.reset(task=CANCEL_1_AND_2)
+    rewards, ts = [], None
+    for tool, params in actions:
+        ts = env.step({"tool": tool, "params": params})
+        rewards.append(ts.reward)
+    env.close()
+    return rewards, ts.info
+
+
+CANCEL = "cancel_order"
+MISTAKE = "ordered by mistake"
+
+
+@pytest.mark.parametrize(
+    ("actions", "expected_rewards", "total"),
+    [
+        # the solution: 4 required changes (two statuses, two reasons), then all 3 facts -> success, 1.0
+        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W2", "reason": MISTAKE}),
+          ("respond", {"message": "#W1 and #W2 are cancelled"})], [2 / 4 / 4, 2 / 4 / 4, 0.75], 1.0),
+        # half the changes, 2 of 3 facts: (2/4 + 2/3) / 4 = 0.2917
+        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("respond", {"message": "#W1 is cancelled"})],
+         [0.125, (2 / 4 + 2 / 3) / 4 - 0.125], (2 / 4 + 2 / 3) / 4),
+        # the right order with the wrong reason: the status is 1 of 4 changes, the reason a wrong one: (1/4 - 1) / 4 -> 0
+        ([(CANCEL, {"order_id": "#W1", "reason": "no longer needed"})], [0.0], 0.0),
+        # a right change, then a wrong write: the credit is given back
+        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W3", "reason": MISTAKE})],
+         [0.125, -0.125], 0.0),
+        # an answer naming an excluded fact counts no facts; cut off before respond keeps the state credit
+        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W2", "reason": MISTAKE}),
+          ("respond", {"message": "#W1, #W2 cancelled, or processed"})], [0.125, 0.125, 0.0], 0.25),
+        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("get_order", {"order_id": "#W2"})], [0.125, 0.0], 0.125),
+        # reading only, then a bare answer: nothing changed, no fact
+        ([("list_orders", {"user_id": "u1"}), ("respond", {"message": "Done."})], [0.0, 0.0], 0.0),
+    ],
+)  # fmt: skip
+def test_partial_credit_on_hand_built_episodes(actions, expected_rewards, total):
+    rewards, info = partial_episode(actions)
+    assert rewards == pytest.approx(expected_rewards)
+    assert sum(rewards) == pytest.approx(total)
+    if actions[-1][0] == "respond":
+        assert info["partial_credit"] == pytest.approx(total)
+        assert info["success"] is (total == 1.0)
+
+
+def test_partial_credit_cannot_be_farmed_by_undoing_and_redoing():
+    """Writes that cancel out earn nothing net: change an address away and back, repeatedly."""
+    task = {"id": "addr", "description": "Ship #W1 to 2 Y St.", "metadata": {
+        "world": PARTIAL_WORLD, "answer_contains": ["2 Y St"],
+        "solution": [{"tool": "change_address", "params": {"order_id": "#W1", "address": "2 Y St"}},
+                     {"tool": "respond", "params": {"message": "It ships to 2 Y St."}}]}}  # fmt: skip
+    env = RetailEnv(reward="partial")
+    env.reset(task=task)
+    rewards = []
+    for _ in range(5):
+        for address in ("2 Y St", "1 X St"):
+            rewards.append(
+                env.step({"tool": "change_address", "params": {"order_id": "#W1", "address": address}}).reward
+            )
+    rewards.append(env.step({"tool": "respond", "params": {"message": "It ships to 2 Y St."}}).reward)
+    assert sum(rewards) == pytest.approx(0.25)  # the address is back at the start: only the answer's fact counts
+    assert max(rewards) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_partial_credit_pays_one_to_the_expert_and_less_to_every_shortcut(split):
+    for task in RETAIL.generate(split, 40, seed=5):
+        env = make("knowlyr/retail", reward="partial")
+        env.reset(task=task)
+        total = sum(env.step(a).reward for a in task["metadata"]["solution"])
+        assert total == pytest.approx(1.0), task["id"]
+        env.reset(task=task)
+        shortcut = env.step(task["metadata"]["solution"][-1])  # the expert's words without its work
+        assert shortcut.info["success"] is False or not any(
+            a["tool"] in ("cancel_order", "change_address", "return_items") for a in task["metadata"]["solution"]
+        )
+        assert 0.0 <= shortcut.reward < 0.5 or shortcut.info["success"]
+
+
+def test_an_unknown_reward_mode_is_refused():
+    with pytest.raises(ValueError, match="reward must be one of outcome, partial"):
+        RetailEnv(reward="dense")

@@ -65,6 +65,18 @@ def state_digest(db: sqlite3.Connection) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def state_facts(db: sqlite3.Connection) -> dict[tuple[str, str], Any]:
+    """Every field the tools can change, keyed by ``(row id, column)``: what ``state_digest``
+    hashes, readable one field at a time (partial credit counts changes field by field)."""
+    facts: dict[tuple[str, str], Any] = {}
+    for row in db.execute("SELECT order_id, status, address, cancel_reason FROM orders"):
+        for column in ("status", "address", "cancel_reason"):
+            facts[(row["order_id"], column)] = row[column]
+    for row in db.execute("SELECT item_id, returned FROM items"):
+        facts[(row["item_id"], "returned")] = row["returned"]
+    return facts
+
+
 def _ok(value: Any) -> ToolResult:
     return ToolResult(output=json.dumps(value, ensure_ascii=False))
 

@@ -11,6 +11,21 @@ final answer must contain every string in ``metadata.answer_contains`` and none 
 possible status from passing).
 Both are computed here from the task record, so nothing the agent says can fake them.
 
+``RetailEnv(reward="partial")`` pays verifiable partial credit for RL, still computed from the
+database and the task record alone. An episode's rewards sum to 1 on success, else to
+
+    credit = (changes made / changes required + answer facts present / facts required
+              - wrong changes) / 4, clipped to [0, 0.5]
+
+where a required change is a field (order status, address, cancel reason, item returned) whose
+value differs between the start and the ground truth's end state, a wrong change is a field
+the agent changed to anything but the ground truth's value, and answer facts count only when the
+answer names no excluded one (none required counts as all present). The credit is paid as it
+accrues: each step's reward is the change in that potential (a correct write earns at once, a
+write undone gives it back), so the sum never depends on the order of the steps and an episode
+cut off before ``respond`` keeps the credit of the changes it made. ``reward="outcome"`` (the
+default) pays 1 or 0 at ``respond``, as tau-bench does.
+
 Examples:
     >>> from agentsandbox.suites import get_suite
     >>> task = get_suite("retail").generate("test", 1, seed=0)[0]
@@ -26,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentsandbox.retail.db import CANCEL_REASONS, call_tool, open_shop, state_digest
+from agentsandbox.retail.db import CANCEL_REASONS, call_tool, open_shop, state_facts
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, register_domain_profile, tool_spec
 from knowlyrcore.env import AgentEnv
@@ -115,9 +130,19 @@ SYSTEM_PROMPT = (
 )
 
 
+REWARD_MODES = ("outcome", "partial")
+
+
 def _answer_matches(message: str, required: list[str], forbidden: list[str]) -> bool:
+    return _answer_fraction(message, required, forbidden) == 1.0
+
+
+def _answer_fraction(message: str, required: list[str], forbidden: list[str]) -> float:
+    """The share of required facts the answer states; 0 when it states an excluded one."""
     text = message.casefold()
-    return all(str(p).casefold() in text for p in required) and not any(str(p).casefold() in text for p in forbidden)
+    if any(str(p).casefold() in text for p in forbidden):
+        return 0.0
+    return sum(str(p).casefold() in text for p in required) / len(required) if required else 1.0
 
 
 class RetailEnv(AgentEnv):
@@ -125,10 +150,15 @@ class RetailEnv(AgentEnv):
 
     domain = "retail"
 
-    def __init__(self) -> None:
+    def __init__(self, reward: str = "outcome") -> None:
+        if reward not in REWARD_MODES:
+            raise ValueError(f"reward must be one of {', '.join(REWARD_MODES)}, got {reward!r}")
+        self.reward_mode = reward
         self._db = None
         self._task: TaskInfo | None = None
-        self._expected_digest: str | None = None
+        self._start: dict[tuple[str, str], Any] = {}
+        self._expected: dict[tuple[str, str], Any] | None = None
+        self._paid = 0.0  # partial credit paid so far in this episode
         self._done = False
 
     def reset(self, *, task: TaskInfo | dict | str | None = None, seed: int | None = None) -> TimeStep:
@@ -138,14 +168,16 @@ class RetailEnv(AgentEnv):
             raise ValueError(f"retail task {info.id!r} has no metadata.world (generate tasks with the retail suite)")
         self.close()
         self._task = info
-        self._expected_digest = self._replay_solution(world, info.metadata.get("solution") or [])
+        self._expected = self._replay_solution(world, info.metadata.get("solution") or [])
         self._db = open_shop(world)
+        self._start = state_facts(self._db)
+        self._paid = 0.0
         self._done = False
         return TimeStep(observation=info.description, info={"task_id": info.id})
 
     @staticmethod
-    def _replay_solution(world: dict[str, Any], solution: list[dict[str, Any]]) -> str | None:
-        """The end-state digest of the ground truth, or None when the task has no solution."""
+    def _replay_solution(world: dict[str, Any], solution: list[dict[str, Any]]) -> dict[tuple[str, str], Any] | None:
+        """The ground truth's end state, field by field, or None when the task has no solution."""
         if not solution:
             return None
         db = open_shop(world)
@@ -154,9 +186,30 @@ class RetailEnv(AgentEnv):
                 tool, params = parse_action(action)
                 if tool not in RETAIL_PROFILE.terminal_tools:
                     call_tool(db, tool, params)
-            return state_digest(db)
+            return state_facts(db)
         finally:
             db.close()
+
+    def partial_credit(self, message: str | None = None) -> float:
+        """The episode's credit so far (see the module docstring); ``message`` is the final answer."""
+        assert self._db is not None and self._task is not None
+        now = state_facts(self._db)
+        expected = self._expected if self._expected is not None else self._start
+        required = [k for k, v in expected.items() if self._start.get(k) != v]
+        made = sum(now.get(k) == expected[k] for k in required)
+        wrong = sum(1 for k, v in now.items() if v != self._start.get(k) and v != expected.get(k))
+        state = made / len(required) if required else 1.0
+        answer = 0.0
+        if message is not None:
+            metadata = self._task.metadata
+            answer = _answer_fraction(message, list(metadata.get("answer_contains") or []),
+                                      list(metadata.get("answer_excludes") or []))  # fmt: skip
+        return min(max((state + answer - wrong) / 4, 0.0), 0.5)
+
+    def _pay(self, total: float) -> float:
+        """This step's reward under partial credit: the change in the episode's total."""
+        reward, self._paid = total - self._paid, total
+        return reward
 
     def step(self, action: Any) -> TimeStep:
         if self._task is None or self._db is None:
@@ -175,19 +228,24 @@ class RetailEnv(AgentEnv):
         if tool == "respond":
             return self._finish(params["message"])
         result = call_tool(self._db, tool, params)
-        return TimeStep(observation=result.to_observation(), info={"tool": tool, "error": result.error})
+        reward = self._pay(self.partial_credit()) if self.reward_mode == "partial" else 0.0
+        return TimeStep(observation=result.to_observation(), reward=reward, info={"tool": tool, "error": result.error})
 
     def _finish(self, message: str) -> TimeStep:
         self._done = True
         metadata = self._task.metadata
-        state_ok = self._expected_digest is None or state_digest(self._db) == self._expected_digest
+        state_ok = self._expected is None or state_facts(self._db) == self._expected
         answer_ok = _answer_matches(
             message, list(metadata.get("answer_contains") or []), list(metadata.get("answer_excludes") or [])
         )
         success = state_ok and answer_ok
         info = {"tool": "respond", "success": success, "score": 1.0 if success else 0.0,
                 "exit_status": "responded", "state_ok": state_ok, "answer_ok": answer_ok}  # fmt: skip
-        return TimeStep(observation="Conversation ended.", reward=info["score"], terminated=True, info=info)
+        reward = info["score"]
+        if self.reward_mode == "partial":
+            info["partial_credit"] = 1.0 if success else self.partial_credit(message)
+            reward = self._pay(info["partial_credit"])
+        return TimeStep(observation="Conversation ended.", reward=reward, terminated=True, info=info)
 
     @property
     def available_tools(self) -> list[str]:
