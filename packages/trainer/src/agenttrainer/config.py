@@ -435,6 +435,28 @@ class OnlineRLConfig(GRPOConfig):
             "help": "Leave groups whose episodes all scored the same out of the update (no signal; saves compute)."
         },
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Refill an iteration: while fewer than tasks_per_iteration groups have rewards that differ, "
+            "play further tasks (at most max_refill_rounds rounds); groups beyond that count and uniform "
+            "groups are left out of the update."
+        },
+    )
+    max_refill_rounds: int = field(
+        default=2, metadata={"help": "Dynamic sampling: extra rollout rounds per iteration."}
+    )
+    task_sampling: str = field(
+        default="sequential",
+        metadata={
+            "help": "sequential (every task once per pass, in a seeded order) or pass_rate (tasks drawn by their "
+            "running pass rate: unseen ones and those between pass_rate_band are 10x likelier than the rest)."
+        },
+    )
+    pass_rate_band: list[float] = field(
+        default_factory=lambda: [0.2, 0.8],
+        metadata={"help": "pass_rate sampling: the low and high pass rate between which a task still teaches."},
+    )
     generation_url: str | None = field(
         default=None,
         metadata={
@@ -498,5 +520,20 @@ class OnlineRLConfig(GRPOConfig):
             raise ConfigError("push_weights=vllm-lora sends LoRA adapters: set use_lora")
         if self.vf_coef < 0 or not 0 <= self.gae_lambda <= 1 or not 0 < self.gamma <= 1:
             raise ConfigError("vf_coef must be >= 0, gae_lambda in [0, 1], gamma in (0, 1]")
+        if not 0 <= self.max_refill_rounds <= 9:  # refill rounds take episode seeds 1000 apart within an iteration
+            raise ConfigError(f"max_refill_rounds must be in [0, 9], got {self.max_refill_rounds}")
+        if self.dynamic_sampling and self.algorithm == "ppo":
+            raise ConfigError(
+                "dynamic_sampling keeps groups whose rewards differ; ppo has no groups (use grpo, dr_grpo or rloo)"
+            )
+        if self.task_sampling not in ("sequential", "pass_rate"):
+            raise ConfigError(f"task_sampling must be sequential or pass_rate, got {self.task_sampling!r}")
+        try:
+            low, high = (float(x) for x in self.pass_rate_band)
+        except (TypeError, ValueError):
+            low, high = -1.0, -1.0
+        if not 0 <= low < high <= 1:
+            raise ConfigError(f"pass_rate_band must be two rates 0 <= low < high <= 1, got {self.pass_rate_band!r}")
+        self.pass_rate_band = [low, high]
         if self.process_reward not in ("rules", "none") and ":" not in self.process_reward:
             raise ConfigError(f"process_reward must be rules, none or module:function, got {self.process_reward!r}")

@@ -3,8 +3,11 @@
 One iteration:
 
 1. **Rollouts.** ``tasks_per_iteration`` tasks (every task once per pass over ``tasks_file``,
-   in a seeded order) x ``group_size`` episodes with the current weights, batched across
-   episodes (``collect_rollouts``), token ids and sampling-time log-probs kept.
+   in a seeded order; or drawn by running pass rate, ``task_sampling="pass_rate"``) x
+   ``group_size`` episodes with the current weights, batched across episodes
+   (``collect_rollouts``), token ids and sampling-time log-probs kept. With
+   ``dynamic_sampling``, further tasks are played until ``tasks_per_iteration`` groups have
+   rewards that differ (``online/sampling.py``), and only those groups are trained on.
 2. **Rewards.** A rollout's reward is the environment's (its step rewards summed, the outcome)
    plus ``process_reward_coef`` x the mean process reward of its steps (knowlyr-reward's rule
    layer by default) minus ``format_penalty`` per malformed tool call. Rollouts that failed for
@@ -55,6 +58,7 @@ from agenttrainer.losses import (
     value_loss,
 )
 from agenttrainer.online.rollout import Rollout, collect_rollouts
+from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
 from agenttrainer.trainers import common
 from knowlyrcore import TaskInfo, Trajectory, read_jsonl, write_trajectories
 from knowlyrcore.errors import DataFormatError
@@ -140,6 +144,7 @@ class OnlineRLTrainer:
                 "online RL runs in one training process; scale generation out with generation_url instead"
             )
         self.tasks = load_tasks(c.tasks_file)
+        self.pass_rates: dict[str, list[int]] = {}  # str(task index) -> [successes, attempts]
         self.process_reward = resolve_process_reward(c.process_reward) if process_reward == "config" else process_reward
         self.model, self.tokenizer = common.load_policy(c, model, tokenizer)
         self.wrapped = common.HiddenStates(self.model)
@@ -173,26 +178,26 @@ class OnlineRLTrainer:
 
     # -- one iteration's pieces -----------------------------------------------------------
 
-    def iteration_tasks(self, iteration: int) -> list[TaskInfo]:
-        """The tasks of ``iteration``: consecutive slices of seeded permutations of the task list,
-        so every task is used once per pass."""
-        k, n = self.config.tasks_per_iteration, len(self.tasks)
-        orders: dict[int, list[int]] = {}  # pass number -> its permutation (an iteration may span two)
-        picked = []
-        for position in range(iteration * k, (iteration + 1) * k):
-            epoch, offset = divmod(position, n)
-            if epoch not in orders:
-                orders[epoch] = list(range(n))
-                random.Random(self.config.seed * 1_000_003 + epoch).shuffle(orders[epoch])
-            picked.append(self.tasks[orders[epoch][offset]])
-        return picked
-
-    def rollout(self, iteration: int) -> list[Rollout]:
+    def iteration_task_indices(self, iteration: int) -> list[int]:
+        """Indices into ``self.tasks`` of the tasks ``iteration`` plays (``task_sampling``)."""
         c = self.config
-        torch.manual_seed(c.seed * 1_000_003 + iteration)  # sampling repeats on resume
+        if c.task_sampling == "pass_rate":
+            rng = random.Random(c.seed * 1_000_003 + iteration)
+            return pass_rate_indices(len(self.tasks), c.tasks_per_iteration, self.pass_rates, c.pass_rate_band, rng)
+        return sequential_indices(len(self.tasks), iteration, c.tasks_per_iteration, c.seed)
+
+    def iteration_tasks(self, iteration: int) -> list[TaskInfo]:
+        return [self.tasks[i] for i in self.iteration_task_indices(iteration)]
+
+    def rollout(self, iteration: int, indices: list[int] | None = None, refill_round: int = 0) -> list[Rollout]:
+        """``group_size`` episodes of each task in ``indices`` (default: the iteration's tasks);
+        ``refill_round`` > 0 plays dynamic sampling's extra tasks on seeds of their own."""
+        c = self.config
+        indices = self.iteration_task_indices(iteration) if indices is None else indices
+        torch.manual_seed(c.seed * 1_000_003 + iteration + 7919 * refill_round)  # sampling repeats on resume
         return collect_rollouts(
             c.env_id,
-            self.iteration_tasks(iteration),
+            [self.tasks[i] for i in indices],
             self.generator,
             self.tokenizer,
             group_size=c.group_size,
@@ -205,9 +210,46 @@ class OnlineRLTrainer:
             max_episode_tokens=c.max_episode_tokens,
             temperature=c.temperature,
             top_p=c.top_p,
-            seed=c.seed * 1_000_003 + iteration * 10_000,
+            seed=c.seed * 1_000_003 + iteration * 10_000 + refill_round * 1_000,
             model_name=c.model_name_or_path,
         )
+
+    def refill(
+        self, iteration: int, rollouts: list[Rollout], indices: list[int]
+    ) -> tuple[list[Rollout], list[int], dict[str, float]]:
+        """Dynamic sampling: while fewer than ``tasks_per_iteration`` groups carry a signal, play
+        that many more tasks not yet played this iteration (at most ``max_refill_rounds`` rounds).
+        Returns every rollout (scored, groups numbered on), every task index, and the counts."""
+        c = self.config
+        rounds = 0
+        while len(informative_groups(rollouts)) < c.tasks_per_iteration and rounds < c.max_refill_rounds:
+            rounds += 1
+            need = c.tasks_per_iteration - len(informative_groups(rollouts))
+            rng = random.Random(c.seed * 1_000_003 + iteration * 10_000 + rounds)
+            records = self.pass_rates if c.task_sampling == "pass_rate" else {}
+            extra = pass_rate_indices(len(self.tasks), need, records, c.pass_rate_band, rng, exclude=indices)
+            if not extra:
+                break  # every task was played this iteration
+            more = self.rollout(iteration, extra, refill_round=rounds)
+            for r in more:
+                r.group += len(indices)
+            self.score(more)
+            rollouts, indices = rollouts + more, indices + extra
+        informative = len(informative_groups(rollouts))
+        return (
+            rollouts,
+            indices,
+            {
+                "rollout/refill_rounds": float(rounds),
+                "rollout/informative_groups": float(informative),
+                "rollout/uniform_groups": float(len(indices) - informative),
+            },
+        )
+
+    def with_signal(self, rollouts: list[Rollout]) -> list[Rollout]:
+        """The rollouts of the first ``tasks_per_iteration`` groups whose rewards differ."""
+        keep = set(informative_groups(rollouts)[: self.config.tasks_per_iteration])
+        return [r for r in rollouts if r.group in keep]
 
     def score(self, rollouts: list[Rollout]) -> None:
         """Fill each valid rollout's process step rewards and total reward (and its trajectory's)."""
@@ -438,10 +480,11 @@ class OnlineRLTrainer:
         total_updates = c.num_iterations * c.grpo_iterations
         optimizer, scheduler = common.make_optimizer_and_scheduler(self.trainable, c, total_updates)
         self.trainable, optimizer = acc.prepare(self.trainable, optimizer)
-        state: dict[str, Any] = {"global_step": 0, "optimizer_steps": 0, "history": []}
+        state: dict[str, Any] = {"global_step": 0, "optimizer_steps": 0, "history": [], "pass_rates": self.pass_rates}
         resume = common.resolve_checkpoint(c)
         if resume is not None:
             state.update(common.load_checkpoint(resume, acc, self.trainable, optimizer, scheduler))
+            self.pass_rates = state.setdefault("pass_rates", {})  # task sampling continues from them
             self.generator.weights_updated(self.model, path=self._push_weights(state["global_step"]))
         logger = MetricsLogger(
             c.output_dir, c.report_to, run_name=c.run_name or Path(c.output_dir).name, config=c.to_dict(), enabled=True
@@ -489,11 +532,16 @@ class OnlineRLTrainer:
     def run_iteration(self, iteration: int, optimizer: Any, scheduler: Any, state: dict[str, Any]) -> dict[str, float]:
         c = self.config
         t0 = time.perf_counter()
-        rollouts = self.rollout(iteration)
-        rollout_seconds = time.perf_counter() - t0
+        indices = self.iteration_task_indices(iteration)
+        rollouts = self.rollout(iteration, indices)
         self.score(rollouts)
+        refilled: dict[str, float] = {}
+        if c.dynamic_sampling:
+            rollouts, indices, refilled = self.refill(iteration, rollouts, indices)
+        rollout_seconds = time.perf_counter() - t0
         valid = [r for r in rollouts if r.valid]
-        metrics = rollout_metrics(rollouts, rollout_seconds)
+        metrics = {**rollout_metrics(rollouts, rollout_seconds), **refilled}
+        record_outcomes(self.pass_rates, ((indices[r.group], bool(r.success)) for r in valid))
         recorded = [r.trajectory for r in valid if r.trajectory is not None]
         if recorded:
             path = Path(c.output_dir) / "rollouts" / f"iteration-{iteration + 1:05d}.jsonl"
@@ -503,7 +551,9 @@ class OnlineRLTrainer:
             return metrics  # every episode failed for infrastructure reasons: nothing to learn from
         t1 = time.perf_counter()
         steps_before = state["optimizer_steps"]
-        metrics.update(self.update(rollouts, optimizer, scheduler, state))
+        metrics.update(
+            self.update(self.with_signal(rollouts) if c.dynamic_sampling else rollouts, optimizer, scheduler, state)
+        )
         if state["optimizer_steps"] > steps_before:
             self.generator.weights_updated(self.model, path=self._push_weights(iteration + 1))
         metrics["train/seconds"] = time.perf_counter() - t1
