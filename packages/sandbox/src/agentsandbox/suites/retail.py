@@ -266,21 +266,20 @@ def _address_on_file(rng, pools, world, user):
     return request, solution, [user["address"]], []
 
 
-def _cancel_pending_by_name(rng, pools, world, user):
-    for order in _orders_of(world, user, "pending")[1:]:  # exactly one pending order, so the request is clear
+def _only_pending(world, user):
+    """Leave ``user`` with at most one pending order, so "my pending order" names exactly one."""
+    for order in _orders_of(world, user, "pending")[1:]:
         order["status"] = "processed"
+
+
+def _cancel_pending_by_name(rng, pools, world, user):
+    _only_pending(world, user)  # exactly one pending order, so the request is clear
     order = _ensure_order(rng, pools, world, user, "pending")
     request = _request(user, "name", reason="ordered by mistake")
     solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
                 _call("cancel_order", order_id=order["order_id"], reason="ordered by mistake"),
                 _call("respond", message=f"Order {order['order_id']} is now cancelled.")]  # fmt: skip
     return request, solution, ["cancelled"], []
-
-
-def _only_pending(world, user):
-    """Leave ``user`` with at most one pending order, so "my pending order" names exactly one."""
-    for order in _orders_of(world, user, "pending")[1:]:
-        order["status"] = "processed"
 
 
 def _change_address_by_name(rng, pools, world, user):
