@@ -262,3 +262,33 @@ def test_retail_expert_through_the_suite(tmp_path, capsys):
     assert row.split()[:4] == ["expert", "test", "6", "100.0%"]
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["env"] == "knowlyr/retail" and report["stages"][0]["metrics"]["plan_success_rate"]["mean"] == 1.0
+
+
+@pytest.mark.integration
+def test_evaluate_prompts_a_checkpoint_by_its_prompt_contract(plan_env, tasks_file, tmp_path, capsys):
+    """A checkpoint trained without tool schemas and with a system prompt is evaluated that way
+    unless a flag says otherwise, and the command says which contract it used."""
+    require(find_spec("agenttrainer") is not None, "local model policies need knowlyr-trainer")
+    from types import SimpleNamespace
+
+    from agenttrainer.models import PromptContract, attach_contract, build_tiny_model, save_model
+    from trajectoryhub.cli import _policy
+
+    model, tokenizer = build_tiny_model(seed=0)
+    attach_contract(model, PromptContract("Trained system prompt.", include_tools=False))
+    checkpoint = str(save_model(model, tokenizer, tmp_path / "ckpt"))
+
+    def policy(**flags):
+        defaults = dict(policy=checkpoint, system_prompt=None, include_tools=None, model=None, api_key=None,
+                        max_new_tokens=8)  # fmt: skip
+        args = SimpleNamespace(**{**defaults, **flags})
+        return _policy(args, None, plan_env, {})[0]
+
+    trained = policy()
+    assert trained.system_prompt == "Trained system prompt." and trained.tools is None
+    overridden = policy(system_prompt="Mine.", include_tools=True)
+    assert overridden.system_prompt == "Mine." and overridden.tools
+    assert "by its prompt contract (a 22-character system prompt, tool schemas not shown)" in capsys.readouterr().err
+    code = main(["evaluate", "--policy", checkpoint, "--tasks", str(tasks_file), "--env", plan_env,
+                 "--max-steps", "2", "--max-new-tokens", "8"])  # fmt: skip
+    assert code == 0 and "prompting" in capsys.readouterr().err

@@ -167,7 +167,9 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
 @click.option("--split", help="Split label (default: the tasks' metadata.split).")
 @click.option("--model", help="Endpoint policies: the served model name.")
 @click.option("--api-key")
-@click.option("--system-prompt", help="Default: the suite's.")
+@click.option("--system-prompt", help="Default: a checkpoint's prompt contract, else the suite's.")
+@click.option("--include-tools/--no-include-tools", default=None,
+              help="Show the tool schemas in the prompt (default: a checkpoint's prompt contract, else yes).")  # fmt: skip
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True,
               help="Model policies: tokens per answer.")  # fmt: skip
 @click.option("--seed", type=int, help="Episode i is reset with seed + i.")
@@ -245,7 +247,8 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
 
         def factory() -> OpenAIPolicy:
             return OpenAIPolicy(args.model, base_url=args.policy, api_key=args.api_key, system_prompt=system_prompt,
-                                tools=tools, max_tokens=args.max_new_tokens)  # fmt: skip
+                                tools=None if args.include_tools is False else tools,
+                                max_tokens=args.max_new_tokens)  # fmt: skip
 
         return factory, args.model
     try:
@@ -255,7 +258,18 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
         raise MissingExtraError(f"--policy {args.policy!r} names a local checkpoint or alias, which needs "
                                 f"knowlyr-trainer ({exc}); or pass an http(s) endpoint or 'expert'") from exc  # fmt: skip
     try:
-        policy = LocalBatchPolicy.from_pretrained(args.policy, system_prompt=system_prompt, tools=tools,
+        from agenttrainer.models import read_contract, resolve_model_path
+
+        saved = read_contract(path) if Path(path := resolve_model_path(args.policy)).is_dir() else None
+        if saved is not None:  # prompt the checkpoint as it was trained, unless told otherwise
+            system_prompt = args.system_prompt or saved.system_prompt
+            click.echo(f"prompting {args.policy} by its prompt contract ({saved.describe()}); "
+                       "--system-prompt / --include-tools override it", err=True)  # fmt: skip
+        include_tools = (
+            args.include_tools if args.include_tools is not None else (saved.include_tools if saved else True)
+        )
+        policy = LocalBatchPolicy.from_pretrained(args.policy, system_prompt=system_prompt,
+                                                  tools=tools if include_tools else None,
                                                   max_new_tokens=args.max_new_tokens)  # fmt: skip
     except ModelLoadError as exc:
         raise InputError(f"--policy {args.policy!r}: {exc}") from exc

@@ -411,10 +411,18 @@ class OnlineRLConfig(GRPOConfig):
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of rollouts."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of rollouts."})
     system_prompt: str | None = field(
-        default=None, metadata={"help": "System prompt of every episode (default: the task's metadata.system_prompt)."}
+        default=None,
+        metadata={
+            "help": "System prompt of every episode (default: the model's prompt contract, else the task's "
+            "metadata.system_prompt)."
+        },
     )
-    include_tools: bool = field(
-        default=True, metadata={"help": "Render the environment's tool schemas with the chat template."}
+    include_tools: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Render the environment's tool schemas with the chat template (default: the model's prompt "
+            "contract, else yes)."
+        },
     )
     closing_tool: str | None = field(
         default=None, metadata={"help": "Tool an answer without a tool call becomes (default: respond/finish/submit)."}

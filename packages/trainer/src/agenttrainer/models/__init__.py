@@ -9,6 +9,7 @@ from agenttrainer.models.chat_template import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, T
 from agenttrainer.models.errors import ModelLoadError
 from agenttrainer.models.loading import load_model_and_tokenizer, load_tokenizer
 from agenttrainer.models.lora import LORA_PRESETS, apply_lora, create_lora_config
+from agenttrainer.models.prompt_contract import PromptContract, attach_contract, contract_of, read_contract
 from agenttrainer.models.saving import save_model
 from agenttrainer.models.tiny import build_tiny_model, overfit_tiny_model
 
@@ -27,6 +28,11 @@ __all__ = [
     "create_lora_config",
     # saving
     "save_model",
+    # the prompt a checkpoint was trained with
+    "PromptContract",
+    "attach_contract",
+    "contract_of",
+    "read_contract",
     # tests
     "build_tiny_model",
     "overfit_tiny_model",

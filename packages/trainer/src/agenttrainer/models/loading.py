@@ -19,6 +19,7 @@ import torch
 
 from agenttrainer.models.aliases import MODEL_ALIASES, resolve_model_path
 from agenttrainer.models.errors import ModelLoadError
+from agenttrainer.models.prompt_contract import attach_contract, read_contract
 
 _DTYPES = {
     "float32": torch.float32,
@@ -119,6 +120,8 @@ def load_model_and_tokenizer(
 
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if Path(path).is_dir():
+        attach_contract(model, read_contract(path))  # how the checkpoint was trained to be prompted
     if gradient_checkpointing:
         # Non-reentrant checkpointing lets gradients reach LoRA adapters when the inputs need no grad.
         # transformers 5 renamed gradient_checkpointing_enable (now deprecated) to activation_checkpointing_enable.

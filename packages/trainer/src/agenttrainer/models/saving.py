@@ -1,7 +1,7 @@
 """Save a (possibly LoRA-wrapped) model and its tokenizer as a loadable checkpoint directory.
 
-``save_model`` writes safetensors weights, config, generation config and tokenizer (with its
-chat template). With ``merge_lora=True`` (default) a LoRA model is merged into a plain model on a
+``save_model`` writes safetensors weights, config, generation config, tokenizer (with its
+chat template) and the prompt contract the model carries (``prompt_contract.py``). With ``merge_lora=True`` (default) a LoRA model is merged into a plain model on a
 copy, so the caller's training model keeps its adapters; with ``merge_lora=False`` only the
 adapter is written and ``load_model_and_tokenizer`` re-attaches it to the base on load.
 
@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agenttrainer.models.prompt_contract import CONTRACT_FILE, contract_of, write_contract
+
 # Files that describe the weights; when overwriting a checkpoint, ones the new save did not
 # produce are stale (e.g. an old adapter next to new merged weights) and are removed.
 _WEIGHT_FILES = (
@@ -30,6 +32,7 @@ _WEIGHT_FILES = (
     "model.safetensors.index.json",
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
+    CONTRACT_FILE,  # a checkpoint without a prompt contract must not keep an older one
 )
 
 
@@ -57,6 +60,9 @@ def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike, *, mer
         to_save.save_pretrained(tmp)
         _enable_kv_cache(tmp / "config.json")
         tokenizer.save_pretrained(tmp)
+        contract = contract_of(model)
+        if contract is not None:
+            write_contract(tmp, contract)
         if output_dir.exists():
             _replace_files(tmp, output_dir)
             shutil.rmtree(tmp)

@@ -57,6 +57,7 @@ from agenttrainer.losses import (
     spread_over_steps,
     value_loss,
 )
+from agenttrainer.models.prompt_contract import PromptContract, attach_contract, contract_of
 from agenttrainer.online.rollout import Rollout, collect_rollouts
 from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
 from agenttrainer.trainers import common
@@ -147,6 +148,8 @@ class OnlineRLTrainer:
         self.pass_rates: dict[str, list[int]] = {}  # str(task index) -> [successes, attempts]
         self.process_reward = resolve_process_reward(c.process_reward) if process_reward == "config" else process_reward
         self.model, self.tokenizer = common.load_policy(c, model, tokenizer)
+        self.prompt = self._prompt_contract()
+        attach_contract(self.model, self.prompt)  # the checkpoints this run writes are prompted this way
         self.wrapped = common.HiddenStates(self.model)
         hidden = common._base(self.model).config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if c.algorithm == "ppo" else None
@@ -176,6 +179,18 @@ class OnlineRLTrainer:
         else:
             self.generator = LocalGenerator(self.model, self.tokenizer, batch_size=c.generation_batch_size)
 
+    def _prompt_contract(self) -> PromptContract:
+        """How episodes are prompted: the config's fields where set, else the starting model's
+        prompt contract (a checkpoint keeps being prompted as it was trained), else the tasks'
+        own system prompt (``metadata.system_prompt``, used per task) with tool schemas shown."""
+        c, saved = self.config, contract_of(self.model)
+        system = c.system_prompt if c.system_prompt is not None else (saved.system_prompt if saved else None)
+        include_tools = c.include_tools if c.include_tools is not None else (saved.include_tools if saved else True)
+        if system is None:  # the tasks' own prompt; the checkpoints can name it when the tasks share one
+            shared = {t.metadata.get("system_prompt") or None for t in self.tasks}
+            system = shared.pop() if len(shared) == 1 else None
+        return PromptContract(system_prompt=system, include_tools=include_tools)
+
     # -- one iteration's pieces -----------------------------------------------------------
 
     def iteration_task_indices(self, iteration: int) -> list[int]:
@@ -202,8 +217,8 @@ class OnlineRLTrainer:
             self.tokenizer,
             group_size=c.group_size,
             env_kwargs=c.env_kwargs,
-            system_prompt=c.system_prompt,
-            include_tools=c.include_tools,
+            system_prompt=self.prompt.system_prompt,
+            include_tools=self.prompt.include_tools,
             closing_tool=c.closing_tool,
             max_turns=c.max_turns,
             max_new_tokens=c.max_new_tokens,

@@ -47,6 +47,7 @@ from starlette.types import Receive, Scope, Send
 
 from agenttrainer.generation import LocalGenerator, TokenSample
 from agenttrainer.inference import AgentInference, TextStream, _seeded
+from agenttrainer.models.prompt_contract import contract_of
 from agenttrainer.models.tool_calls import parse_tool_calls, possible_tool_call_start
 from agenttrainer.serving.limits import (
     CLIENT_CLOSED_REQUEST,
@@ -151,7 +152,18 @@ class ChatServer:
         )
 
     def _model_card(self) -> dict[str, Any]:
-        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "knowlyr"}
+        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "knowlyr"}
+        contract = contract_of(self.engine.model)
+        if contract is not None:  # how the checkpoint was trained to be prompted (clients may ignore it)
+            card["prompt_contract"] = contract.to_dict()
+        return card
+
+    def _with_trained_system_prompt(self, chat: ChatRequest) -> None:
+        """A chat without a system message gets the checkpoint's trained system prompt, if it has one
+        (a request's own system message always wins)."""
+        contract = contract_of(self.engine.model)
+        if contract and contract.system_prompt and not any(m.get("role") == "system" for m in chat.messages):
+            chat.messages = [{"role": "system", "content": contract.system_prompt}, *chat.messages]
 
     async def list_models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [self._model_card()]})
@@ -205,6 +217,7 @@ class ChatServer:
                 max_tokens_limit=self.limits.max_tokens_limit,
                 max_tools_bytes=self.limits.max_tools_bytes,
             )
+            self._with_trained_system_prompt(chat)
             max_new_tokens = await run_in_threadpool(self._budget, chat)
             options = {
                 "max_new_tokens": max_new_tokens,

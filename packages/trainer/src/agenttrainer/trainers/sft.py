@@ -47,6 +47,7 @@ from agenttrainer.data import (
     tokenize_conversation,
 )
 from agenttrainer.losses import chunked_token_logps, sft_loss
+from agenttrainer.models.prompt_contract import attach_contract, contract_of_chats
 from agenttrainer.packed import sequence_sums, to_device
 from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
@@ -210,6 +211,11 @@ class SFTTrainer(Recipe):
         if not c.train_file:
             raise ValueError("SFTConfig.train_file is required")
         data, self.data = self.data or self.read_data(), None  # tokenised below; the text is not kept
+        # The checkpoints say how they were prompted: the training chats' system prompt and tools
+        # (when the chats agree; else the contract the starting model carried stays).
+        contract = contract_of_chats([(conv.messages, conv.tools) for conv in data["train"]])
+        if contract is not None:
+            attach_contract(self.model, contract)
         examples = self.tokenize(data["train"]) + self.tokenize(data["replay"], chunk=False)
         buffer = data["buffer"]
         if c.use_coreset_selection:
