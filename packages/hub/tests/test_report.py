@@ -107,6 +107,21 @@ def test_invalid_reports(tmp_path):
     assert not list(tmp_path.iterdir())  # validation happens before anything is written
 
 
+def test_extra_tables_are_rendered_and_escaped(tmp_path):
+    stage = {"name": "a", "n": 1, "success_rate": 1.0, "ci95": [0.2, 1.0]}
+    extra = {"title": "Per template", "header": ["template", "a"], "rows": [["<b>cancel|two</b>", "3/5"], ["x", None]],
+             "note": "seen & unseen"}  # fmt: skip
+    write_report({"stages": [stage], "tables": [extra]}, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Per template" in md and "| <b>cancel\\|two</b> | 3/5 |" in md and "| x | – |" in md
+    page = (tmp_path / "report.html").read_text()
+    assert '<h2>Per template</h2><table id="table-0">' in page.replace("\n", "")
+    assert "&lt;b&gt;cancel|two&lt;/b&gt;" in page and "<p>seen &amp; unseen</p>" in page
+    with pytest.raises(ValueError, match="as wide as"):
+        write_report({"stages": [stage], "tables": [{**extra, "rows": [["only one cell"]]}]}, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
     stage = {"name": "a", "n": 1, "success_rate": 1.0, "ci95": [0.2, 1.0]}

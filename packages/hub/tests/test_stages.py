@@ -9,10 +9,14 @@ from scipy import stats
 from knowlyrcore import Trajectory
 from trajectoryhub.evaluate import (
     ExpertReplay,
+    compare_sampled,
     compare_stages,
     follows_plan,
+    pass_at_k,
     stage_metrics,
+    summarize_samples,
     summarize_stage,
+    template_table,
     timing_precision,
     tool_selection_f1,
 )
@@ -140,6 +144,55 @@ def test_compare_stages_errors():
         compare_stages({"a": [episode("t", ["x"])]})
     with pytest.raises(ValueError, match="share no task id"):
         compare_stages({"a": [episode("t1", ["x"])], "b": [episode("t2", ["x"])]})
+
+
+def test_pass_at_k_hand_computed():
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25) and pass_at_k(4, 1, 4) == 1.0
+    assert pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)  # 1 - C(2,2)/C(4,2)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(5, 5, 1) == 1.0
+    with pytest.raises(ValueError, match="pass@k"):
+        pass_at_k(3, 4, 1)
+
+
+def sampled(agent, outcomes_by_task):
+    return [episode(task, ["respond"], success=ok, agent=agent) for task, outcomes in outcomes_by_task.items()
+            for ok in outcomes]  # fmt: skip
+
+
+def test_summarize_samples_and_the_paired_test_on_task_rates():
+    """Task rates a: x 1/4, y 0/4, z 2/4 -> pass@1 = 0.75/3 = 0.25, pass@4 = (1 + 0 + 1)/3.
+    b: x 3/4, y 1/4, z 4/4 -> differences +0.5, +0.25, +0.5: all positive, Wilcoxon's exact
+    two-sided p for 3 pairs with all ranks positive is 2/8 = 0.25."""
+    a = summarize_samples(sampled("a", {"x": [1, 0, 0, 0], "y": [0, 0, 0, 0], "z": [1, 1, 0, 0]}), name="a", k=4)
+    b = summarize_samples(sampled("b", {"x": [1, 1, 1, 0], "y": [0, 0, 1, 0], "z": [1, 1, 1, 1]}), name="b", k=4)
+    assert a["pass@1"] == pytest.approx(0.25) and a["pass@k"] == pytest.approx(2 / 3)
+    assert a["per_task"] == {"x": 0.25, "y": 0.0, "z": 0.5} and a["n_tasks"] == 3 and a["episodes"] == 12
+    row = compare_sampled(a, b)
+    assert row["diff"] == pytest.approx(5 / 12) and (row["better_tasks"], row["worse_tasks"]) == (3, 0)
+    assert row["test"] == "wilcoxon" and row["p_value"] == pytest.approx(0.25)
+    assert row["p_value"] == pytest.approx(stats.wilcoxon([0.5, 0.25, 0.5]).pvalue)
+    with pytest.raises(ValueError, match="fewer than k=4"):
+        summarize_samples(sampled("a", {"x": [1, 0]}), name="a", k=4)
+    with pytest.raises(ValueError, match="share no task"):
+        compare_sampled(a, summarize_samples(sampled("c", {"w": [1]}), name="c", k=1))
+
+
+def test_template_table_counts_per_split_template_and_stage():
+    def run(agent, split_outcomes):
+        out = []
+        for i, (template, ok) in enumerate(split_outcomes):
+            t = episode(f"{template}{i}", ["respond"], success=ok, agent=agent)
+            out.append(t.model_copy(update={"task": t.task.model_copy(update={"metadata": {"template": template}})}))
+        return out
+
+    runs = {"sft": {"test": run("sft", [("cancel", True), ("cancel", False), ("status", True)]),
+                    "test-unseen": run("sft", [("by_name", False)])},
+            "rl": {"test": run("rl", [("cancel", True), ("cancel", True), ("status", True)]),
+                   "test-unseen": run("rl", [("by_name", True)])}}  # fmt: skip
+    header, rows = template_table(runs, seen_templates=["cancel", "status"])
+    assert header == ["split", "template", "template in train", "sft", "rl"]
+    assert rows == [["test", "cancel", "yes", "1/2", "2/2"], ["test", "status", "yes", "1/1", "1/1"],
+                    ["test-unseen", "by_name", "no", "0/1", "1/1"]]  # fmt: skip
 
 
 def test_expert_replay():

@@ -196,6 +196,29 @@ def test_grpo_loss_hand_derived():
     assert logps.grad[0].tolist() == pytest.approx([0.025, -0.5 + 0.025], abs=1e-6)
 
 
+def test_grpo_loss_clip_higher_hand_derived():
+    """clip_eps_high 0.28: rho 1.5 clips at 1.28 for A > 0, so -(1.28 + 1)/2 = -1.14; rho 1.25 is
+    inside [0.8, 1.28] and keeps its gradient; for A < 0 the lower bound 0.8 is unchanged:
+    rho 0.5 -> -min(-0.5, -0.8) = 0.8, so (0.8 + 1)/2 = 0.9."""
+    logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old = logps.detach() - torch.tensor([[math.log(1.5), 0.0]])
+    loss, m = grpo_loss(
+        logps, old, None, torch.tensor([1.0]), torch.ones(1, 2), clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.0
+    )
+    assert loss.item() == pytest.approx(-1.14, abs=1e-6)
+    assert m["train/clip_ratio"] == pytest.approx(0.5)
+    inside = torch.tensor([[-1.0]], requires_grad=True)
+    loss, m = grpo_loss(inside, inside.detach() - math.log(1.25), None, torch.tensor([1.0]), torch.ones(1, 1),
+                        clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.0)  # fmt: skip
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.25) and m["train/clip_ratio"] == 0.0
+    assert inside.grad.item() == pytest.approx(-1.25)  # d(-rho)/dlogp = -rho: not clipped
+    neg = torch.tensor([[-1.0, -2.0]])
+    loss, _ = grpo_loss(neg, neg - torch.tensor([[math.log(0.5), 0.0]]), None, torch.tensor([-1.0]), torch.ones(1, 2),
+                        clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.0)  # fmt: skip
+    assert loss.item() == pytest.approx(0.9, abs=1e-6)
+
+
 def test_grpo_loss_masks_and_token_advantages():
     """Masked tokens do not count; per-token advantages (-2 on the only live token) with ratio 1 give 2."""
     logps = torch.tensor([[-1.0, -5.0]])

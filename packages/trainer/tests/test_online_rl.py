@@ -8,7 +8,14 @@ import torch
 
 from agenttrainer.config import ConfigError, OnlineRLConfig
 from agenttrainer.generation import GenerationError, LocalGenerator, ServerGenerator, TokenSample
-from agenttrainer.losses import gae, group_baseline_advantages, grpo_loss, spread_over_steps, value_loss
+from agenttrainer.losses import (
+    gae,
+    group_baseline_advantages,
+    grpo_loss,
+    rejection_advantages,
+    spread_over_steps,
+    value_loss,
+)
 from agenttrainer.online import ChatTokens, OnlineRLTrainer, collect_rollouts
 from knowlyrcore import AgentEnv, InfrastructureError, InvalidActionError, TimeStep, register, unregister
 from knowlyrcore.testing import require_module
@@ -417,6 +424,52 @@ class Constant(Countdown):
     def step(self, action):
         self.left -= 1
         return TimeStep(observation="ok", reward=1.0, terminated=self.left <= 0, info={"success": True})
+
+
+def test_rejection_advantages_by_hand():
+    assert rejection_advantages([True, False, None, True], [True, True, True, False]) == [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="valid flags"):
+        rejection_advantages([True], [True, False])
+
+
+def test_rft_update_is_supervised_fine_tuning_on_the_successful_samples(tiny, tmp_path):
+    """One rft step with SGD(lr=1) moves every weight by minus the gradient of the token-mean NLL
+    of the successful episodes' sampled tokens; failed episodes contribute nothing."""
+    model, tokenizer = tiny
+    tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "reward_by_seed": True}}])
+    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, algorithm="rft", kl_coef=0.0, group_size=4,
+                                     tasks_per_iteration=1, num_iterations=1, max_grad_norm=0.0),
+                              model=model, tokenizer=tokenizer)  # fmt: skip
+    rollouts = trainer.rollout(0)
+    trainer.score(rollouts)
+    successes = [r for r in rollouts if r.success]
+    assert 0 < len(successes) < len(rollouts)  # reward_by_seed: the odd seeds of the group succeed
+    advantages = trainer.token_advantages(rollouts)
+    assert [set(a) for a in advantages] == [{1.0} if r.success else {0.0} for r in rollouts]
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.zero_grad()
+    logps, mask, _ = trainer.forward(trainer.wrapped, [trainer.example(r) for r in successes])
+    (-(logps * mask).sum() / mask.sum()).backward()
+    expected = [-p.grad.detach().clone() for p in params]
+    model.zero_grad()
+    before = [p.detach().clone() for p in params]
+    optimizer = torch.optim.SGD(params, lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    metrics = trainer.update(rollouts, optimizer, scheduler, {"optimizer_steps": 0})
+    assert metrics["train/episodes"] == len(successes)
+    for b, p, e in zip(before, params, expected):
+        torch.testing.assert_close(p.detach() - b, e, rtol=1e-4, atol=1e-6)
+
+
+def test_rft_refuses_dynamic_sampling_and_bad_loss_options_are_named(tmp_path):
+    tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
+    with pytest.raises(ConfigError, match="rft does not compare"):
+        config(tmp_path, tasks_file, algorithm="rft", dynamic_sampling=True)
+    with pytest.raises(ConfigError, match="loss_normalization"):
+        config(tmp_path, tasks_file, loss_normalization="mean")
+    with pytest.raises(ConfigError, match="clip_eps_high"):
+        config(tmp_path, tasks_file, clip_eps=0.2, clip_eps_high=0.1)
 
 
 def test_groups_that_all_scored_the_same_are_left_out_of_the_update(tiny, tmp_path):

@@ -9,12 +9,16 @@ from trajectoryhub.evaluate import (
     AgentReport,
     ExpertReplay,
     compare_agents,
+    compare_sampled,
     compare_stages,
     evaluate_agent,
     evaluate_policy,
     leaderboard,
+    pass_at_k,
     stage_metrics,
+    summarize_samples,
     summarize_stage,
+    template_table,
 )
 from trajectoryhub.export import DatasetExporter, ExportReport, messages_of, steps_of, trajectory_reward
 from trajectoryhub.pipeline import Pipeline, PipelineReport
@@ -60,6 +64,10 @@ __all__ = [
     "summarize_stage",
     "stage_metrics",
     "compare_stages",
+    "summarize_samples",
+    "compare_sampled",
+    "pass_at_k",
+    "template_table",
     "ExpertReplay",
     "write_report",
     # evaluation: recorded agents

@@ -17,6 +17,13 @@ Stages (a policy run on a task split, as in seed 003's Stage 4):
   - ``timing``: seconds per episode, the sum of the recorded step durations.
   - ``end_to_end_success``: 1 for an episode whose outcome says success, else 0 (an episode
     nobody judged did not succeed).
+* ``summarize_samples`` summarises ``k`` sampled episodes per task (temperature > 0): pass@1
+  (mean per-task success rate) and pass@k (the unbiased estimator ``1 - C(n-c, k) / C(n, k)``
+  per task, averaged), with the per-task rates; ``compare_sampled`` tests two stages' per-task
+  rates with the Wilcoxon signed-rank test (and the paired t-test), a paired test that uses every
+  sample instead of one greedy bit per task.
+* ``template_table`` breaks success down by task template and split (seen templates and
+  held-out ones side by side), one column per stage.
 * ``compare_stages`` pairs the runs of every two stages by task id and tests the success
   difference with the exact McNemar test and the reward difference with the paired t-test and
   the Wilcoxon signed-rank test, Bonferroni-corrected over all pairs.
@@ -33,6 +40,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
+from math import comb
 from typing import Any
 
 import numpy as np
@@ -349,6 +357,94 @@ def compare_stages(
         row["alpha"] = alpha
         row["significant"] = row["p_value_bonferroni"] < alpha
     return rows
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of ``k`` of the ``n`` samples (``c`` correct) succeeds.
+
+    ``1 - C(n - c, k) / C(n, k)``: n = 4, c = 1 gives pass@1 = 0.25 and pass@4 = 1; n = 4,
+    c = 2, k = 2 gives ``1 - C(2, 2) / C(4, 2) = 1 - 1/6 = 0.83333``.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def summarize_samples(trajectories: Sequence[Trajectory], *, name: str, split: str = "", k: int) -> dict[str, Any]:
+    """pass@1 and pass@k of ``k`` (or more) sampled episodes per task, grouped by task id.
+
+    Returns ``{"name", "split", "k", "n_tasks", "episodes", "pass@1", "pass@k", "per_task"}``;
+    ``per_task`` maps a task id to its success rate. Tasks with fewer than ``k`` episodes raise.
+    """
+    outcomes: dict[str, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        outcomes[t.task.id or "?"].append(succeeded(t))
+    if not outcomes:
+        raise ValueError(f"stage {name!r} has no trajectories to summarise")
+    short = sorted(task for task, runs in outcomes.items() if len(runs) < k)
+    if short:
+        raise ValueError(f"stage {name!r}: {len(short)} tasks have fewer than k={k} episodes (e.g. {short[0]})")
+    per_task = {task: sum(runs) / len(runs) for task, runs in sorted(outcomes.items())}
+    return {
+        "name": name,
+        "split": split,
+        "k": k,
+        "n_tasks": len(per_task),
+        "episodes": len(trajectories),
+        "pass@1": float(np.mean(list(per_task.values()))),
+        "pass@k": float(np.mean([pass_at_k(len(runs), sum(runs), k) for runs in outcomes.values()])),
+        "per_task": per_task,
+    }
+
+
+def compare_sampled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Paired test of two ``summarize_samples`` results on the tasks both ran (``b - a``).
+
+    ``p_value`` is the two-sided Wilcoxon signed-rank test on the per-task success rates (ties
+    and zero differences as scipy's default handles them), ``p_ttest`` the paired t-test.
+    """
+    shared = sorted(set(a["per_task"]) & set(b["per_task"]))
+    if not shared:
+        raise ValueError(f"stages {a['name']!r} and {b['name']!r} share no task id: nothing to pair")
+    rate_a = [a["per_task"][t] for t in shared]
+    rate_b = [b["per_task"][t] for t in shared]
+    return {
+        "a": a["name"], "b": b["name"], "split": a.get("split", ""), "k": a["k"], "n_tasks": len(shared),
+        "pass1_a": float(np.mean(rate_a)), "pass1_b": float(np.mean(rate_b)),
+        "diff": float(np.mean(rate_b) - np.mean(rate_a)),
+        "better_tasks": sum(y > x for x, y in zip(rate_a, rate_b)),
+        "worse_tasks": sum(y < x for x, y in zip(rate_a, rate_b)),
+        "p_value": wilcoxon_signed_rank(rate_a, rate_b), "test": "wilcoxon", "p_ttest": paired_ttest(rate_a, rate_b),
+    }  # fmt: skip
+
+
+def template_table(
+    runs: Mapping[str, Mapping[str, Sequence[Trajectory]]], *, seen_templates: Sequence[str] = ()
+) -> tuple[list[str], list[list[str]]]:
+    """Success per task template: one row per (split, template), one column per stage.
+
+    ``runs`` maps a stage name to ``{split: trajectories}``; a template is read from the task's
+    ``metadata.template`` (``"?"`` without one). ``seen_templates`` (those training used) mark
+    each row as seen or unseen. Cells read ``successes/episodes``.
+    """
+    stages = list(runs)
+    cells: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for stage, by_split in runs.items():
+        for split, trajectories in by_split.items():
+            for t in trajectories:
+                template = str((t.task.metadata or {}).get("template", "?"))
+                cells[split, template][stage].append(succeeded(t))
+    seen = set(seen_templates)
+    header = ["split", "template", "template in train", *stages]
+    rows = []
+    for (split, template), by_stage in sorted(cells.items()):
+        marks = ["yes" if template in seen else "no"] if seen else ["?"]
+        rows.append([split, template, *marks, *(_fraction(by_stage.get(stage, [])) for stage in stages)])
+    return header, rows
+
+
+def _fraction(outcomes: Sequence[bool]) -> str:
+    return f"{sum(outcomes)}/{len(outcomes)}" if outcomes else "–"
 
 
 #: The scripted expert (replays ``task.metadata.solution``), for tasks that name no suite.

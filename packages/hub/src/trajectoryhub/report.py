@@ -5,6 +5,7 @@
     {"stages": [summarize_stage(...), ...],     # name, split, n, success_rate, ci95, mean_reward, metrics
      "comparisons": compare_stages(...),        # may be empty
      "seconds": 12.3,                           # wall time of the evaluation
+     "tables": [{"title": ..., "header": [...], "rows": [[...], ...], "note": ...}],  # optional
      ...}                                       # anything else JSON-able (policy, env, tasks file)
 
 and writes, each file atomically (temporary file + rename):
@@ -13,7 +14,8 @@ and writes, each file atomically (temporary file + rename):
 * ``curve_<metric>.png`` when ``curves`` is given (``{"sft/loss": [(step, value), ...]}``): one
   plot per metric name after the last ``/`` (every stage's ``loss`` on one plot);
 * ``report.json``: the report plus ``plots`` (id -> file) and the curves;
-* ``report.md``: the stage and comparison tables, linking the plots;
+* ``report.md``: the stage and comparison tables, then each of ``tables`` (sampled evaluation,
+  per-template success, what each stage cost, ... as the caller builds them), linking the plots;
 * ``report.html``: the same tables, the plots embedded as base64 ``<img>`` (each with an ``id``
   and alt text), and one example trajectory per stage (from ``trajectories_by_stage``) as a
   list of steps. Every text that came from a model or an environment is HTML-escaped.
@@ -63,6 +65,10 @@ def write_report(
         missing = [k for k in ("name", "n", "success_rate", "ci95") if k not in stage]
         if missing:
             raise ValueError(f"stage {stage.get('name', '?')!r} lacks {', '.join(missing)}")
+    for table in report.get("tables", []):
+        header, rows = table.get("header"), table.get("rows")
+        if not table.get("title") or not header or any(len(row) != len(header) for row in rows or []):
+            raise ValueError(f"table {table.get('title', '?')!r} needs a title, a header and rows as wide as it")
     series = {key: [(float(x), float(y)) for x, y in points] for key, points in (curves or {}).items()}
     for key, points in series.items():
         if not points or not all(math.isfinite(v) for point in points for v in point):
@@ -206,9 +212,16 @@ def _markdown(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]]) -
     lines.append("Metrics are mean ± std (episodes scored); see `trajectoryhub.evaluate` for definitions.")
     if report["comparisons"]:
         lines += ["", "## Comparisons", "", *table(*_comparison_table(report["comparisons"])), "", _COMPARISON_NOTE]
+    for extra in report.get("tables", []):
+        lines += ["", f"## {extra['title']}", "", *table(extra["header"], _texts(extra["rows"]))]
+        lines += ["", extra["note"]] if extra.get("note") else []
     lines += ["", "## Plots", ""]
     lines += [f"![{alt}]({filename})" for filename, _, alt in pngs.values()]
     return "\n".join(lines) + "\n"
+
+
+def _texts(rows: Sequence[Sequence[Any]]) -> list[list[str]]:
+    return [["–" if cell is None else str(cell) for cell in row] for row in rows]
 
 
 def _html_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
@@ -254,6 +267,9 @@ def _html(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]], examp
     if report["comparisons"]:
         parts += ["<h2>Comparisons</h2>", _html_table(*_comparison_table(report["comparisons"]), "comparisons")]
         parts.append(f"<p>{e(_COMPARISON_NOTE)}</p>")
+    for n, extra in enumerate(report.get("tables", [])):
+        parts += [f"<h2>{e(extra['title'])}</h2>", _html_table(extra["header"], _texts(extra["rows"]), f"table-{n}")]
+        parts += [f"<p>{e(extra['note'])}</p>"] if extra.get("note") else []
     parts.append("<h2>Plots</h2>")
     for plot_id, (filename, data, alt) in pngs.items():
         encoded = base64.b64encode(data).decode("ascii")

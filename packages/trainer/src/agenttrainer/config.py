@@ -351,6 +351,13 @@ class GRPOConfig(TrainConfig):
         default=None, metadata={"help": "Trajectories per group; records with another count raise (None: any)."}
     )
     clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range of the probability ratio."})
+    clip_eps_high: float | None = field(
+        default=None,
+        metadata={
+            "help": "Upper clip range (clip-higher, e.g. 0.28 with clip_eps 0.2): rare good tokens may gain more "
+            "per update; default clip_eps."
+        },
+    )
     kl_coef: float = field(
         default=0.04, metadata={"help": "Weight of the k3 KL to the reference model (0: no reference)."}
     )
@@ -373,6 +380,8 @@ class GRPOConfig(TrainConfig):
             raise ConfigError(f"group_size must be >= 2, got {self.group_size}")
         if not 0 < self.clip_eps < 1:
             raise ConfigError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
+        if self.clip_eps_high is not None and not self.clip_eps <= self.clip_eps_high < 1:
+            raise ConfigError(f"clip_eps_high must be in [clip_eps, 1), got {self.clip_eps_high}")
         if self.kl_coef < 0:
             raise ConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.grpo_iterations <= 0:
@@ -399,7 +408,21 @@ class OnlineRLConfig(GRPOConfig):
     env_kwargs: dict[str, Any] | None = field(
         default=None, metadata={"help": "Keyword arguments for the environment's constructor."}
     )
-    algorithm: str = field(default="grpo", metadata={"help": "grpo, dr_grpo, rloo or ppo (value head)."})
+    algorithm: str = field(
+        default="grpo",
+        metadata={
+            "help": "grpo, dr_grpo, rloo, ppo (value head) or rft (rejection fine-tuning: the likelihood of the "
+            "successful episodes is raised, the others are left out)."
+        },
+    )
+    loss_normalization: str | None = field(
+        default=None,
+        metadata={
+            "help": "How token losses add up: sequence (mean per episode, then over episodes), token (mean over "
+            "every token of the step) or constant (sum per episode / the token budget). Default: sequence for "
+            "grpo and rloo, constant for dr_grpo, token for ppo and rft."
+        },
+    )
     group_size: int | None = field(default=4, metadata={"help": "Episodes per task per iteration."})
     tasks_per_iteration: int = field(default=4, metadata={"help": "Tasks sampled per iteration."})
     num_iterations: int = field(default=10, metadata={"help": "Rollout + update iterations."})
@@ -508,6 +531,10 @@ class OnlineRLConfig(GRPOConfig):
             raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.group_size is None or self.group_size < 1:
             raise ConfigError(f"group_size must be >= 1, got {self.group_size}")
+        if self.loss_normalization not in (None, "sequence", "token", "constant"):
+            raise ConfigError(
+                f"loss_normalization must be sequence, token or constant, got {self.loss_normalization!r}"
+            )
         if self.algorithm != "ppo" and self.group_size < 2:
             raise ConfigError(f"{self.algorithm} compares episodes of a task: group_size must be >= 2")
         for name in ("tasks_per_iteration", "num_iterations", "max_turns", "max_new_tokens", "max_episode_tokens"):
@@ -530,9 +557,10 @@ class OnlineRLConfig(GRPOConfig):
             raise ConfigError("vf_coef must be >= 0, gae_lambda in [0, 1], gamma in (0, 1]")
         if not 0 <= self.max_refill_rounds <= 9:  # refill rounds take episode seeds 1000 apart within an iteration
             raise ConfigError(f"max_refill_rounds must be in [0, 9], got {self.max_refill_rounds}")
-        if self.dynamic_sampling and self.algorithm == "ppo":
+        if self.dynamic_sampling and self.algorithm in ("ppo", "rft"):
             raise ConfigError(
-                "dynamic_sampling keeps groups whose rewards differ; ppo has no groups (use grpo, dr_grpo or rloo)"
+                f"dynamic_sampling keeps groups whose rewards differ; {self.algorithm} does not compare the episodes "
+                "of a group (use grpo, dr_grpo or rloo)"
             )
         if self.task_sampling not in ("sequential", "pass_rate"):
             raise ConfigError(f"task_sampling must be sequential or pass_rate, got {self.task_sampling!r}")

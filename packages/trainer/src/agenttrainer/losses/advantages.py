@@ -10,6 +10,10 @@ get advantage 0; a group with fewer than two valid members has no baseline and g
 - ``rloo``: ``A_i = r_i - mean_{j != i}(r_j) = G / (G - 1) * (r_i - mean(r))``, the
   leave-one-out baseline (unbiased: the baseline does not depend on ``r_i``).
 
+- ``rft`` (rejection fine-tuning): ``A_i = 1`` if episode ``i`` succeeded, else 0. The first
+  update on fresh samples then has the gradient of supervised fine-tuning on the successes
+  (``-grad log p`` of their tokens): sample, keep what worked, imitate it.
+
 ``spread_over_steps`` turns a trajectory's advantage into per-step advantages that keep its
 sign: steps get non-negative weights with mean 1, larger for good steps when ``A >= 0`` and
 for bad steps when ``A < 0`` (step rewards in ``[0, 1]``, clamped). A failed trajectory's good
@@ -26,7 +30,10 @@ from collections.abc import Sequence
 
 import torch
 
-ALGORITHMS = ("grpo", "dr_grpo", "rloo", "ppo")
+ALGORITHMS = ("grpo", "dr_grpo", "rloo", "ppo", "rft")
+# How each algorithm's token losses add up (losses.grpo's ``normalization``): Dr. GRPO drops the
+# per-episode length division; PPO and RFT average over every token of the step, as SFT does.
+DEFAULT_NORMALIZATION = {"grpo": "sequence", "rloo": "sequence", "dr_grpo": "constant", "ppo": "token", "rft": "token"}
 # Keeps every step's weight positive when its step reward is at the unfavourable end.
 STEP_WEIGHT_FLOOR = 0.1
 
@@ -62,6 +69,17 @@ def group_baseline_advantages(
         if ok:
             out[i] = (float(r) - mean) * scale
     return out
+
+
+def rejection_advantages(successes: Sequence[bool | None], valid: Sequence[bool] | None = None) -> list[float]:
+    """Rejection fine-tuning: 1 for a valid successful episode, 0 otherwise (failed, unknown, masked).
+
+    ``[True, False, None, True]`` with the last masked gives ``[1, 0, 0, 0]``.
+    """
+    valid = [True] * len(successes) if valid is None else list(valid)
+    if len(valid) != len(successes):
+        raise ValueError(f"{len(successes)} outcomes but {len(valid)} valid flags")
+    return [1.0 if ok and s is True else 0.0 for s, ok in zip(successes, valid)]
 
 
 def spread_over_steps(advantage: float, step_rewards: Sequence[float]) -> list[float]:

@@ -6,10 +6,13 @@ For a group of ``G`` trajectories of one task with rewards ``r_1..r_G``:
 ``A_ij = A_i * r_step_j / mean(r_steps_i)``.
 
 Per completion token ``t`` with ratio ``rho = exp(logp - old_logp)``:
-``l_t = -min(rho * A, clip(rho, 1 - eps_clip, 1 + eps_clip) * A) + kl_coef * kl_t`` with the k3
+``l_t = -min(rho * A, clip(rho, 1 - eps_clip, 1 + eps_high) * A) + kl_coef * kl_t`` with the k3
 estimator ``kl_t = exp(ref - logp) - (ref - logp) - 1`` (unbiased, always >= 0). Each sequence's
 token losses are averaged over its completion tokens, then summed over sequences and divided by
 ``num_items`` (the number of sequences in the optimizer step) — TRL's ``loss_type="grpo"``.
+``eps_high`` defaults to ``eps_clip``; a larger one ("clip-higher", as in DAPO: 0.2 / 0.28) lets
+the probability of a rare good token grow further in one update, which keeps the policy from
+collapsing onto what it already does (entropy collapse) while bad tokens stay tightly clipped.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def grpo_loss(
     mask: torch.Tensor,
     *,
     clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
     kl_coef: float = 0.04,
     num_items: float | None = None,
     normalization: str = "sequence",
@@ -71,13 +75,15 @@ def grpo_loss(
     ``logp - old = (ln 1.5, 0)``, ``clip_eps = 0.2``, ``ref = logp - ln 2`` on both tokens.
     Token 1: ``rho = 1.5``, ``min(1.5, 1.2) = 1.2``; token 2: ``rho = 1``. Surrogate
     ``= -(1.2 + 1) / 2 = -1.1``. ``kl = e^{-ln 2} + ln 2 - 1 = 0.5 + 0.69315 - 1 = 0.19315`` per
-    token, so with ``kl_coef = 0.1`` the loss is ``-1.1 + 0.019315 = -1.080685``.
+    token, so with ``kl_coef = 0.1`` the loss is ``-1.1 + 0.019315 = -1.080685``. With
+    ``clip_eps_high = 0.28`` token 1 is clipped at 1.28 instead: ``-(1.28 + 1) / 2 = -1.14``.
     """
+    high = clip_eps if clip_eps_high is None else clip_eps_high
     mask = mask.to(logps.dtype)
     if advantages.dim() == 1:
         advantages = advantages[:, None]  # (B, 1)
     ratio = torch.exp(logps - old_logps)  # (B, T)
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high)
     pg = -torch.min(ratio * advantages, clipped * advantages)  # (B, T)
     per_token = pg
     kl = None
@@ -103,7 +109,7 @@ def grpo_loss(
         raise ValueError(f"normalization must be 'sequence', 'constant' or 'token', got {normalization!r}")
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        is_clipped = ((ratio < 1 - clip_eps) & (advantages < 0)) | ((ratio > 1 + clip_eps) & (advantages > 0))
+        is_clipped = ((ratio < 1 - clip_eps) & (advantages < 0)) | ((ratio > 1 + high) & (advantages > 0))
         metrics = {
             "loss/grpo": float(per_seq.mean()),
             "loss/pg": float(((pg * mask).sum(dim=1) / lengths).mean()),

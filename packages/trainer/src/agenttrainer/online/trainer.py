@@ -15,7 +15,8 @@ One iteration:
 3. **Advantages.** ``grpo`` / ``dr_grpo`` / ``rloo`` group baselines, spread over the steps by
    their process rewards without changing sign (``step_level_advantage``); ``ppo``: GAE over
    the model's tokens with a value head on the policy's last hidden state (rewards on each
-   step's last token, the outcome on the final one), whitened over the batch.
+   step's last token, the outcome on the final one), whitened over the batch; ``rft``: 1 for a
+   successful episode and 0 for the rest (rejection fine-tuning on the policy's own samples).
 4. **Update.** ``grpo_iterations`` optimizer steps over the rollouts, each accumulating over
    micro-batches of ``batch_size`` episodes: the clipped surrogate against the log-probs before
    the first step, plus ``kl_coef`` x the k3 KL to the reference (the adapter-disabled base with
@@ -50,10 +51,12 @@ from agenttrainer.data import DataError, Example, collate
 from agenttrainer.generation import Generator, LocalGenerator, ServerGenerator
 from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.losses import (
+    DEFAULT_NORMALIZATION,
     chunked_token_logps,
     gae,
     group_baseline_advantages,
     grpo_loss,
+    rejection_advantages,
     spread_over_steps,
     value_loss,
 )
@@ -298,9 +301,12 @@ class OnlineRLTrainer:
             by_group.setdefault(r.group, []).append(r)
         advantage: dict[int, float] = {}
         for members in by_group.values():
-            values = group_baseline_advantages(
-                [m.reward for m in members], [m.valid for m in members], algorithm=c.algorithm
-            )
+            if c.algorithm == "rft":
+                values = rejection_advantages([m.success for m in members], [m.valid for m in members])
+            else:
+                values = group_baseline_advantages(
+                    [m.reward for m in members], [m.valid for m in members], algorithm=c.algorithm
+                )
             for m, a in zip(members, values):
                 advantage[id(m)] = a
         out = []
@@ -406,7 +412,7 @@ class OnlineRLTrainer:
         else:
             advantages, returns = [torch.tensor(a) for a in group_advantages], None
         total_tokens = sum(int(a.numel()) for a in advantages)
-        normalization = {"grpo": "sequence", "rloo": "sequence", "dr_grpo": "constant", "ppo": "token"}[c.algorithm]
+        normalization = c.loss_normalization or DEFAULT_NORMALIZATION[c.algorithm]
         num_items = total_tokens if normalization == "token" else len(valid)
         params = [p for p in self.trainable.parameters() if p.requires_grad]
         index = list(range(len(valid)))
@@ -427,6 +433,7 @@ class OnlineRLTrainer:
                     adv,
                     mask,
                     clip_eps=c.clip_eps,
+                    clip_eps_high=c.clip_eps_high,
                     kl_coef=c.kl_coef,
                     num_items=num_items,
                     normalization=normalization,
