@@ -171,6 +171,25 @@ def test_evaluate_local_model(plan_env, tasks_file, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1].split()[0] == "smollm2-135m"
 
 
+def test_evaluate_sampled_local_model_repeats_with_its_seed(plan_env, tasks_file, tmp_path, capsys):
+    """--samples 2 plays every task twice at temperature 1 (bf16 weights) and prints pass@1 and
+    pass@2; the same --seed gives the same samples again."""
+    require(find_spec("agenttrainer") is not None, "local model policies need knowlyr-trainer")
+    runs = []
+    for n in range(2):
+        out = tmp_path / f"s{n}.jsonl"
+        code = main(["evaluate", "--policy", "smollm2-135m", "--tasks", str(tasks_file), "--env", plan_env,
+                     "--max-steps", "2", "--max-new-tokens", "16", "--samples", "2", "--seed", "3",
+                     "--dtype", "bfloat16", "-o", str(out)])  # fmt: skip
+        assert code == 0
+        runs.append(list(read_trajectories(out)))
+        printed = capsys.readouterr().out
+        assert "pass@1 " in printed and "pass@2 " in printed and "(4 tasks x 2 samples)" in printed
+    assert [t.task.id for t in runs[0]] == [task for task in PLANS for _ in range(2)]
+    calls = [[[(s.tool_call.name, s.tool_call.parameters) for s in t.steps] for t in run] for run in runs]
+    assert calls[0] == calls[1]
+
+
 class ChatCompletions(BaseHTTPRequestHandler):
     """A loopback OpenAI-compatible endpoint whose model always calls ``respond``; keeps every request."""
 

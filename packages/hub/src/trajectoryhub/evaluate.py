@@ -17,7 +17,7 @@ Stages (a policy run on a task split, as in seed 003's Stage 4):
   - ``timing``: seconds per episode, the sum of the recorded step durations.
   - ``end_to_end_success``: 1 for an episode whose outcome says success, else 0 (an episode
     nobody judged did not succeed).
-* ``summarize_samples`` summarises ``k`` sampled episodes per task (temperature > 0): pass@1
+* ``evaluate_sampled`` plays every task ``k`` times and ``summarize_samples`` summarises ``k`` sampled episodes per task (temperature > 0): pass@1
   (mean per-task success rate) and pass@k (the unbiased estimator ``1 - C(n-c, k) / C(n, k)``
   per task, averaged), with the per-task rates; ``compare_sampled`` tests two stages' per-task
   rates with the Wilcoxon signed-rank test (and the paired t-test), a paired test that uses every
@@ -395,6 +395,19 @@ def summarize_samples(trajectories: Sequence[Trajectory], *, name: str, split: s
         "pass@k": float(np.mean([pass_at_k(len(runs), sum(runs), k) for runs in outcomes.values()])),
         "per_task": per_task,
     }
+
+
+def evaluate_sampled(
+    policy: Any, tasks: Sequence[TaskInfo | dict], *, k: int, name: str = "policy", split: str = "", **kwargs: Any
+) -> tuple[dict[str, Any], list[Trajectory]]:
+    """Run ``policy`` (sampling, temperature > 0) ``k`` times on every task; ``summarize_samples``
+    of the run and its trajectories. ``kwargs`` go to ``evaluate_policy`` (env, max_steps, ...);
+    the ``k`` copies of a task are played side by side, so one batch holds them all."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    repeated = [task for task in tasks for _ in range(k)]
+    _, trajectories = evaluate_policy(policy, repeated, name=name, split=split, **kwargs)
+    return summarize_samples(trajectories, name=name, split=split, k=k), trajectories
 
 
 def compare_sampled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:

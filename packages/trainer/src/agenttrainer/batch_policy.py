@@ -87,9 +87,13 @@ class LocalBatchPolicy:
         temperature: float = 0.0,
         batch_size: int | None = None,
         fallback_tool: str | None = None,
+        torch_dtype: Any = None,
     ) -> LocalBatchPolicy:
-        """Load a checkpoint directory, alias (``smollm2-135m``) or Hub id; temperature 0 = greedy."""
-        engine = AgentInference.from_pretrained(path_or_alias, max_new_tokens=max_new_tokens, temperature=temperature)
+        """Load a checkpoint directory, alias (``smollm2-135m``) or Hub id; temperature 0 = greedy;
+        ``torch_dtype`` (e.g. ``torch.bfloat16``: about 2x faster generation on a CPU with AMX)."""
+        engine = AgentInference.from_pretrained(
+            path_or_alias, torch_dtype=torch_dtype, max_new_tokens=max_new_tokens, temperature=temperature
+        )
         return cls(engine, system_prompt=system_prompt, tools=tools, batch_size=batch_size, fallback_tool=fallback_tool)
 
     # -- the BatchPolicy protocol ----------------------------------------------------------
