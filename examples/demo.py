@@ -26,9 +26,14 @@ on a GPU (``--model``, task counts, ``--epochs``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import random
+import re
+import resource
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +41,10 @@ import torch
 
 from agentreward import RewardEngine
 from agentsandbox.suites import TaskSuite, get_suite
-from agenttrainer import AgentInference, LocalBatchPolicy, SFTConfig, SFTTrainer
+from agenttrainer import LocalBatchPolicy, SFTConfig, SFTTrainer
 from agenttrainer.config import OnlineRLConfig
 from agenttrainer.online import OnlineRLTrainer
+from agenttrainer.precision import resolve_bf16
 from knowlyrcore import (
     TaskInfo,
     ToolCategory,
@@ -49,7 +55,7 @@ from knowlyrcore import (
     write_trajectories,
 )
 from trajectoryhub import DatasetExporter, collect_batched, make_reward_fn
-from trajectoryhub.evaluate import compare_stages, evaluate_policy
+from trajectoryhub.evaluate import compare_sampled, compare_stages, evaluate_policy, evaluate_sampled, template_table
 from trajectoryhub.report import stage_table, write_report
 
 
@@ -114,74 +120,200 @@ def expert_data(suite: TaskSuite, tasks: list[dict], root: Path) -> tuple[int, i
     return sft.written, dpo.written
 
 
-def evaluate(model: str, name: str, suite: TaskSuite, tasks: dict[str, list[dict]], root: Path, args):
-    # bf16 weights for generation: about 2x faster than fp32 on this CPU (AMX), and greedy
-    # answers of a 135M model are stable under it.
-    engine = AgentInference.from_pretrained(model, torch_dtype=torch.bfloat16 if args.bf16 else torch.float32,
-                                            max_new_tokens=args.max_new_tokens)  # fmt: skip
-    policy = LocalBatchPolicy(engine, system_prompt=suite.system_prompt, batch_size=args.eval_batch)
-    stages, trajectories = [], {}
-    for split in ("test", "test-unseen"):
-        if split not in tasks:
-            continue
+class StageMeter:
+    """Wall time and peak resident memory of each pipeline stage.
+
+    The kernel's high-water mark (``VmHWM``) is reset at the start of a stage (``clear_refs`` 5,
+    Linux >= 4.0), so each stage reports its own peak rather than the process's so far. Where
+    that is not possible the peak since start is reported and said so."""
+
+    def __init__(self):
+        self.rows: list[dict[str, Any]] = []
+
+    @staticmethod
+    def _reset_peak() -> bool:
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            return True
+        except OSError:
+            return False
+
+    @staticmethod
+    def _peak_mb() -> float:
+        try:
+            status = Path("/proc/self/status").read_text()
+            return round(int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 1024, 1)
+        except (OSError, AttributeError):
+            return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+    @contextmanager
+    def stage(self, name: str, command: str = ""):
+        gc.collect()  # the previous stage's engines and caches go before this one is measured
+        per_stage = self._reset_peak()
+        row: dict[str, Any] = {"stage": name, "command": command}
         start = time.perf_counter()
-        summary, runs = evaluate_policy(policy, tasks[split], env=suite.env_id, name=name, split=split,
-                                        max_steps=suite.max_steps, env_kwargs=suite.env_kwargs,
-                                        batch_size=len(tasks[split]), model_name=model, progress=False)  # fmt: skip
-        summary["seconds"] = round(time.perf_counter() - start, 1)
-        write_trajectories(root / "eval" / f"{name}-{split}.jsonl", runs)
-        stages.append(summary)
-        trajectories[split] = runs
-        lo, hi = summary["ci95"]
-        print(f"{name:5} {split:12} success {summary['success_rate']:.0%} [{lo:.0%}, {hi:.0%}] "
-              f"n={summary['n']}  ({summary['seconds']:.0f}s)", flush=True)  # fmt: skip
-    del policy
-    return stages, trajectories
+        try:
+            yield row
+        finally:
+            row["seconds"] = round(time.perf_counter() - start, 1)
+            row["peak_rss_mb"] = self._peak_mb()
+            row["peak_scope"] = "stage" if per_stage else "process"
+            self.rows.append(row)
+            print(f"[{name}: {row['seconds']:.0f}s, peak RSS {row['peak_rss_mb']:.0f} MB]", flush=True)
+
+    def table(self) -> dict[str, Any]:
+        return {"title": "What each stage cost, and the command that reproduces it",
+                "header": ["stage", "seconds", "peak RSS (MB)", "command"],
+                "rows": [[r["stage"], f"{r['seconds']:.0f}", f"{r['peak_rss_mb']:.0f}", r["command"] or "–"]
+                         for r in self.rows],
+                "note": "Peak RSS is the kernel's high-water mark, reset when each stage starts."}  # fmt: skip
 
 
-def train_sft(model: str, root: Path, args) -> tuple[str, list[tuple[int, float]]]:
+def eval_command(policy: str, root: Path, split: str, n: int, args, *, base: bool = False, samples: int = 1) -> str:
+    """The knowlyr-hub command that gives a stage's figure on one split (as the report prints it)."""
+    command = (f"knowlyr-hub evaluate --policy {policy} --tasks {root / 'tasks' / f'{split}.jsonl'} --name X "
+               f"--max-new-tokens {args.max_new_tokens} --batch-size {n * samples} --dtype "
+               f"{'bfloat16' if args.bf16 else 'float32'}")  # fmt: skip
+    if base:  # a checkpoint brings its prompt contract; the base model is prompted as the demo trains
+        command += " --no-include-tools"
+    if samples > 1:
+        command += f" --samples {samples} --seed {args.seed}"
+    return command
+
+
+def evaluate(model: str, name: str, suite: TaskSuite, tasks: dict[str, list[dict]], root: Path, args, meter,
+             *, base: bool = False, sampled: bool = True):  # fmt: skip
+    """Greedy success on every split, then (``--eval-samples`` > 1) k sampled episodes per test
+    task; returns the stage rows, the greedy trajectories and the sampled summary."""
+    stages, trajectories, samples = [], {}, None
+    with meter.stage(f"evaluate {name}") as row:
+        # bf16 weights for generation where bf16 is native (about 2x faster than fp32 with AMX)
+        policy = LocalBatchPolicy.from_pretrained(
+            model, system_prompt=suite.system_prompt, max_new_tokens=args.max_new_tokens,
+            torch_dtype=torch.bfloat16 if args.bf16 else torch.float32, batch_size=args.eval_batch,
+        )  # fmt: skip
+        commands = []
+        for split, split_tasks in tasks.items():
+            start = time.perf_counter()
+            summary, runs = evaluate_policy(policy, split_tasks, env=suite.env_id, name=name, split=split,
+                                            max_steps=suite.max_steps, env_kwargs=suite.env_kwargs,
+                                            batch_size=len(split_tasks), model_name=model, progress=False)  # fmt: skip
+            summary["seconds"] = round(time.perf_counter() - start, 1)
+            summary["command"] = eval_command(model, root, split, len(split_tasks), args, base=base).replace(
+                "--name X", f"--name {name}")  # fmt: skip
+            commands.append(summary["command"])
+            write_trajectories(root / "eval" / f"{name}-{split}.jsonl", runs)
+            stages.append(summary)
+            trajectories[split] = runs
+            lo, hi = summary["ci95"]
+            print(f"{name:5} {split:12} success {summary['success_rate']:.0%} [{lo:.0%}, {hi:.0%}] "
+                  f"n={summary['n']}  ({summary['seconds']:.0f}s)", flush=True)  # fmt: skip
+        if sampled and args.eval_samples > 1 and "test" in tasks:
+            policy.engine.temperature = 1.0
+            random.seed(args.seed)  # as `knowlyr-hub evaluate --samples K --seed S` seeds its sampler
+            torch.manual_seed(args.seed)
+            start = time.perf_counter()
+            samples, runs = evaluate_sampled(policy, tasks["test"], k=args.eval_samples, env=suite.env_id, name=name,
+                                             split="test", max_steps=suite.max_steps, env_kwargs=suite.env_kwargs,
+                                             batch_size=len(tasks["test"]) * args.eval_samples, seed=args.seed,
+                                             model_name=model, progress=False)  # fmt: skip
+            samples["command"] = eval_command(model, root, "test", len(tasks["test"]), args, base=base,
+                                              samples=args.eval_samples).replace("--name X", f"--name {name}")  # fmt: skip
+            write_trajectories(root / "eval" / f"{name}-test-sampled.jsonl", runs)
+            print(f"{name:5} test sampled  pass@1 {samples['pass@1']:.0%}  pass@{args.eval_samples} "
+                  f"{samples['pass@k']:.0%}  ({time.perf_counter() - start:.0f}s)", flush=True)  # fmt: skip
+        row["command"] = " ; ".join(commands)
+        del policy
+    for stage in stages:
+        stage["peak_rss_mb"] = meter.rows[-1]["peak_rss_mb"]
+    return stages, trajectories, samples
+
+
+def train_sft(model: str, root: Path, args, meter) -> tuple[str, list[tuple[int, float]]]:
     out = root / "sft"
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, not a resume of an older one
     config = SFTConfig(
         model_name_or_path=model, train_file=str(root / "sft.jsonl"), output_dir=str(out),
-        num_epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+        num_epochs=args.epochs, max_steps=args.max_steps, batch_size=args.sft_micro_batch,
+        gradient_accumulation_steps=max(1, args.batch_size // args.sft_micro_batch),
         learning_rate=args.lr, warmup_ratio=0.05, max_length=1024, bf16=args.bf16, save_steps=0,
         use_lora=args.lora, seed=args.seed,
     )  # fmt: skip
-    result = SFTTrainer(config).train()
+    command = (f"knowlyr-trainer sft --model {model} --train-file {config.train_file} --output-dir {out} "
+               f"--num-epochs {config.num_epochs} --max-steps {config.max_steps} --batch-size {config.batch_size} "
+               f"--gradient-accumulation-steps {config.gradient_accumulation_steps} --learning-rate {config.learning_rate} "
+               f"--warmup-ratio 0.05 --max-length 1024 --save-steps 0 --seed {config.seed}"
+               + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else ""))  # fmt: skip
+    with meter.stage("train sft", command):
+        result = SFTTrainer(config).train()
     print(f"SFT: {result['global_step']} steps, final loss {result['train_loss']:.4f}, "
           f"{result['tokens_per_second']:.0f} tokens/s -> {result['output_dir']}")  # fmt: skip
     curve = [(r["step"], r["loss/train"]) for r in read_jsonl(out / "metrics.jsonl") if "loss/train" in r]
     return result["output_dir"], curve
 
 
-def train_online_rl(checkpoint: str, suite: TaskSuite, root: Path, args) -> tuple[str, dict[str, Any]]:
-    """GRPO in the live environment from the SFT checkpoint: every iteration plays each task of
-    the RL pool ``group_size`` times, so the training reward curve compares the same tasks."""
-    out = root / "rl"
+def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, root: Path, args, meter):
+    """Online training from the SFT checkpoint in the live environment: ``rl`` (GRPO with the
+    verifiable partial-credit reward, dynamic sampling, pass-rate task sampling, clip-higher,
+    token-mean loss, no KL) or ``rft`` (rejection fine-tuning: the same rollouts budget, the
+    successful episodes imitated). Both draw tasks from the same pool SFT never saw."""
+    out = root / name
     shutil.rmtree(out, ignore_errors=True)
+    rl = algorithm != "rft"
     config = OnlineRLConfig(
-        model_name_or_path=checkpoint, env_id=suite.env_id, env_kwargs=suite.env_kwargs or None,
+        model_name_or_path=checkpoint, env_id=suite.env_id,
+        env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"} if rl and args.rl_partial_credit else suite.env_kwargs or None,
         tasks_file=str(root / "tasks" / "rl.jsonl"), output_dir=str(out), system_prompt=suite.system_prompt,
-        include_tools=False, algorithm=args.rl_algorithm, group_size=args.rl_group_size,
-        tasks_per_iteration=args.rl_tasks, num_iterations=args.rl_iterations, max_turns=suite.max_steps,
-        max_new_tokens=args.max_new_tokens, max_episode_tokens=2048, learning_rate=args.rl_lr,
-        warmup_ratio=0.0, lr_scheduler="constant", kl_coef=0.04, batch_size=8, bf16=args.bf16,
-        seed=args.seed, use_lora=args.lora,
+        include_tools=False, algorithm=algorithm, group_size=args.rl_group_size,
+        tasks_per_iteration=args.rl_tasks_per_iteration, num_iterations=args.rl_iterations,
+        max_turns=suite.max_steps, max_new_tokens=args.max_new_tokens, max_episode_tokens=2048,
+        learning_rate=args.rl_lr if rl else args.rft_lr, warmup_ratio=0.0, lr_scheduler="constant",
+        kl_coef=args.rl_kl, clip_eps=0.2, clip_eps_high=0.28 if rl else None, loss_normalization="token",
+        temperature=1.0, process_reward="rules" if args.rl_step_reward else "none", batch_size=args.rl_micro_batch,
+        dynamic_sampling=rl and args.rl_dynamic_sampling, max_refill_rounds=args.rl_refill_rounds,
+        task_sampling="pass_rate" if rl else "sequential", bf16=args.bf16, seed=args.seed, use_lora=args.lora,
     )  # fmt: skip
-    result = OnlineRLTrainer(config).train()
-    # The same stage from the command line (the tasks file carries the suite's system prompt).
-    result["command"] = (
+    command = (
         f"knowlyr-trainer grpo --online --env {suite.env_id} --tasks {config.tasks_file} --model {checkpoint} "
-        f"--output-dir {out} --no-include-tools --algorithm {config.algorithm} --group-size {config.group_size} "
+        f"--output-dir {out} --no-include-tools --algorithm {algorithm} --group-size {config.group_size} "
         f"--tasks-per-iteration {config.tasks_per_iteration} --num-iterations {config.num_iterations} "
         f"--max-turns {config.max_turns} --max-new-tokens {config.max_new_tokens} --learning-rate {config.learning_rate} "
-        f"--warmup-ratio 0 --lr-scheduler constant --kl-coef {config.kl_coef} --batch-size {config.batch_size} "
-        f"--seed {config.seed}" + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else "")
-    )
-    print(f"online RL: {result['iterations']} iterations, {result['seconds_per_iteration']:.0f} s each; "
-          f"mean training reward {' -> '.join(f'{r:.2f}' for r in result['reward_curve'])}")  # fmt: skip
+        f"--warmup-ratio 0 --lr-scheduler constant --kl-coef {config.kl_coef} --loss-normalization token "
+        f"--batch-size {config.batch_size} --process-reward {config.process_reward} --seed {config.seed}"
+        + (f" --env-kwargs '{json.dumps(config.env_kwargs)}'" if config.env_kwargs else "")
+        + (f" --clip-eps-high {config.clip_eps_high}" if config.clip_eps_high else "")
+        + (f" --dynamic-sampling --max-refill-rounds {config.max_refill_rounds}" if config.dynamic_sampling else "")
+        + (" --task-sampling pass_rate" if config.task_sampling == "pass_rate" else "")
+        + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else "")
+    )  # fmt: skip
+    with meter.stage(f"train {name}", command):
+        result = OnlineRLTrainer(config).train()
+    result["command"] = command
+    print(f"{name}: {result['iterations']} iterations, {result['seconds_per_iteration']:.0f} s each; "
+          f"mean training reward {' -> '.join(f'{r:.2f}' for r in result['reward_curve'])}; "
+          f"success {' -> '.join(f'{r:.0%}' for r in result['success_curve'])}")  # fmt: skip
     return result["output_dir"], result
+
+
+def rollout_speed(out: Path) -> dict[str, float]:
+    """Mean rollout tokens/s and seconds per iteration from an online run's metrics.jsonl."""
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rollout/tokens_per_second" in r]
+    if not rows:
+        return {}
+    mean = lambda key: round(sum(float(r.get(key, 0.0)) for r in rows) / len(rows), 2)  # noqa: E731
+    return {"rollout_tokens_per_second": mean("rollout/tokens_per_second"),
+            "rollout_seconds": mean("rollout/seconds"), "informative_groups": mean("rollout/informative_groups")}  # fmt: skip
+
+
+def sampled_table(samples: list[dict[str, Any]], comparisons: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    rows = [[s["name"], s["split"], str(s["n_tasks"]), f"{s['pass@1']:.1%}", f"{s['pass@k']:.1%}", "", ""]
+            for s in samples]  # fmt: skip
+    rows += [[f"{c['a']} → {c['b']}", c["split"], str(c["n_tasks"]), f"{c['diff']:+.1%}", "",
+              f"{c['better_tasks']}/{c['worse_tasks']}", f"{c['p_value']:.3g}"] for c in comparisons]  # fmt: skip
+    return {"title": f"Sampled evaluation: {k} episodes per task at temperature 1",
+            "header": ["stage / pair", "split", "tasks", "pass@1 (Δ)", f"pass@{k}", "tasks better/worse", "Wilcoxon p"],
+            "rows": rows,
+            "note": "Δ pass@1 is b − a over per-task success rates; Wilcoxon signed-rank test on those rates, two-sided."}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -191,95 +323,140 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--suite", default="retail", help="task suite (knowlyr-hub tasks --list)")
     parser.add_argument("--model", default="smollm2-135m", help="base model: alias, path or Hub id")
     parser.add_argument("--train-tasks", type=int, default=320, help="train tasks solved by the expert")
-    parser.add_argument("--test-tasks", type=int, default=50, help="test tasks (held-out entities)")
+    parser.add_argument("--test-tasks", type=int, default=50, help="test tasks (held-out entities and phrasings)")
     parser.add_argument("--unseen-tasks", type=int, default=30, help="test-unseen tasks (held-out templates); 0 skips")
     parser.add_argument("--seed", type=int, default=0, help="task seed (the same seed writes the same tasks)")
     parser.add_argument("--epochs", type=int, default=2, help="SFT epochs over the expert data")
     parser.add_argument("--max-steps", type=int, default=-1, help="stop SFT after this many steps (-1: all epochs)")
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
+    parser.add_argument("--sft-micro-batch", type=int, default=4,
+                        help="SFT examples per forward pass (gradients accumulate up to --batch-size; bounds memory)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT peak learning rate")
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters instead of all weights")
     parser.add_argument("--sft-checkpoint", default=None,
                         help="skip SFT and use this checkpoint (e.g. runs/demo/sft/final of an earlier run)")  # fmt: skip
-    parser.add_argument("--no-bf16", dest="bf16", action="store_false", help="train and generate in fp32")
+    parser.add_argument(
+        "--no-bf16",
+        dest="bf16",
+        action="store_false",
+        help="train and generate in fp32 (bf16 is used only where it is native)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model turn")
     parser.add_argument("--eval-batch", type=int, default=None, help="generation batch size (default: all episodes)")
-    parser.add_argument("--rl-iterations", type=int, default=8, help="online RL iterations after SFT (0 skips)")
-    parser.add_argument("--rl-tasks", type=int, default=12,
-                        help="online RL task pool: fresh train-split tasks, all of them in every iteration")  # fmt: skip
-    parser.add_argument("--rl-group-size", type=int, default=4, help="episodes per task per iteration")
-    parser.add_argument("--rl-lr", type=float, default=5e-6, help="online RL learning rate")
-    parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo, rloo or ppo")
+    parser.add_argument("--eval-samples", type=int, default=4,
+                        help="sampled episodes per test task (pass@1, pass@k and a paired test); 1 skips")  # fmt: skip
+    parser.add_argument("--rl-iterations", type=int, default=8, help="online RL (and RFT) iterations; 0 skips both")
+    parser.add_argument("--rl-pool", type=int, default=64,
+                        help="online task pool: fresh train-split tasks SFT never saw (another seed)")  # fmt: skip
+    parser.add_argument("--rl-tasks-per-iteration", type=int, default=6, help="tasks trained on per iteration")
+    parser.add_argument("--rl-group-size", type=int, default=8, help="episodes per task per iteration")
+    parser.add_argument("--rl-lr", type=float, default=1e-5, help="online RL learning rate")
+    parser.add_argument("--rl-kl", type=float, default=0.0, help="k3 KL coefficient to the SFT model")
+    parser.add_argument("--rl-micro-batch", type=int, default=4, help="episodes per training forward pass")
+    parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo or rloo")
+    parser.add_argument("--no-rl-partial-credit", dest="rl_partial_credit", action="store_false",
+                        help="RL on the outcome alone instead of the environment's verifiable partial credit")  # fmt: skip
+    parser.add_argument("--rl-step-reward", action="store_true",
+                        help="add 0.2 x the rule-layer process reward per step (off: it did not help here)")  # fmt: skip
+    parser.add_argument("--no-rl-dynamic-sampling", dest="rl_dynamic_sampling", action="store_false",
+                        help="train on every group, even those whose rewards all tie")  # fmt: skip
+    parser.add_argument("--rl-refill-rounds", type=int, default=1, help="dynamic sampling: extra rollout rounds")
+    parser.add_argument("--rft-lr", type=float, default=1e-5, help="rejection fine-tuning learning rate")
+    parser.add_argument("--no-rft", dest="rft", action="store_false", help="skip the rejection fine-tuning baseline")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
+    # bf16 only where the hardware computes it natively: emulated, it is many times slower than fp32
+    args.bf16 = resolve_bf16(args.bf16, "cuda" if torch.cuda.is_available() else "cpu")
+    print(f"precision: {'bf16 (native here)' if args.bf16 else 'fp32'}")
     root = Path(args.workdir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     suite = get_suite(args.suite)
+    meter = StageMeter()
 
     section(f"1. tasks from the {suite.name!r} suite ({suite.env_id})")
     counts = {"train": args.train_tasks, "test": args.test_tasks, "test-unseen": args.unseen_tasks}
     tasks = write_tasks(suite, root, counts, args.seed)
-    if args.rl_iterations > 0:  # train-split tasks SFT never saw (another seed), for online RL
-        rl_tasks = suite.generate("train", args.rl_tasks, args.seed + 1000)
+    if args.rl_iterations > 0:  # train-split tasks SFT never saw (another seed), for RL and RFT
+        rl_tasks = suite.generate("train", args.rl_pool, args.seed + 1000)
         for task in rl_tasks:  # self-contained: `knowlyr-trainer grpo --online --tasks` needs nothing else
             task["metadata"]["system_prompt"] = suite.system_prompt
         write_jsonl(root / "tasks" / "rl.jsonl", rl_tasks)
     print(", ".join(f"{split}: {len(ts)}" for split, ts in tasks.items()), f"-> {root / 'tasks'}")
 
     section("2. expert rollouts, process reward, SFT/DPO export")
-    expert_data(suite, tasks["train"], root)
+    with meter.stage("expert data"):
+        expert_data(suite, tasks["train"], root)
     eval_tasks = {k: v for k, v in tasks.items() if k != "train"}
 
     section(f"3. evaluate {args.model} as shipped")
-    stages, by_stage = evaluate(args.model, "base", suite, eval_tasks, root, args)
+    stages, by_stage, _ = evaluate(args.model, "base", suite, eval_tasks, root, args, meter, base=True, sampled=False)
+    runs_by_stage = {"base": by_stage}
 
     if args.sft_checkpoint:
         section(f"4. SFT skipped: using {args.sft_checkpoint}")
         checkpoint, curve = args.sft_checkpoint, []
     else:
         section("4. SFT on the expert data")
-        checkpoint, curve = train_sft(args.model, root, args)
+        checkpoint, curve = train_sft(args.model, root, args, meter)
 
     section("5. evaluate the SFT checkpoint")
-    sft_stages, sft_runs = evaluate(checkpoint, "sft", suite, eval_tasks, root, args)
+    sft_stages, runs_by_stage["sft"], sft_samples = evaluate(checkpoint, "sft", suite, eval_tasks, root, args, meter)
     stages += sft_stages
-
-    runs_by_stage = {"base": by_stage, "sft": sft_runs}
+    samples = [sft_samples] if sft_samples else []
     curves = {"sft/loss": curve} if curve else {}
-    rl_result = None
+    online: dict[str, dict[str, Any]] = {}
     if args.rl_iterations > 0:
-        section("6. online RL from the SFT checkpoint (GRPO in the live environment)")
-        rl_checkpoint, rl_result = train_online_rl(checkpoint, suite, root, args)
-        curves["rl/train_reward"] = list(enumerate(rl_result["reward_curve"], start=1))
-        curves["rl/train_success"] = list(enumerate(rl_result["success_curve"], start=1))
-        section("7. evaluate the online-RL checkpoint")
-        rl_stages, runs_by_stage["rl"] = evaluate(rl_checkpoint, "rl", suite, eval_tasks, root, args)
-        stages += rl_stages
+        plan = [("rft", "rft")] if args.rft else []
+        for n, (name, algorithm) in enumerate([*plan, ("rl", args.rl_algorithm)], start=6):
+            what = "rejection fine-tuning" if name == "rft" else f"online RL ({algorithm})"
+            section(f"{n}. {what} from the SFT checkpoint in the live environment, then evaluate")
+            trained, online[name] = train_online(name, algorithm, checkpoint, suite, root, args, meter)
+            online[name].update(rollout_speed(root / name))
+            curves[f"{name}/train_reward"] = list(enumerate(online[name]["reward_curve"], start=1))
+            curves[f"{name}/train_success"] = list(enumerate(online[name]["success_curve"], start=1))
+            more, runs_by_stage[name], sampled_run = evaluate(trained, name, suite, eval_tasks, root, args, meter)
+            stages += more
+            samples += [sampled_run] if sampled_run else []
 
-    section("8. report")
-    comparisons = []
+    section("report")
+    comparisons, sampled_comparisons = [], []
+    names = list(runs_by_stage)
+    pairs = [("base", "sft")] + [(a, b) for a in ("sft", "rft") for b in ("rft", "rl") if a != b and a in names and b in names]  # fmt: skip
     for split in eval_tasks:
-        comparisons += compare_stages({"base": by_stage[split], "sft": sft_runs[split]}, split=split)
-        if "rl" in runs_by_stage:
-            comparisons += compare_stages({"sft": sft_runs[split], "rl": runs_by_stage["rl"][split]}, split=split)
+        for a, b in pairs:
+            comparisons += compare_stages({a: runs_by_stage[a][split], b: runs_by_stage[b][split]}, split=split)
+    by_name = {s["name"]: s for s in samples}
+    for a, b in pairs:
+        if a in by_name and b in by_name:
+            sampled_comparisons.append(compare_sampled(by_name[a], by_name[b]))
+    seen = sorted({t["metadata"].get("template", "?") for t in tasks["train"]})
+    header, rows = template_table(runs_by_stage, seen_templates=seen)
+    tables = [{"title": "Greedy success per task template", "header": header, "rows": rows,
+               "note": "Test requests use phrasings train never shows; test-unseen templates are absent from train."}]  # fmt: skip
+    if samples:
+        tables.append(sampled_table(samples, sampled_comparisons, args.eval_samples))
     report = {
         "suite": suite.name, "model": args.model, "checkpoint": checkpoint,
         "stages": stages, "comparisons": comparisons, "seconds": round(time.perf_counter() - started, 1),
-        "config": vars(args),
+        "config": vars(args), "sampled": [{k: v for k, v in s.items()} for s in samples],
+        "sampled_comparisons": sampled_comparisons, "pipeline": meter.rows,
     }  # fmt: skip
-    if rl_result is not None:  # scalars, so the report lists them with the run's facts
+    report["peak_rss_mb"] = max(r["peak_rss_mb"] for r in meter.rows)
+    for name, result in online.items():  # scalars, so the report lists them with the run's facts
         report.update({
-            "online_rl_algorithm": args.rl_algorithm,
-            "online_rl_iterations": rl_result["iterations"],
-            "online_rl_episodes_per_iteration": args.rl_tasks * args.rl_group_size,
-            "online_rl_seconds_per_iteration": rl_result["seconds_per_iteration"],
-            "online_rl_train_reward": " -> ".join(f"{r:.3f}" for r in rl_result["reward_curve"]),
-            "online_rl_train_success": " -> ".join(f"{r:.0%}" for r in rl_result["success_curve"]),
-            "online_rl_masked_episodes": rl_result["masked_episodes"],
-            "online_rl_command": rl_result["command"],
+            f"{name}_algorithm": result.get("algorithm", name),
+            f"{name}_iterations": result["iterations"],
+            f"{name}_seconds_per_iteration": result["seconds_per_iteration"],
+            f"{name}_rollout_tokens_per_second": result.get("rollout_tokens_per_second", 0.0),
+            f"{name}_train_reward": " -> ".join(f"{r:.3f}" for r in result["reward_curve"]),
+            f"{name}_train_success": " -> ".join(f"{r:.0%}" for r in result["success_curve"]),
+            f"{name}_masked_episodes": result["masked_episodes"],
+            f"{name}_command": result["command"],
         })  # fmt: skip
     examples = {f"{s['name']} ({s['split']})": runs_by_stage[s["name"]][s["split"]][:1] for s in stages}
+    tables.append(meter.table())
+    report["tables"] = tables
     written = write_report(report, root, trajectories_by_stage=examples, curves=curves or None)
     header, rows = stage_table(stages)
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
@@ -287,7 +464,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
     for c in comparisons:
         print(f"{c['b']} vs {c['a']} on {c['split']}: success {c['diff']:+.0%} (McNemar p = {c['p_value']:.2g})")
-    print(f"\n{report['seconds']:.0f}s; report: {written['html']}  {written['markdown']}  {written['json']}")
+    for c in sampled_comparisons:
+        print(
+            f"{c['b']} vs {c['a']} sampled on {c['split']}: pass@1 {c['diff']:+.1%} (Wilcoxon p = {c['p_value']:.2g})"
+        )
+    print(f"\n{report['seconds']:.0f}s, peak RSS {report['peak_rss_mb']:.0f} MB; report: {written['html']}  "
+          f"{written['markdown']}  {written['json']}")  # fmt: skip
     return json.loads(Path(written["json"]).read_text())
 
 

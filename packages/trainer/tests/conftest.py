@@ -62,6 +62,14 @@ def grpo_rows(n=6, group=4, seed=0):
 
 
 @pytest.fixture
+def native_bf16(monkeypatch):
+    """Take the bf16 code paths as on a CPU with native bf16 (AMX, AVX512-BF16), whatever this one has."""
+    import agenttrainer.precision
+
+    monkeypatch.setattr(agenttrainer.precision, "cpu_has_native_bf16", lambda: True)
+
+
+@pytest.fixture
 def tiny():
     """A fresh tiny random Llama (same weights every call) and the real SmolLM2 tokenizer."""
     from agenttrainer.models import build_tiny_model

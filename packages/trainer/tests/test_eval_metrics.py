@@ -98,7 +98,7 @@ def test_chunked_head_gives_the_full_logit_numbers_with_chunk_sized_logits(tiny,
         assert chunked[key] == pytest.approx(full[key], rel=1e-5), key
 
 
-def test_device_defaults_and_autocast(tiny, monkeypatch):
+def test_device_defaults_and_autocast(tiny, monkeypatch, native_bf16):
     model, _ = tiny
     assert eval_device(model, "cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -113,7 +113,7 @@ def test_device_defaults_and_autocast(tiny, monkeypatch):
     assert not isinstance(_autocast(torch.device("cuda"), True), torch.autocast)
 
 
-def test_bf16_eval_runs_on_the_cpu_close_to_float32(tiny, rows, tmp_path):
+def test_bf16_eval_runs_on_the_cpu_close_to_float32(tiny, rows, tmp_path, native_bf16):
     model, tok = tiny
     data = read_eval_data(rows.write(tmp_path / "sft.jsonl", rows.sft(3)))
     exact = evaluate_model(model, tok, data, bf16=False, device="cpu")

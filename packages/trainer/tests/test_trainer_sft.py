@@ -229,7 +229,7 @@ def test_resume_from_a_checkpoint_matches_uninterrupted(tmp_path, tiny, sft_file
         torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
 
 
-def test_trainers_with_different_precision_in_one_process(tmp_path, tiny, sft_file):
+def test_trainers_with_different_precision_in_one_process(tmp_path, tiny, sft_file, native_bf16):
     """accelerate's state is process-wide; trainers run one after another may still differ in bf16."""
     model, tok = tiny
     fp32 = SFTTrainer(_config(tmp_path / "a", sft_file, bf16=False), model=model, tokenizer=tok)

@@ -178,7 +178,8 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
 @click.option("--temperature", type=click.FloatRange(min=0, max=2),
               help="Model policies' sampling temperature (default 0 = greedy; 1 with --samples above 1).")  # fmt: skip
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True,
-              help="Local checkpoints: weights' dtype for generation (bfloat16: ~2x faster on CPUs with AMX).")  # fmt: skip
+              help="Local checkpoints: weights' dtype for generation (bfloat16: ~2x faster on CPUs with AMX or "
+                   "AVX512-BF16, many times slower on CPUs without native bf16).")  # fmt: skip
 @click.option("--executor", type=click.Choice(["batched", "ray"]), default="batched", show_default=True,
               help="Play episodes in lockstep here, or on Ray actors (extra: ray; not for local model policies).")  # fmt: skip
 @click.option("--address", help="Ray cluster address (default: start a local Ray runtime).")

@@ -35,6 +35,7 @@ from agenttrainer.data import (
 from agenttrainer.losses import chunked_token_logps
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
+from agenttrainer.precision import resolve_bf16
 
 
 def eval_device(model: Any, device: str | torch.device | None = None) -> torch.device:
@@ -49,8 +50,8 @@ def eval_device(model: Any, device: str | torch.device | None = None) -> torch.d
 
 
 def _autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextManager:
-    """bf16 autocast on ``device`` when asked for and supported (CPU, or a bf16-capable GPU), as in training."""
-    if bf16 and (device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_bf16_supported())):
+    """bf16 autocast on ``device`` when asked for and native there (``precision``), as in training."""
+    if device.type in ("cpu", "cuda") and resolve_bf16(bf16, device):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

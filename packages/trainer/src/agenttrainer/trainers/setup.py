@@ -10,17 +10,16 @@ from torch import nn
 
 from agenttrainer.config import TrainConfig
 from agenttrainer.models.attention import HiddenStates
+from agenttrainer.precision import resolve_bf16
 
 
 def make_accelerator(config: TrainConfig) -> Any:
-    """An ``accelerate.Accelerator`` with bf16 autocast when asked for and supported."""
+    """An ``accelerate.Accelerator`` with bf16 autocast when asked for and native (``precision``)."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
-    mixed = "no"
-    if config.bf16:
-        cuda_ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        mixed = "bf16" if cuda_ok or not torch.cuda.is_available() else "no"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    mixed = "bf16" if resolve_bf16(config.bf16, device) else "no"
     # On a machine without an accelerator, cpu=True makes torchrun / `accelerate launch --multi_gpu`
     # processes form a gloo (MULTI_CPU) group instead of each training alone.
     has_device = (
