@@ -26,6 +26,7 @@ on a GPU (``--model``, task counts, ``--epochs``).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import random
@@ -146,9 +147,19 @@ class StageMeter:
         except (OSError, AttributeError):
             return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
+    @staticmethod
+    def _release() -> None:
+        """Collect the previous stage's engines and caches and hand freed heap back to the OS
+        (glibc keeps it otherwise, and the next stage's peak would start from it)."""
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc: nothing to trim
+            pass
+
     @contextmanager
     def stage(self, name: str, command: str = ""):
-        gc.collect()  # the previous stage's engines and caches go before this one is measured
+        self._release()
         per_stage = self._reset_peak()
         row: dict[str, Any] = {"stage": name, "command": command}
         start = time.perf_counter()
@@ -322,14 +333,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workdir", default="runs/demo", help="where tasks, data, checkpoints and the report go")
     parser.add_argument("--suite", default="retail", help="task suite (knowlyr-hub tasks --list)")
     parser.add_argument("--model", default="smollm2-135m", help="base model: alias, path or Hub id")
-    parser.add_argument("--train-tasks", type=int, default=320, help="train tasks solved by the expert")
+    parser.add_argument("--train-tasks", type=int, default=160, help="train tasks solved by the expert")
     parser.add_argument("--test-tasks", type=int, default=50, help="test tasks (held-out entities and phrasings)")
     parser.add_argument("--unseen-tasks", type=int, default=30, help="test-unseen tasks (held-out templates); 0 skips")
     parser.add_argument("--seed", type=int, default=0, help="task seed (the same seed writes the same tasks)")
-    parser.add_argument("--epochs", type=int, default=2, help="SFT epochs over the expert data")
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="SFT epochs over the expert data (one leaves the RL stage room to learn)")  # fmt: skip
     parser.add_argument("--max-steps", type=int, default=-1, help="stop SFT after this many steps (-1: all epochs)")
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
-    parser.add_argument("--sft-micro-batch", type=int, default=4,
+    parser.add_argument("--sft-micro-batch", type=int, default=2,
                         help="SFT examples per forward pass (gradients accumulate up to --batch-size; bounds memory)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT peak learning rate")
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters instead of all weights")
@@ -345,14 +357,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--eval-batch", type=int, default=None, help="generation batch size (default: all episodes)")
     parser.add_argument("--eval-samples", type=int, default=4,
                         help="sampled episodes per test task (pass@1, pass@k and a paired test); 1 skips")  # fmt: skip
-    parser.add_argument("--rl-iterations", type=int, default=8, help="online RL (and RFT) iterations; 0 skips both")
+    parser.add_argument("--rl-iterations", type=int, default=6, help="online RL (and RFT) iterations; 0 skips both")
     parser.add_argument("--rl-pool", type=int, default=64,
                         help="online task pool: fresh train-split tasks SFT never saw (another seed)")  # fmt: skip
-    parser.add_argument("--rl-tasks-per-iteration", type=int, default=6, help="tasks trained on per iteration")
+    parser.add_argument("--rl-tasks-per-iteration", type=int, default=4, help="tasks trained on per iteration")
     parser.add_argument("--rl-group-size", type=int, default=8, help="episodes per task per iteration")
     parser.add_argument("--rl-lr", type=float, default=1e-5, help="online RL learning rate")
     parser.add_argument("--rl-kl", type=float, default=0.0, help="k3 KL coefficient to the SFT model")
-    parser.add_argument("--rl-micro-batch", type=int, default=4, help="episodes per training forward pass")
+    parser.add_argument("--rl-micro-batch", type=int, default=2, help="episodes per training forward pass")
     parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo or rloo")
     parser.add_argument("--no-rl-partial-credit", dest="rl_partial_credit", action="store_false",
                         help="RL on the outcome alone instead of the environment's verifiable partial credit")  # fmt: skip
