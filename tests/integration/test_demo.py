@@ -1,6 +1,7 @@
 """`make demo`'s scripts run start to finish (slow tier: they train SmolLM2 for real)."""
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +14,20 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_reduced_demo_trained_model_beats_the_base_model(tmp_path):
-    """The demo's training recipe, evaluated on fewer tasks (30 test, 6 test-unseen)."""
+    """The demo's recipe on fewer tasks (30 test, 6 test-unseen) and one RFT/RL iteration; the
+    command the report gives for the SFT figure, run as a user would, gives the same figure."""
     command = [sys.executable, str(EXAMPLES / "demo.py"), "--workdir", str(tmp_path),
-               "--test-tasks", "30", "--unseen-tasks", "6", "--rl-iterations", "2", "--rl-tasks", "4"]  # fmt: skip
+               "--test-tasks", "30", "--unseen-tasks", "6", "--rl-iterations", "1", "--rl-tasks-per-iteration", "2",
+               "--eval-samples", "2"]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     stages = {(s["name"], s["split"]): s for s in report["stages"]}
-    assert set(stages) == {(n, s) for n in ("base", "sft", "rl") for s in ("test", "test-unseen")}
-    # the online RL stage ran in the live environment and is reported next to base and SFT
-    assert report["online_rl_iterations"] == 2 and report["online_rl_masked_episodes"] == 0
-    assert len(report["curves"]["rl/train_reward"]) == 2
-    assert any((c["a"], c["b"]) == ("sft", "rl") for c in report["comparisons"])
+    assert set(stages) == {(n, s) for n in ("base", "sft", "rft", "rl") for s in ("test", "test-unseen")}
+    # RFT and RL ran in the live environment and are reported next to base and SFT
+    assert report["rl_iterations"] == 1 and report["rl_masked_episodes"] == 0 and report["rft_iterations"] == 1
+    assert len(report["curves"]["rl/train_reward"]) == 1
+    assert {(c["a"], c["b"]) for c in report["comparisons"]} >= {("sft", "rl"), ("sft", "rft"), ("rft", "rl")}
     rollout = json.loads((tmp_path / "rl" / "rollouts" / "iteration-00001.jsonl").read_text().splitlines()[0])
     assert rollout["steps"][0]["token_ids"] and rollout["metadata"]["prompt_token_ids"]
     assert stages["sft", "test"]["n"] == 30
@@ -32,8 +35,23 @@ def test_reduced_demo_trained_model_beats_the_base_model(tmp_path):
     comparison = next(c for c in report["comparisons"] if c["split"] == "test" and c["a"] == "base")
     assert (comparison["a"], comparison["b"], comparison["test"]) == ("base", "sft", "mcnemar")
     assert comparison["diff"] > 0 and comparison["p_value"] < 0.05
+    # sampled evaluation, per-template table, and what each stage cost
+    assert [s["name"] for s in report["sampled"]] == ["sft", "rft", "rl"] and report["sampled"][0]["k"] == 2
+    assert {row["stage"] for row in report["pipeline"]} >= {"train sft", "train rft", "train rl", "evaluate sft"}
+    assert all(row["peak_rss_mb"] > 100 for row in report["pipeline"])
+    titles = [t["title"] for t in report["tables"]]
+    assert titles[0] == "Greedy success per task template" and any(t.startswith("Sampled") for t in titles)
     for name in ("report.md", "report.html", "success.png", "sft.jsonl", "dpo.jsonl", "tasks/train.jsonl"):
         assert (tmp_path / name).is_file(), name
+
+    # the report's command for the SFT figure on test, typed by a user, gives that figure
+    argv = shlex.split(stages["sft", "test"]["command"])
+    assert argv[0] == "knowlyr-hub"
+    again = subprocess.run([str(Path(sys.executable).parent / "knowlyr-hub"), *argv[1:]], capture_output=True,
+                           text=True, timeout=1800)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    row = next(line.split() for line in again.stdout.splitlines() if line.startswith("sft "))
+    assert row[3] == f"{stages['sft', 'test']['success_rate']:.1%}"
 
 
 def test_online_loop_example(tmp_path):
