@@ -154,7 +154,7 @@ def test_sampling_config_errors_are_clear(tmp_path):
         make_config(tmp_path, [True], task_sampling="random")
     with pytest.raises(ConfigError, match="pass_rate_band must be two rates"):
         make_config(tmp_path, [True], pass_rate_band=[0.8, 0.2])
-    with pytest.raises(ConfigError, match="ppo has no groups"):
+    with pytest.raises(ConfigError, match="ppo does not compare the episodes"):
         make_config(tmp_path, [True], dynamic_sampling=True, algorithm="ppo")
     with pytest.raises(ConfigError, match=r"max_refill_rounds must be in \[0, 9\]"):
         make_config(tmp_path, [True], max_refill_rounds=12)
