@@ -58,7 +58,7 @@ test-isolated: ## each package alone in a clean venv runs its own tests
 DEMO_SUITE ?= retail
 DEMO_ARGS ?=
 
-demo: install ## the main job: tasks -> expert data -> evaluate SmolLM2 -> SFT -> evaluate -> online RL -> evaluate -> runs/demo/report.html (~30 min on 2 cores)
+demo: install ## the main job: tasks -> expert data -> evaluate SmolLM2 -> SFT -> RFT and online RL -> evaluate each (greedy and sampled) -> runs/demo/report.html
 	PYTHON=$(PYTHON) bash scripts/ensure_system.sh $(if $(filter coding,$(DEMO_SUITE)),--sandbox)
 	$(BIN)/python examples/demo.py --workdir runs/demo --suite $(DEMO_SUITE) $(DEMO_ARGS)
 
