@@ -299,7 +299,7 @@ def test_evaluate_prompts_a_checkpoint_by_its_prompt_contract(plan_env, tasks_fi
 
     def policy(**flags):
         defaults = dict(policy=checkpoint, system_prompt=None, include_tools=None, model=None, api_key=None,
-                        max_new_tokens=8)  # fmt: skip
+                        max_new_tokens=8, samples=1, temperature=None, dtype="float32")  # fmt: skip
         args = SimpleNamespace(**{**defaults, **flags})
         return _policy(args, None, plan_env, {})[0]
 
