@@ -171,6 +171,7 @@ def test_evaluate_local_model(plan_env, tasks_file, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1].split()[0] == "smollm2-135m"
 
 
+@pytest.mark.integration
 def test_evaluate_sampled_local_model_repeats_with_its_seed(plan_env, tasks_file, tmp_path, capsys):
     """--samples 2 plays every task twice at temperature 1 and prints pass@1 and
     pass@2; the same --seed gives the same samples again."""
