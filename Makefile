@@ -35,6 +35,8 @@ $(VENV)/.installed: $(BIN)/python $(wildcard packages/*/pyproject.toml) Makefile
 
 install: $(VENV)/.installed ## create .venv and install every package (editable, dev extras)
 
+install-dev: install ## the same as install (the name seed 001 uses)
+
 lint: install ## ruff check and format check
 	$(BIN)/ruff check packages tests examples bench scripts conftest.py
 	$(BIN)/ruff format --check packages tests examples bench scripts conftest.py
@@ -48,6 +50,9 @@ test: install lint ## lint, then run unit and integration tests (what CI runs); 
 
 test-unit: install ## fast tests only (no Docker, no model, no servers); TEST_ORDER_SEED=N shuffles them
 	$(BIN)/pytest -m "not slow and not integration" $(TEST_ORDER) $(PYTEST_ARGS)
+
+test-integration: install ## the integration tier only (Docker, the model, servers, installs from wheels); TEST_ORDER_SEED=N shuffles them
+	$(BIN)/pytest -m "integration and not slow" $(TEST_ORDER) $(PYTEST_ARGS)
 
 test-slow: install ## the slow tier (full demo runs)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)
@@ -79,4 +84,4 @@ bench: install ## run the benchmarks (one JSON line each; trainer_vs_trl takes ~
 clean: ## remove virtual environments and caches
 	rm -rf $(VENV) .venv-isolated .pytest_cache .ruff_cache site
 
-.PHONY: help install lint format test test-unit test-slow test-isolated demo demo-loop demo-quickstart docs bench clean
+.PHONY: help install install-dev lint format test test-unit test-integration test-slow test-isolated demo demo-loop demo-quickstart docs bench clean

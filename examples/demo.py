@@ -119,7 +119,7 @@ def expert_data(suite: TaskSuite, tasks: list[dict], root: Path) -> tuple[int, i
     for name in runs:
         rewards = [t.reward for t in scored if t.agent == name]
         print(f"{name:9} mean process reward {sum(rewards) / len(rewards):.3f}")
-    sft = DatasetExporter(trajectories=[t for t in scored if t.agent == "expert"]).export_sft(root / "sft.jsonl", format="messages", success_only=True,
+    sft = DatasetExporter(trajectories=[t for t in scored if t.agent == "expert"]).export_sft(root / "sft.jsonl", format="messages",
                               system_prompt=suite.system_prompt, include_tools=False)  # fmt: skip
     dpo = DatasetExporter(trajectories=scored).export_dpo(root / "dpo.jsonl")
     print(f"SFT records: {sft.written}, DPO pairs: {dpo.written}")

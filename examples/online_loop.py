@@ -140,7 +140,7 @@ def main() -> None:
         rewards = [t.reward for t in scored if t.agent == name]
         print(f"{name:7} mean trajectory reward {sum(rewards) / len(rewards):.3f}")
     exporter = DatasetExporter(root / "scored.jsonl")
-    sft = exporter.export_sft(root / "sft.jsonl", success_only=True)
+    sft = exporter.export_sft(root / "sft.jsonl")  # successful trajectories only
     dpo = exporter.export_dpo(root / "dpo.jsonl")
     print(f"SFT records: {sft.written} (skipped {sft.skipped}), DPO pairs: {dpo.written}")
     result = compare_agents({name: [t for t in scored if t.agent == name] for name in runs})

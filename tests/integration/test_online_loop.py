@@ -91,7 +91,7 @@ def datasets(tmp_path_factory):
     write_trajectories(root / "scored.jsonl", scored)
     exporter = DatasetExporter(root / "scored.jsonl")
     reports = {
-        "sft": exporter.export_sft(root / "sft.jsonl", success_only=True),
+        "sft": exporter.export_sft(root / "sft.jsonl"),  # successful trajectories only
         "dpo": exporter.export_dpo(root / "dpo.jsonl"),
         "grpo": exporter.export_grpo(root / "grpo.jsonl"),
     }

@@ -42,7 +42,8 @@ def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
         "who-and-when",
     }
     assert report["trajectories"] + report["duplicates"] == 34 and report["scored"] == report["trajectories"]
-    assert report["exports"]["sft"]["written"] == report["trajectories"]
+    sft = report["exports"]["sft"]  # the successful trajectories only; the others are counted
+    assert sft["written"] >= 1 and sft["written"] + sft["skipped"].get("not_successful", 0) == report["trajectories"]
     # tau-bench holds 4 trials of each of tasks 0-4: GRPO groups them, DPO pairs the solved with the failed
     assert report["exports"]["grpo"]["written"] == 5
     assert report["exports"]["dpo"]["written"] >= 2
@@ -50,6 +51,7 @@ def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
     scored = [json.loads(line) for line in (tmp_path / "out" / "latest" / "scored.jsonl").read_text().splitlines()]
     assert all(s["reward"] is not None and 0 <= s["reward"] <= 1 for s in scored)
     assert all("rubric_scores" in step for t in scored for step in t["steps"])
+    assert sft["written"] == sum(s["outcome"]["success"] is True for s in scored)
 
     agenttrainer = require_module("agenttrainer.data.readers", "the exports are read with knowlyr-trainer's readers")
     for name, reader in (("sft", agenttrainer.sft_conversation), ("dpo", agenttrainer.dpo_pair),

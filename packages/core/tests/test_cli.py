@@ -78,6 +78,56 @@ def test_check_reports_violations(capsys):
 def test_check_unknown_env(capsys):
     code, _, err = run(capsys, "check", "nope/nope")
     assert code == 2 and "unknown environment 'nope/nope'" in err
+    assert "pip install knowlyr-sandbox" not in err  # not a built-in id
+
+
+def test_without_the_builtin_envs_envs_and_check_name_the_same_install(capsys):
+    """With no package providing the knowlyr/* environments (an empty registry, discovery done),
+    `envs` and `check knowlyr/...` give the same hint."""
+    from knowlyrcore import registry
+
+    registry._REGISTRY.clear()
+    registry._PLUGINS_LOADED = True
+    hint = "pip install knowlyr-sandbox for the built-in knowlyr/* environments"
+    code, out, _ = run(capsys, "envs")
+    assert (code, out) == (0, f"no environments registered ({hint})\n")
+    code, out, err = run(capsys, "check", "knowlyr/sandbox")
+    assert (code, out) == (2, "")
+    assert err == f"error: unknown environment 'knowlyr/sandbox' (registered: none; {hint})\n"
+
+
+def test_check_of_a_builtin_typo_suggests_instead_of_installing(capsys, counter_cls):
+    """Once some knowlyr/* environment is registered, an unknown one is a typo, not a missing package."""
+    from knowlyrcore import registry
+
+    registry._REGISTRY.clear()
+    registry._PLUGINS_LOADED = True
+    register("knowlyr/counter", counter_cls)
+    code, _, err = run(capsys, "check", "knowlyr/countr")
+    assert code == 2
+    assert (
+        err
+        == "error: unknown environment 'knowlyr/countr'; did you mean 'knowlyr/counter'? (registered: knowlyr/counter)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["validate", "{missing}"],
+        ["domain", "show", "{missing}.yaml"],
+        ["tools", "search", "{missing}", "refund"],
+        ["tools", "index", "{missing}", "-o", "{out}"],
+        ["tools", "index", "--from-data", "{missing}", "-o", "{out}"],
+    ],
+)
+def test_a_missing_input_file_is_one_line_worded_as_everywhere(capsys, tmp_path, args):
+    names = {"missing": tmp_path / "missing.jsonl", "out": tmp_path / "out.jsonl"}
+    argv = [a.format(**names) for a in args]
+    code, out, err = run(capsys, *argv)
+    missing = next(a for a in argv if "missing" in a)
+    assert (code, out, err) == (2, "", f"error: {missing}: no such file or directory\n")
+    assert not names["out"].exists()
 
 
 def test_schema_trajectory_is_json_schema(capsys):

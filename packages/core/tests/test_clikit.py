@@ -7,8 +7,18 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from knowlyrcore.clikit import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, Group, exit_code_of, mcp_command, run
+from knowlyrcore.clikit import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    Group,
+    error_line,
+    exit_code_of,
+    mcp_command,
+    run,
+)
 from knowlyrcore.errors import (
+    NO_SUCH_FILE,
     DataFormatError,
     DomainError,
     EnvCheckError,
@@ -17,6 +27,7 @@ from knowlyrcore.errors import (
     InvalidActionError,
     KnowlyrError,
     RegistryError,
+    no_such_file,
 )
 from knowlyrcore.roots import OverwriteRefusedError, PathOutsideRootsError
 
@@ -58,6 +69,19 @@ def _cli(raise_what):
 
     cli.add_command(mcp_command("knowlyr-test", "no_such_module_for_the_test"))
     return cli
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (FileNotFoundError(2, "No such file or directory", "x.jsonl"), "x.jsonl: no such file or directory"),
+        (IsADirectoryError(21, "Is a directory", "runs"), "runs: Is a directory"),
+        (PermissionError(13, "Permission denied"), "Permission denied"),
+        (DataFormatError("f.jsonl", None, NO_SUCH_FILE), no_such_file("f.jsonl")),
+    ],
+)
+def test_error_lines_word_a_missing_file_one_way(error, line):
+    assert error_line(error) == line
 
 
 def test_run_returns_codes_and_prints_one_line(capsys):

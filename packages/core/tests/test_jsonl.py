@@ -38,7 +38,7 @@ def test_binary_data_is_an_error(tmp_path):
 
 
 def test_missing_file_is_a_data_error(tmp_path):
-    with pytest.raises(DataFormatError, match="No such file"):
+    with pytest.raises(DataFormatError, match=r"absent.jsonl: no such file or directory$"):
         list(read_jsonl(tmp_path / "absent.jsonl"))
 
 

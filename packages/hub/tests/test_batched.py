@@ -155,6 +155,19 @@ def test_progress_bar_counts_episodes(guess_env, capsys):
     assert "5/5" in capsys.readouterr().err
 
 
+def test_progress_bar_shows_turns_and_live_episodes(guess_env, capsys):
+    """Before: the bar sat at 0/N for every turn until the first episode ended; now each turn
+    shows which turn is played and how many episodes are live and finished."""
+    collect_batched(guess_env, CountingBatch(), guess_tasks([1, 3, 2]), max_steps=5)
+    err = capsys.readouterr().err
+    shown = ["turn 1/5, 3 live, 0 finished", "turn 2/5, 2 live, 1 finished", "turn 3/5, 1 live, 2 finished"]
+    assert [err.index(text) for text in shown] == sorted(err.index(text) for text in shown)
+    assert "turn 4/5" not in err and "3/3" in err
+    collect_batched(guess_env, CountingBatch(), guess_tasks([1, 3, 2]), max_steps=5, batch_size=2)
+    err = capsys.readouterr().err
+    assert "chunk 1/2, turn 3/5, 1 live, 1 finished" in err and "chunk 2/2, turn 2/5, 1 live, 2 finished" in err
+
+
 def test_argument_checks(guess_env):
     with pytest.raises(ValueError, match="at least one task"):
         collect_batched(guess_env, CountingBatch(), [], progress=False)

@@ -11,7 +11,17 @@ def test_export_dedup_evaluate_compare(traj, tmp_path, capsys):
                            traj("a3", "x", reward=0.1, agent="alpha")])  # fmt: skip
     write_trajectories(b, [traj("b1", "x", reward=0.2, agent="beta"), traj("b2", "y", reward=0.3, agent="beta")])
     assert main(["export", "--format", "sft", "-t", str(a), "-o", str(tmp_path / "sft.jsonl")]) == 0
-    assert len(list(read_jsonl(tmp_path / "sft.jsonl"))) == 3
+    assert not list(read_jsonl(tmp_path / "sft.jsonl"))  # nobody judged these runs a success
+    assert capsys.readouterr().err == (f"sft: wrote 0 records to {tmp_path / 'sft.jsonl'}; left out 3: 3 not successful "
+                                       "(failed or not judged; --include-failures keeps them)\n")  # fmt: skip
+    argv = ["export", "--format", "sft", "-t", str(a), "-o", str(tmp_path / "sft.jsonl"), "--min-reward", "0.5"]
+    assert main([*argv, "--include-failures"]) == 0
+    assert len(list(read_jsonl(tmp_path / "sft.jsonl"))) == 2
+    assert "wrote 2 records" in capsys.readouterr().err
+    assert main([*argv, "--success-only"]) == 0  # the old flag: the default now
+    assert main([*argv, "--success-only", "--include-failures"]) == 2
+    assert main(["export", "--format", "dpo", "-t", str(a), "-o", str(tmp_path / "d.jsonl"), "--include-failures"]) == 2
+    assert "--include-failures is for --format sft" in capsys.readouterr().err
     assert main(["export", "--format", "dpo", "-t", str(a), "-o", str(tmp_path / "dpo.jsonl")]) == 0
     assert "dpo: wrote 1 records" in capsys.readouterr().err
     assert main(["export", "--format", "grpo", "-t", str(a), str(b), "-o", str(tmp_path / "g.jsonl")]) == 0

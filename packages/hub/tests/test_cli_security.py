@@ -49,7 +49,8 @@ def trajectories(tmp_path, stages) -> Path:
 
 
 def test_security_pipeline_accepts_a_trajectory_file(tmp_path, trajectories):
-    done = hub("pipeline", trajectories, "-o", tmp_path / "out")
+    # the three logs record no verdict: SFT takes them only with --include-failures
+    done = hub("pipeline", trajectories, "-o", tmp_path / "out", "--include-failures")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["converted"]["formats"] == ["knowlyr"] and report["trajectories"] == 3 and not report["errors"]
@@ -87,6 +88,8 @@ def test_security_pipeline_skip_invalid_keeps_good_records(tmp_path, trajectorie
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["trajectories"] == 2
+    assert report["exports"]["sft"]["written"] == 0  # by default SFT leaves out runs nobody judged a success
+    assert report["exports"]["sft"]["skipped"] == {"not_successful": 2}
     assert [e.split(": ")[0] for e in report["errors"]] == [f"{mixed}:2", f"{mixed}:3"]
     assert "metadata.loss: non-finite number (NaN)" in report["errors"][1]
     assert f"skipped {mixed}:2: invalid JSON" in done.stderr and f"skipped {mixed}:3: metadata.loss" in done.stderr

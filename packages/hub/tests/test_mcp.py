@@ -32,7 +32,8 @@ def payload(result):
 def test_export_dedup_evaluate_compare_over_stdio(traj, tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     write_trajectories(
-        a, [traj("a1", "x", reward=0.9), traj("a2", "y", reward=0.7, steps=2), traj("a3", "x", reward=0.2)]
+        a,
+        [traj("a1", "x", reward=0.9, success=True), traj("a2", "y", reward=0.7, steps=2), traj("a3", "x", reward=0.2)],
     )
     write_trajectories(b, [traj("b1", "x", reward=0.1, agent="b"), traj("b2", "y", reward=0.3, agent="b")])
     tools, (sft, dpo, unique, report, comparison, bad) = asyncio.run(session_calls([
@@ -44,7 +45,8 @@ def test_export_dedup_evaluate_compare_over_stdio(traj, tmp_path):
         ("export", {"format": "sft", "trajectories": [str(tmp_path / "missing.jsonl")], "output": str(tmp_path / "o")}),
     ], roots=[tmp_path]))  # fmt: skip
     assert tools >= {"export", "deduplicate", "evaluate", "compare"}
-    assert payload(sft)["written"] == 3 and payload(dpo)["written"] == 1
+    assert payload(sft)["written"] == 1 and payload(sft)["skipped"] == {"not_successful": 2}  # SFT: successes only
+    assert payload(dpo)["written"] == 1
     assert payload(unique) == {"input": 6, "unique": 2, "output": str(tmp_path / "u.jsonl")}
     assert payload(report)["episodes"] == 3
     assert payload(comparison)["leaderboard"][0]["agent"] == "a"

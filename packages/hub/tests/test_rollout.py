@@ -68,3 +68,13 @@ def test_argument_checks(guess_env, counting_agent):
         collect(guess_env, counting_agent(), n_episodes=0)
     with pytest.raises(TypeError, match="not an AgentEnv"):
         collect(lambda: "env", counting_agent(), progress=False)
+
+
+def test_an_empty_task_list_is_an_error_not_the_default_task(guess_env, counting_agent):
+    """Before: ``tasks=[]`` (say, a split filtered down to nothing) ran task-less episodes."""
+    for empty in ([], (), iter([])):
+        with pytest.raises(ValueError, match="empty task list"):
+            collect(guess_env, counting_agent(), tasks=empty, progress=False)
+    assert guess_env.instances == []  # refused before any environment was built
+    (t,) = collect(guess_env, counting_agent(), progress=False)  # tasks=None: the env's own default
+    assert t.task.id == "" and len(t.steps) == 3  # GuessEnv's default target

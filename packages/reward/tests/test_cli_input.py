@@ -97,12 +97,21 @@ raise SystemExit(main(sys.argv[1:]))
     ("argv", "code", "line"),
     [
         (["score", "{bad}", "-o", "{out}"], 2, "error: {bad}:1: steps: must be a list of steps"),
-        (["score", "{missing}", "-o", "{out}"], 2, "error: {missing}: No such file or directory"),
+        (["score", "{missing}", "-o", "{out}"], 2, "error: {missing}: no such file or directory"),
+        (["score", "{bad}", "--weights", "{missing}"], 2, "error: {missing}: no such file or directory"),
+        (["score", "{bad}", "--calibration", "{missing}"], 2, "error: {missing}: no such file or directory"),
+        (["eval", "{bad}", "{missing}"], 2, "error: {missing}: no such file or directory"),
+        (["pairs", "{missing}", "-o", "{out}"], 2, "error: {missing}: no such file or directory"),
+        (
+            ["calibrate", "{bad}", "--labels", "{missing}", "-o", "{out}"],
+            2,
+            "error: {missing}: no such file or directory",
+        ),
         (["score", "{bad}"], 2, "error: {bad}:1: steps: must be a list of steps"),
         (["eval", "{bad}"], 2, "error: {bad}:1: steps: must be a list of steps"),
         (["eval"], 2, "error: Missing argument 'LABELLED...'. (see 'knowlyr-reward eval --help')"),
         (["nope"], 2, "error: No such command 'nope'. (see 'knowlyr-reward --help')"),
-        (["mcp"], 2, "knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'"),
+        (["mcp"], 2, "error: knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'"),
         (["rubrics"], 0, None),
     ],
 )
@@ -123,3 +132,29 @@ def test_reader_errors_are_trajectory_format_errors(tmp_path):
     path.write_bytes(b'{"steps": [], "x": "caf\xe9"}\n')
     with pytest.raises(TrajectoryFormatError, match=r"t.jsonl:1: not UTF-8 text \(byte 23\)"):
         list(read_trajectories(path))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["score", "{missing}"],
+        ["score", "{good}", "--weights", "{missing}"],
+        ["score", "{good}", "--calibration", "{missing}"],
+        ["eval", "{good}", "{missing}"],
+        ["pairs", "{missing}", "-o", "{out}"],
+        ["calibrate", "{good}", "--labels", "{missing}", "-o", "{out}"],
+    ],
+)
+def test_a_missing_file_is_worded_as_in_every_knowlyr_command(tmp_path, capsys, argv):
+    """With knowlyr-core installed (here) the line is knowlyrcore.errors.no_such_file's; the
+    standalone fallback above prints the same."""
+    pytest.importorskip("knowlyrcore", reason="knowlyr-core is a sibling; it comes with knowlyr-reward[mcp]")
+    from knowlyrcore.errors import no_such_file
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(GOOD) + "\n")
+    values = {"good": good, "missing": tmp_path / "missing.jsonl", "out": tmp_path / "o.jsonl"}
+    assert main([a.format(**values) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"error: {no_such_file(values['missing'])}\n")
+    assert not values["out"].exists()

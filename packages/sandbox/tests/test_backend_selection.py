@@ -12,7 +12,8 @@ def test_auto_falls_back_to_local_without_a_daemon(monkeypatch, tmp_path):
     require_backend("local")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
     ok, why = available_backends()["docker"]
-    assert not ok and "setup_docker.sh" in why
+    assert not ok and why.startswith(f"no Docker daemon reachable at unix://{tmp_path}/no-daemon.sock (")
+    assert why.endswith("; set it up as root with: python -m agentsandbox.setup_docker")
     assert resolve_backend("auto") == "local"
     with make_sandbox("auto") as sandbox:
         assert sandbox.backend == "local"
@@ -23,7 +24,7 @@ def test_auto_falls_back_to_local_without_a_daemon(monkeypatch, tmp_path):
 def test_missing_image_is_a_clear_error():
     require_backend("docker")
     sandbox = make_sandbox("docker", SandboxConfig(image="knowlyr/no-such-image:none"))
-    with pytest.raises(BackendUnavailable, match="no-such-image.*setup_docker.sh"):
+    with pytest.raises(BackendUnavailable, match=r"no-such-image.*python -m agentsandbox\.setup_docker"):
         sandbox.start()
     sandbox.close()
 

@@ -56,7 +56,7 @@ def episode_files(tmp_path):
 def test_run_then_replay_reproduces_then_detects_tampering(episode_files):
     require_backend("local")
     task, actions, output = episode_files
-    done = cli("run", str(task), "--backend", "local", "--actions", str(actions), "--output", str(output), check=0)
+    done = cli("run", str(task), "--backend", "local", "--actions", str(actions), "-o", str(output), check=0)
     summary = json.loads(done.stdout)
     assert summary["success"] is True and summary["steps"] == 3
     record = json.loads(output.read_text())

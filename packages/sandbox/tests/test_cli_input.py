@@ -122,9 +122,11 @@ def test_trajectories_of_unknown_environments_are_refused_before_replaying(capsy
         (["exec", "--timeout", "0", "--", "ls"], "Invalid value for '--timeout': 0.0 is not in the range x>0."),
         (["run", "{task}", "--backend", "local"], "give --actions FILE, or --endpoint URL and --model NAME"),
         (["run", "{task}", "--actions", "{actions}", "--max-steps", "0"], "Invalid value for '--max-steps'"),
-        (["run", "{task}", "--actions", "{actions}", "--output", "{dir}"], "Invalid value for '--output'"),
+        (["run", "{task}", "--actions", "{actions}", "--output", "{dir}"], "Invalid value for '-o' / '--output'"),
         (["run", "{task}", "--backend", "bogus"], "Invalid value for '--backend': 'bogus' is not one of"),
-        (["run", "{dir}/missing.json", "--actions", "{actions}"], "{dir}/missing.json: No such file or directory"),
+        (["run", "{dir}/missing.json", "--actions", "{actions}"], "{dir}/missing.json: no such file or directory"),
+        (["run", "{task}", "--actions", "{dir}/missing.jsonl"], "{dir}/missing.jsonl: no such file or directory"),
+        (["replay", "{dir}/missing.jsonl"], "{dir}/missing.jsonl: no such file or directory"),
         (["replay", "{dir}", "--backend", "local"], "{dir}: Is a directory"),
     ],
 )

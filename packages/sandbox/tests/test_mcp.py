@@ -1,5 +1,7 @@
 """The MCP server over stdio, driven by the official MCP client, on both backends."""
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,3 +100,15 @@ def test_knowlyr_sandbox_mcp_starts_the_same_server_with_its_options(tmp_path):
     assert {"reset", "bash", "submit"} <= names
     assert getattr(refused, "is_error", getattr(refused, "isError", False))
     assert "outside the allowed roots" in refused.content[0].text and str(tmp_path) in refused.content[0].text
+
+
+@pytest.mark.parametrize("command", [["-m", "agentsandbox.mcp_server"], ["-m", "agentsandbox.cli", "mcp"]])
+def test_without_the_sdk_every_launch_is_one_error_line(tmp_path, command):
+    """`python -m agentsandbox.mcp_server` and `knowlyr-sandbox mcp` without the mcp SDK (hidden
+    by a package that fails to import, as when it is not installed): one line, exit 2."""
+    (tmp_path / "mcp").mkdir()
+    (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mcp'\", name='mcp')\n")
+    hidden = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})  # fmt: skip
+    assert hidden.returncode == 2, hidden.stderr
+    assert hidden.stderr == "error: knowlyr-sandbox mcp needs the MCP SDK: pip install 'knowlyr-sandbox[mcp]'\n"

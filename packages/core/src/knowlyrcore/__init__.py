@@ -6,6 +6,8 @@ the trajectory schema with its JSONL helpers. Depends on pydantic and jsonschema
 imports torch.
 """
 
+from importlib import metadata
+
 from knowlyrcore.actions import Action, parse_action
 from knowlyrcore.checker import check_env
 from knowlyrcore.domain import (
@@ -79,7 +81,7 @@ from knowlyrcore.trajectory import (
     Usage,
 )
 
-__version__ = "0.1.0"
+__version__ = metadata.version("knowlyr-core")  # the pyproject's, from the installed metadata
 
 __all__ = [
     # environment protocol

@@ -30,11 +30,11 @@ def cli() -> None:
 @click.option("--domain", help="Only environments of this domain.")
 def envs_command(domain: str | None) -> None:
     """List registered environments."""
-    from knowlyrcore.registry import list_envs, spec
+    from knowlyrcore.registry import BUILTIN_ENVS_HINT, list_envs, spec
 
     ids = list_envs(domain=domain)
     if not ids:
-        click.echo("no environments registered (install knowlyr-sandbox for the built-in ones)")
+        click.echo(f"no environments registered ({BUILTIN_ENVS_HINT})")
         return
     for env_id in ids:
         s = spec(env_id)

@@ -36,7 +36,7 @@ from typing import Any
 
 import click
 
-from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.errors import KnowlyrError, os_problem
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -55,9 +55,10 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 def error_line(exc: BaseException) -> str:
-    """The one line printed for an error (``OSError``: ``path: reason``, never the errno tuple)."""
+    """The one line printed for an error (``OSError``: ``path: reason``, never the errno tuple; a
+    missing file: ``path: no such file or directory``, the wording of ``errors.no_such_file``)."""
     if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+        return f"{exc.filename}: {os_problem(exc)}" if exc.filename else os_problem(exc)
     return str(exc) or type(exc).__name__
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from knowlyrcore.errors import DomainError, InvalidActionError, describe_parse_error
+from knowlyrcore.errors import DomainError, InvalidActionError, describe_parse_error, no_such_file
 
 RUBRICS = ("goal_progress", "tool_selection", "param_correctness", "info_utilization", "non_redundancy")
 
@@ -239,8 +239,12 @@ def load_domain_profile(path: str | Path, *, register: bool = False) -> DomainPr
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DomainError(f"{path}: cannot read domain profile: {exc}") from None
+    except FileNotFoundError:
+        raise DomainError(no_such_file(path)) from None
+    except OSError as exc:
+        raise DomainError(f"{path}: cannot read domain profile ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise DomainError(f"{path}: cannot read domain profile (not UTF-8 text)") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml

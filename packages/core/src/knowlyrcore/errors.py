@@ -30,6 +30,23 @@ def describe_parse_error(exc: BaseException) -> tuple[int | None, str]:
     return None, "syntax error"
 
 
+#: How every knowlyr command words an input path that does not exist, as
+#: ``error: <path>: no such file or directory`` (exit code 2).
+NO_SUCH_FILE = "no such file or directory"
+
+
+def no_such_file(path: object) -> str:
+    """``<path>: no such file or directory``: the message for a missing input path."""
+    return f"{path}: {NO_SUCH_FILE}"
+
+
+def os_problem(exc: OSError) -> str:
+    """What went wrong, without path or errno: ``NO_SUCH_FILE`` for a missing file, else its strerror."""
+    if isinstance(exc, FileNotFoundError):
+        return NO_SUCH_FILE
+    return exc.strerror or str(exc)
+
+
 class KnowlyrError(Exception):
     """Base class of every error raised deliberately by knowlyr packages.
 

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from knowlyrcore.errors import DataFormatError
+from knowlyrcore.errors import DataFormatError, os_problem
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -215,7 +215,7 @@ def iter_json_lines(
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors need their own message
     except OSError as exc:
-        raise DataFormatError(str(path), None, exc.strerror or str(exc)) from None
+        raise DataFormatError(str(path), None, os_problem(exc)) from None
     with handle:
         for number, raw in bounded_lines(handle, limit):
             if number == 1 and raw is not None and raw.startswith((b"\xff\xfe", b"\xfe\xff")):

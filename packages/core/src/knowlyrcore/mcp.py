@@ -10,7 +10,8 @@
 - ``run_server(server, argv, prog=...)`` parses the server's options and ``--root``, then serves
   over stdio until the client hangs up.
 - ``run_module(dist, module, argv)`` is ``knowlyr-<pkg> mcp``: it starts the same server as
-  ``python -m <module>``; without the SDK it prints one line naming the extra and returns 2.
+  ``python -m <module>``; without the SDK it prints ``missing_sdk(dist)``, one ``error: ...``
+  line naming the extra, and returns 2.
 
 A server module then reads::
 
@@ -112,10 +113,15 @@ def run_server(
     return 0
 
 
+def missing_sdk(dist: str) -> str:
+    """The line printed when ``<dist> mcp`` runs without the mcp SDK (exit code 2)."""
+    return f"error: {dist} mcp needs the MCP SDK: pip install '{dist}[mcp]'"
+
+
 def run_module(dist: str, module: str, argv: Sequence[str]) -> int:
     """``<dist> mcp ARGS``: run ``module.main(ARGS)``, the server ``python -m <module>`` starts.
 
-    Without the mcp SDK: one line naming the extra to install, exit code 2, no traceback.
+    Without the mcp SDK: ``missing_sdk(dist)`` on stderr, exit code 2, no traceback.
     """
     try:
         _sdk()  # first: a server module may import the SDK only when it builds its server
@@ -123,7 +129,7 @@ def run_module(dist: str, module: str, argv: Sequence[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "mcp" and not (exc.name or "").startswith("mcp."):
             raise
-        print(f"{dist} mcp needs the MCP SDK: pip install '{dist}[mcp]'", file=sys.stderr)
+        print(missing_sdk(dist), file=sys.stderr)
         return 2
     return server_module.main(list(argv)) or 0
 
@@ -133,6 +139,7 @@ __all__ = [
     "MCPServer",
     "ToolError",
     "guard",
+    "missing_sdk",
     "new_server",
     "refresh_roots",
     "run_module",

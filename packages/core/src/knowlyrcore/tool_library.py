@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from knowlyrcore.domain import ToolSpec
-from knowlyrcore.errors import DataFormatError, InputError
+from knowlyrcore.errors import DataFormatError, InputError, os_problem
 from knowlyrcore.jsonl import default_max_line_bytes, iter_json_lines, loads_record, validation_error
 
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -207,7 +207,7 @@ def _read_document(path: Path) -> Any:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
     except OSError as exc:
-        raise DataFormatError(str(path), None, exc.strerror or str(exc)) from None
+        raise DataFormatError(str(path), None, os_problem(exc)) from None
     if len(data) > limit:
         raise DataFormatError(str(path), None, f"larger than {limit} bytes")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -3,6 +3,23 @@
 Depends on knowlyr-core; the sandbox, recorder and reward packages are optional extras.
 """
 
+# ruff: noqa: E402 -- knowlyr-core must be checked before anything is imported from it
+from importlib import metadata as _metadata
+
+__version__ = _metadata.version("knowlyr-hub")
+# The other project's knowlyr-core (PyPI) has no knowlyrcore.origin, so core is checked here.
+if _metadata.version("knowlyr-core") != __version__:
+    raise ImportError(
+        f"knowlyr-hub {__version__} needs knowlyr-core {__version__}, found knowlyr-core "
+        f"{_metadata.version('knowlyr-core')} (the knowlyr-* packages on PyPI are another project); "
+        "fix: pip install ./packages/core from the knowlyr checkout, or pip install --no-index "
+        f"--find-links WHEELHOUSE knowlyr-core=={__version__} (docs/install.md)"
+    )
+
+from knowlyrcore.origin import check_siblings
+
+check_siblings("knowlyr-hub")
+
 from trajectoryhub.batched import collect_batched
 from trajectoryhub.dedup import ContentStore, content_hash, dedup
 from trajectoryhub.evaluate import (
@@ -35,8 +52,6 @@ from trajectoryhub.stats import (
     wilson_interval,
 )
 from trajectoryhub.store import GDIWeights, StoredTrajectory, TrajectoryStore, gdi_score
-
-__version__ = "0.1.0"
 
 __all__ = [
     # rollouts

@@ -14,6 +14,10 @@ Environments are built and wrapped as ``collect()`` does (registry id or factory
 a step or the policy raises. Each finished chunk is appended to ``output_path`` atomically, so
 a failure in a later chunk keeps the earlier ones.
 
+The progress bar counts finished episodes, which stay at 0 for the many turns the first
+episodes take; its postfix shows the turn being played, the live and the finished episodes
+(``turn 3/30, 61 live, 3 finished``, and ``chunk 2/4`` when there are several chunks).
+
 Examples:
     >>> from knowlyrcore import AgentEnv, TimeStep
     >>> class Countdown(AgentEnv):
@@ -76,12 +80,19 @@ def collect_batched(
     kwargs = dict(env_kwargs or {})
 
     bar = _progress_bar(len(task_list), progress)
+    n_chunks = -(-len(task_list) // batch_size)
     results: list[Trajectory] = []
     try:
         for start in range(0, len(task_list), batch_size):
             chunk = task_list[start : start + batch_size]
             seeds = [None if seed is None else seed + start + k for k in range(len(chunk))]
-            trajectories = _run_lockstep(env, kwargs, batch_policy, chunk, seeds, options, advance=bar.update)
+            where = f"chunk {start // batch_size + 1}/{n_chunks}, " if n_chunks > 1 else ""
+
+            def show_turn(turn: int, live: int, where: str = where) -> None:
+                bar.set_postfix_str(f"{where}turn {turn}/{max_steps}, {live} live, {bar.n} finished", refresh=True)
+
+            trajectories = _run_lockstep(env, kwargs, batch_policy, chunk, seeds, options, advance=bar.update,
+                                         show_turn=show_turn)  # fmt: skip
             if output_path is not None:
                 write_trajectories(output_path, trajectories, append=True)
             results.extend(trajectories)
@@ -99,10 +110,12 @@ def _run_lockstep(
     options: dict[str, Any],
     *,
     advance: Callable[[int], Any],
+    show_turn: Callable[[int, int], Any],
 ) -> list[Trajectory]:
     """Play one episode per task together until every one has ended; returns them in order.
 
-    ``advance(n)`` is told whenever ``n`` more episodes have ended (the progress bar)."""
+    ``advance(n)`` is told whenever ``n`` more episodes have ended, ``show_turn(turn, live)``
+    before the policy acts in each turn (the progress bar)."""
     with ExitStack() as closing:  # every environment built so far is closed, whatever happens
         recorders = []
         for _ in tasks:
@@ -113,7 +126,10 @@ def _run_lockstep(
         steps = [recorder.reset(task=task, seed=s) for recorder, task, s in zip(recorders, tasks, seeds)]
         ended = sum(ts.done for ts in steps)
         advance(ended)
+        turn = 0
         while ended < len(steps):
+            turn += 1
+            show_turn(turn, len(steps) - ended)
             actions = policy.act_batch([None if ts.done else ts.observation for ts in steps])
             if len(actions) != len(steps):
                 raise ValueError(f"act_batch returned {len(actions)} actions for {len(steps)} episodes")

@@ -1,6 +1,6 @@
 """The ``knowlyr-hub`` command.
 
-knowlyr-hub export --format sft  -t trajectories.jsonl -o sft_train.jsonl
+knowlyr-hub export --format sft  -t trajectories.jsonl -o sft_train.jsonl  [--min-reward R] [--include-failures]
 knowlyr-hub export --format dpo  -t trajectories.jsonl [-p preferences.jsonl] -o dpo_train.jsonl
 knowlyr-hub export --format grpo -t trajectories.jsonl -o grpo_train.jsonl
 knowlyr-hub export --format atif -t trajectories.jsonl -o atif.jsonl      (also adp; extra: recorder)
@@ -99,28 +99,37 @@ def cli() -> None:
 @click.option("-p", "--preferences", help="DPO: preference pairs from `knowlyr-reward pairs`.")
 @click.option("--sft-format", type=click.Choice(["steps", "messages"]), default="steps", show_default=True)
 @click.option("--min-reward", type=float, help="SFT, ATIF, ADP: keep trajectories with at least this reward.")
-@click.option("--success-only", is_flag=True, help="SFT, ATIF, ADP: keep only successful trajectories.")
+@click.option("--include-failures", is_flag=True,
+              help="SFT: keep failed and unjudged trajectories too (default: successful ones only).")  # fmt: skip
+@click.option("--success-only", is_flag=True,
+              help="ATIF, ADP: keep only successful trajectories. SFT: the default (accepted for old commands).")  # fmt: skip
 @click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True,
               help="DPO: minimum reward gap of a pair.")  # fmt: skip
 @click.option("--min-group-size", type=click.IntRange(min=1), default=2, show_default=True,
               help="GRPO: minimum attempts per task.")  # fmt: skip
 def export_command(fmt: str, trajectories: tuple[str, ...], more_files: tuple[str, ...], output: str,
-                   preferences: str | None, sft_format: str, min_reward: float | None, success_only: bool,
-                   min_margin: float, min_group_size: int) -> None:  # fmt: skip
-    """Export trajectories as an SFT, DPO or GRPO dataset, or as ATIF / ADP documents."""
+                   preferences: str | None, sft_format: str, min_reward: float | None, include_failures: bool,
+                   success_only: bool, min_margin: float, min_group_size: int) -> None:  # fmt: skip
+    """Export trajectories as an SFT, DPO or GRPO dataset, or as ATIF / ADP documents.
+
+    SFT keeps successful trajectories only unless --include-failures; DPO and GRPO use failed
+    attempts too (as rejected responses, as low-reward group members); ATIF and ADP convert all.
+    """
     from trajectoryhub.export import DatasetExporter
 
+    if include_failures and (fmt != "sft" or success_only):
+        raise click.UsageError("--include-failures is for --format sft, without --success-only")
     exporter = DatasetExporter(trajectories=_read_all(_files(trajectories, more_files)))
     if fmt == "sft":
-        report = exporter.export_sft(output, format=sft_format, min_reward=min_reward, success_only=success_only)
+        report = exporter.export_sft(output, format=sft_format, min_reward=min_reward,
+                                     include_failures=include_failures)  # fmt: skip
     elif fmt in ("atif", "adp"):
         report = exporter.export_interchange(output, to=fmt, min_reward=min_reward, success_only=success_only)
     elif fmt == "dpo":
         report = exporter.export_dpo(output, preferences=preferences, min_margin=min_margin)
     else:
         report = exporter.export_grpo(output, min_group_size=min_group_size)
-    skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
-    click.echo(f"{fmt}: wrote {report.written} records to {output} (skipped: {skipped})", err=True)
+    click.echo(f"{fmt}: wrote {report.written} records to {output}; {report.left_out()}", err=True)
 
 
 @cli.command("dedup")
@@ -432,10 +441,13 @@ def compare_command(trajectories: tuple[str, ...], alpha: float, as_json: bool) 
 @click.option("--formats", default="sft,dpo,grpo", show_default=True, callback=lambda c, p, v: _formats(v),
               help="Datasets to export, comma-separated: sft, dpo, grpo.")  # fmt: skip
 @click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True)
+@click.option("--include-failures", is_flag=True,
+              help="SFT: keep failed and unjudged trajectories too (default: successful ones only).")  # fmt: skip
 @click.option("--skip-invalid", is_flag=True,
               help="Report bad files and records (file:line) and keep the good ones; default: stop at the first.")  # fmt: skip
 def pipeline_command(inputs: tuple[str, ...], output_dir: str, domain: str | None, log_format: str,
-                     formats: tuple[str, ...], min_margin: float, skip_invalid: bool) -> None:  # fmt: skip
+                     formats: tuple[str, ...], min_margin: float, include_failures: bool,
+                     skip_invalid: bool) -> None:  # fmt: skip
     """Agent logs -> trajectories -> scored -> deduplicated -> SFT/DPO/GRPO (INPUTS: log or
     trajectory files, folders or globs)."""
     from dataclasses import asdict
@@ -443,7 +455,7 @@ def pipeline_command(inputs: tuple[str, ...], output_dir: str, domain: str | Non
     from trajectoryhub.pipeline import Pipeline
 
     pipeline = Pipeline(domain=domain, log_format=log_format, skip_invalid=skip_invalid, formats=formats,
-                        min_margin=min_margin)  # fmt: skip
+                        min_margin=min_margin, include_failures=include_failures)  # fmt: skip
     report = pipeline.run(list(inputs), output_dir)
     for error in report.errors:
         click.echo(f"warning: skipped {error}", err=True)

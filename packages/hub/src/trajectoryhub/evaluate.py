@@ -325,6 +325,8 @@ def compare_stages(
     better). ``p_value`` is the exact McNemar test on success, ``reward_p_ttest`` and
     ``reward_p_wilcoxon`` test the rewards; each also comes Bonferroni-corrected over the
     ``n_comparisons`` pairs (``*_bonferroni``), and ``significant`` is ``p_value_bonferroni < alpha``.
+    ``reward_diffs_equal`` says every paired reward difference is the same: the t statistic is
+    then undefined (zero variance) and ``reward_p_ttest`` only a convention (1 or 0).
     """
     if len(runs) < 2:
         raise ValueError("compare_stages needs at least two stages")
@@ -348,6 +350,7 @@ def compare_stages(
             "reward_diff": float(np.mean(reward_b) - np.mean(reward_a)),
             "reward_p_ttest": paired_ttest(reward_a, reward_b),
             "reward_p_wilcoxon": wilcoxon_signed_rank(reward_a, reward_b),
+            "reward_diffs_equal": bool(np.ptp(np.subtract(reward_b, reward_a)) < 1e-12),
         })  # fmt: skip
     for key in ("p_value", "reward_p_ttest", "reward_p_wilcoxon"):
         for row, adjusted in zip(rows, bonferroni([r[key] for r in rows])):

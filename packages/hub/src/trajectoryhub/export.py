@@ -1,14 +1,19 @@
 """``DatasetExporter``: trajectories -> SFT / DPO / GRPO training JSONL (docs/formats.md).
 
-- SFT: one record per trajectory, in the agent ``steps`` format (``{thought, action,
-  observation, reward}``, the action a ``{"name", "parameters"}`` call that the trainer renders
-  as ``Action: {json}``) or in OpenAI chat ``messages`` + ``tools`` form.
+- SFT: one record per successful trajectory, in the agent ``steps`` format (``{thought,
+  action, observation, reward}``, the action a ``{"name", "parameters"}`` call that the trainer
+  renders as ``Action: {json}``) or in OpenAI chat ``messages`` + ``tools`` form. SFT imitates
+  every step it is given, so by default it gets only trajectories whose outcome says success;
+  failed and unjudged ones are left out and counted (``include_failures`` keeps them, e.g. to
+  select by ``min_reward`` alone).
 - DPO: ``prompt`` / ``chosen`` / ``rejected`` with the two responses as message lists, from a
   preferences file (``knowlyr-reward pairs``) or paired here: per task, best against worst
-  when their rewards differ by at least ``min_margin``.
+  when their rewards differ by at least ``min_margin``. Failures are what DPO learns to
+  avoid, so they stay in as ``rejected``; a pair whose ``chosen`` failed is left out.
 - ATIF / ADP: one interchange document per trajectory (with knowlyr-recorder, the ``recorder``
-  extra), for the other tools of the ecosystem.
-- GRPO: per task, every attempt (as messages) with its reward and step rewards; groups smaller than
+  extra), for the other tools of the ecosystem: a conversion, so every trajectory by default.
+- GRPO: per task, every attempt, failed ones included (the group's spread of rewards is the
+  learning signal), as messages with its reward and step rewards; groups smaller than
   ``min_group_size`` or whose rewards are all equal (zero advantage: no learning signal) are
   left out and counted.
 A trajectory's reward is its scored total (``reward``), else the outcome score, else 1/0 for
@@ -108,6 +113,21 @@ def _metadata(t: Trajectory) -> dict[str, Any]:
             "success": t.outcome.success, "source": t.source}  # fmt: skip
 
 
+#: what each ``ExportReport.skipped`` reason means, for people
+SKIP_REASONS = {
+    "not_successful": "not successful (failed or not judged; --include-failures keeps them)",
+    "below_min_reward": "below --min-reward",
+    "no_steps": "without steps",
+    "unscored": "without reward, score or outcome",
+    "no_task_id": "without task id",
+    "single_attempt": "tasks with a single attempt",
+    "margin_too_small": "tasks whose best and worst rewards differ by less than --min-margin",
+    "chosen_failed": "tasks whose best attempt failed",
+    "group_too_small": "tasks with fewer than --min-group-size attempts",
+    "equal_rewards": "tasks whose attempts all have the same reward",
+}
+
+
 @dataclass
 class ExportReport:
     """What an export wrote and what it left out, and why."""
@@ -117,6 +137,13 @@ class ExportReport:
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def left_out(self) -> str:
+        """``left out M: k reason, ...``, each reason in words (``left out none``)."""
+        if not self.skipped:
+            return "left out none"
+        reasons = ", ".join(f"{n} {SKIP_REASONS.get(why, why)}" for why, n in self.skipped.items())
+        return f"left out {sum(self.skipped.values())}: {reasons}"
 
 
 class DatasetExporter:
@@ -166,19 +193,25 @@ class DatasetExporter:
 
     def export_sft(
         self, output: str | os.PathLike, *, format: str = "steps", min_reward: float | None = None,
-        success_only: bool = False, system_prompt: str | None = None, include_tools: bool = True,
+        include_failures: bool = False, success_only: bool = False, system_prompt: str | None = None,
+        include_tools: bool = True,
     ) -> ExportReport:  # fmt: skip
         """One SFT record per kept trajectory, in ``steps`` or ``messages`` format.
 
+        Kept: trajectories with steps whose outcome says success (``include_failures`` drops
+        that condition: failed and unjudged ones too) and, with ``min_reward``, at least that
+        reward. ``success_only`` is the default and only accepted so that older calls still work.
         ``messages`` records open with ``system_prompt`` when given and carry the tools' schemas
         unless ``include_tools`` is false; train with the same system prompt (and tools) the
         policy will be given when it acts, so it sees at inference what it saw in training.
         """
         if format not in ("steps", "messages"):
             raise ValueError(f"format must be 'steps' or 'messages', got {format!r}")
+        if include_failures and success_only:
+            raise ValueError("include_failures and success_only contradict each other: give one")
         report = ExportReport()
         records = []
-        for t in self._kept(report, min_reward=min_reward, success_only=success_only):
+        for t in self._kept(report, min_reward=min_reward, success_only=not include_failures):
             record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "task_id": t.task.id,
                                       "reward": trajectory_reward(t)}  # fmt: skip
             if format == "steps":
@@ -217,7 +250,8 @@ class DatasetExporter:
     def export_dpo(
         self, output: str | os.PathLike, *, preferences: str | os.PathLike | None = None, min_margin: float = 0.1
     ) -> ExportReport:
-        """DPO pairs from ``preferences`` (``knowlyr-reward pairs`` output) or built per task here."""
+        """DPO pairs from ``preferences`` (``knowlyr-reward pairs`` output) or built per task here:
+        the best attempt against the worst, unless the best one failed."""
         report = ExportReport()
         pairs: list[tuple[Trajectory, Trajectory, float]] = []
         if preferences is not None:
@@ -233,6 +267,9 @@ class DatasetExporter:
                 (best_r, best), (worst_r, worst) = group[0], group[-1]
                 if best_r - worst_r < min_margin or best_r == worst_r:
                     report.skip("margin_too_small")
+                    continue
+                if best.outcome.success is False:  # preferring one failure to another teaches a failure
+                    report.skip("chosen_failed")
                     continue
                 pairs.append((best, worst, best_r - worst_r))
         records = [
@@ -251,7 +288,8 @@ class DatasetExporter:
         return report
 
     def export_grpo(self, output: str | os.PathLike, *, min_group_size: int = 2) -> ExportReport:
-        """One record per task holding every scored attempt (group-relative advantages need >= 2)."""
+        """One record per task holding every scored attempt, failed ones included (group-relative
+        advantages need >= 2 attempts and rewards that differ)."""
         report = ExportReport()
         records = []
         for task_id, group in self._by_task(report).items():

@@ -3,7 +3,8 @@
 The stages are the packages' own: knowlyr-recorder converts framework logs (OpenHands,
 SWE-agent, mini-swe-agent, OpenAI chats, …), knowlyr trajectory JSONL files pass through as
 they are, knowlyr-reward scores every step, the content hash drops duplicate episodes, and
-``DatasetExporter`` writes SFT, DPO and GRPO files.
+``DatasetExporter`` writes SFT, DPO and GRPO files (SFT from the successful trajectories only,
+unless ``include_failures``).
 
 Each run writes into a fresh run directory, ``<output>/run-<UTC time>-<id>/`` holding
 ``trajectories.jsonl``, ``scored.jsonl``, ``sft.jsonl``, ``dpo.jsonl``, ``grpo.jsonl`` and
@@ -62,10 +63,12 @@ class PipelineReport:
 
 
 class Pipeline:
-    """Convert -> score -> deduplicate -> export. ``domain=None`` uses each task's own domain."""
+    """Convert -> score -> deduplicate -> export. ``domain=None`` uses each task's own domain;
+    ``include_failures`` puts failed and unjudged trajectories into the SFT file too."""
 
     def __init__(self, *, domain: str | None = None, log_format: str = "auto", skip_invalid: bool = False,
-                 formats: tuple[str, ...] = ("sft", "dpo", "grpo"), min_margin: float = 0.1):  # fmt: skip
+                 formats: tuple[str, ...] = ("sft", "dpo", "grpo"), min_margin: float = 0.1,
+                 include_failures: bool = False):  # fmt: skip
         unknown = set(formats) - {"sft", "dpo", "grpo"}
         if unknown:
             raise ValueError(f"unknown export format(s) {sorted(unknown)}; use sft, dpo, grpo")
@@ -74,6 +77,7 @@ class Pipeline:
         self.skip_invalid = skip_invalid
         self.formats = formats
         self.min_margin = min_margin
+        self.include_failures = include_failures
 
     def convert(self, inputs: list[str | os.PathLike], report: PipelineReport) -> list[Trajectory]:
         """Every usable trajectory of ``inputs``; bad files and records go to ``report.errors``
@@ -163,7 +167,7 @@ class Pipeline:
         for fmt in self.formats:
             target = run_dir / f"{fmt}.jsonl"
             if fmt == "sft":
-                result = exporter.export_sft(target)
+                result = exporter.export_sft(target, include_failures=self.include_failures)
             elif fmt == "dpo":
                 result = exporter.export_dpo(target, min_margin=self.min_margin)
             else:

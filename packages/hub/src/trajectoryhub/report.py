@@ -14,11 +14,15 @@ and writes, each file atomically (temporary file + rename):
 * ``curve_<metric>.png`` when ``curves`` is given (``{"sft/loss": [(step, value), ...]}``): one
   plot per metric name after the last ``/`` (every stage's ``loss`` on one plot);
 * ``report.json``: the report plus ``plots`` (id -> file) and the curves;
-* ``report.md``: the stage and comparison tables, then each of ``tables`` (sampled evaluation,
-  per-template success, what each stage cost, ... as the caller builds them), linking the plots;
-* ``report.html``: the same tables, the plots embedded as base64 ``<img>`` (each with an ``id``
+* ``report.md``: a headline (``headline``: the first comparison in one sentence, worded by its
+  direction and significance; without a comparison, the first stage's success), the stage and
+  comparison tables, then each of ``tables`` (sampled evaluation, per-template success, what
+  each stage cost, ... as the caller builds them), linking the plots, and a glossary of every
+  metric and test the report shows;
+* ``report.html``: the same, the plots embedded as base64 ``<img>`` (each with an ``id``
   and alt text), and one example trajectory per stage (from ``trajectories_by_stage``) as a
-  list of steps. Every text that came from a model or an environment is HTML-escaped.
+  list of steps, tool arguments with their real line breaks. Every text that came from a model
+  or an environment is HTML-escaped.
 
 Plots need matplotlib (``pip install 'knowlyr-hub[report]'``); they are drawn on matplotlib's
 Agg canvas without pyplot, so no global backend state changes.
@@ -178,9 +182,19 @@ def _comparison_table(comparisons: list[dict[str, Any]]) -> tuple[list[str], lis
     rows = []
     for c in comparisons:
         rows.append([f"{c['a']} → {c['b']}", str(c["n_pairs"]), f"{c['diff']:+.1%}",
-                     _p(c, "p_value"), f"{c['reward_diff']:+.3f}", _p(c, "reward_p_ttest"),
+                     _p(c, "p_value"), f"{c['reward_diff']:+.3f}", _ttest_cell(c),
                      _p(c, "reward_p_wilcoxon"), "yes" if c.get("significant") else "no"])  # fmt: skip
     return header, rows
+
+
+def _ttest_cell(comparison: Mapping[str, Any]) -> str:
+    """The paired t-test's p, or why there is none: with one pair, or with every difference equal
+    (zero variance), t is undefined and the stored p (1 or 0) is a convention, not a test."""
+    if comparison["n_pairs"] < 2:
+        return "n/a (one pair)"
+    if comparison.get("reward_diffs_equal"):
+        return f"n/a (every Δ = {comparison['reward_diff']:+.3f})"
+    return _p(comparison, "reward_p_ttest")
 
 
 def _p(row: Mapping[str, Any], key: str) -> str:
@@ -195,6 +209,91 @@ def _run_facts(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(str(k), str(v)) for k, v in facts]
 
 
+def headline(report: Mapping[str, Any]) -> str:
+    """The report in one sentence: the first comparison (``b`` against ``a``, a ``compare_stages``
+    row), worded by its direction and by whether McNemar's test (Bonferroni-corrected) finds it
+    significant; with no comparison, the first stage's success rate."""
+    comparisons = report.get("comparisons") or []
+    if not comparisons:
+        s = report["stages"][0]
+        where = f" {s['split']}" if s.get("split") else ""
+        return (f"{s['name']} solves {round(s['success_rate'] * s['n'])} of {s['n']}{where} tasks "
+                f"({s['success_rate']:.1%}, 95% CI {s['ci95'][0]:.1%}–{s['ci95'][1]:.1%}); no comparison was run.")  # fmt: skip
+    c = comparisons[0]
+    a, b, points = c["a"], c["b"], 100 * c["diff"]
+    tasks = f"{c['n_pairs']} paired{' ' + c['split'] if c.get('split') else ''} tasks"
+    test = f"McNemar p = {c['p_value']:.3g}"
+    if c.get("n_comparisons", 1) > 1:
+        test += f", {c['p_value_bonferroni']:.3g} after Bonferroni over {c['n_comparisons']} comparisons"
+    evidence = f"{test}; {c['b_only']} tasks only {b} solved, {c['a_only']} only {a}"
+    if abs(points) < 1e-9:
+        return f"{b} and {a} tie at {c['success_b']:.1%} success on {tasks} ({evidence})."
+    rates = f"{c['success_a']:.1%} → {c['success_b']:.1%}"
+    if c.get("significant"):
+        verb = "beats" if points > 0 else "is worse than"
+        return f"{b} {verb} {a} by {points:+.1f} points ({rates}) on {tasks} ({test})."
+    direction = "ahead of" if points > 0 else "behind"
+    return (f"{b} is {direction} {a} by {points:+.1f} points ({rates}) on {tasks}, but the difference is "
+            f"not significant ({evidence}): it may be chance.")  # fmt: skip
+
+
+_GLOSSARY = {
+    "success rate": "the share of episodes whose outcome says success; an episode nobody judged counts as "
+    "not successful.",
+    "95% CI": "the Wilson score interval of the success rate: the true rates consistent with the observed "
+    "successes at 95% confidence. Unlike rate ± 1.96·SE it stays inside [0, 1] and is honest at small n "
+    "and at rates near 0% or 100%.",
+    "mean reward": "the mean over episodes of the trajectory's reward: its scored total (the step rewards "
+    "summed), else the outcome score, else 1 for success and 0 for failure.",
+    "tool selection": "F1 of the agent's tool calls against the expert solution's, as multisets "
+    "(precision: matched / agent calls, recall: matched / expert calls).",
+    "plan success": "the share of episodes in which the expert's tools appear among the agent's calls in the "
+    "expert's order (other calls in between allowed).",
+    "step efficiency": "expert steps / agent steps, capped at 1, over the successful episodes.",
+    "timing precision": "the share of the agent's steps that answered at the right moment: it answers exactly "
+    "where the expert answers, neither before nor after.",
+    "env time (s)": "seconds per episode spent in the environment: the sum of the recorded step durations.",
+    "mean ± std (n)": "a metric's mean and standard deviation over the n episodes it could score.",
+}
+_COMPARISON_GLOSSARY = {
+    "Δ success": "b − a: the difference of the success rates, in percentage points, on the episodes paired by task id.",
+    "McNemar p": "the exact McNemar test: only the tasks one stage solved and the other did not carry "
+    'information; under "no difference" each is a fair coin flip, so p is a two-sided binomial '
+    "test on them. The headline and 'significant' use it.",
+    "Δ reward": "b − a: the difference of the mean rewards on the paired episodes.",
+    "t-test p": "the paired t-test of the per-task reward differences. n/a when every difference is equal: zero "
+    "variance leaves t undefined (no test is needed to see the difference, or its absence).",
+    "Wilcoxon p": "the Wilcoxon signed-rank test of the reward differences: like the t-test without assuming "
+    "normal differences; zero differences are dropped.",
+    "Bonferroni": "each p multiplied by the number of comparisons (at most 1), in parentheses: the chance of "
+    "any false positive among all the comparisons stays below alpha.",
+    "significant": "the Bonferroni-corrected McNemar p is below alpha (0.05 unless the run says otherwise).",
+}
+_SAMPLED_GLOSSARY = {
+    "pass@1, pass@k": "with k sampled episodes per task: pass@1 is the mean per-task success rate; pass@k the "
+    "chance that at least one of k samples succeeds, by the unbiased estimator "
+    "1 − C(n−c, k) / C(n, k) (n samples, c successes), averaged over tasks.",
+}
+_EXAMPLE_GLOSSARY = {
+    "env reward, process reward": "the env reward is what the environment returned for a step (often 0 until "
+    "the task is done, however right the step); a process reward scores the step "
+    "itself (a reward function, or knowlyr-reward's rubrics).",
+}
+
+
+def glossary(report: Mapping[str, Any], *, examples: bool = False) -> list[tuple[str, str]]:
+    """``(term, meaning)`` of every metric and statistic the report shows."""
+    terms = dict(_GLOSSARY)
+    if report.get("comparisons"):
+        terms |= _COMPARISON_GLOSSARY
+    texts = [str(t.get("title", "")) + " " + " ".join(map(str, t.get("header", []))) for t in report.get("tables", [])]
+    if any("pass@" in text for text in texts):
+        terms |= _SAMPLED_GLOSSARY
+    if examples:
+        terms |= _EXAMPLE_GLOSSARY
+    return list(terms.items())
+
+
 _COMPARISON_NOTE = ("Δ is b − a on episodes paired by task id; p-values are two-sided, Bonferroni-corrected "
                     "over all pairs in parentheses; significant means corrected McNemar p < alpha.")  # fmt: skip
 
@@ -206,10 +305,10 @@ def _markdown(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]]) -
 
         return [line(header), "|" + "---|" * len(header), *map(line, rows)]
 
-    lines = ["# Evaluation report", ""]
+    lines = ["# Evaluation report", "", f"**{headline(report)}**", ""]
     lines += [f"- {k}: {v}" for k, v in _run_facts(report)] + [""]
     lines += ["## Stages", "", *table(*stage_table(report["stages"])), ""]
-    lines.append("Metrics are mean ± std (episodes scored); see `trajectoryhub.evaluate` for definitions.")
+    lines.append("Metrics are mean ± std (episodes scored); see the glossary below.")
     if report["comparisons"]:
         lines += ["", "## Comparisons", "", *table(*_comparison_table(report["comparisons"])), "", _COMPARISON_NOTE]
     for extra in report.get("tables", []):
@@ -217,6 +316,8 @@ def _markdown(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]]) -
         lines += ["", extra["note"]] if extra.get("note") else []
     lines += ["", "## Plots", ""]
     lines += [f"![{alt}]({filename})" for filename, _, alt in pngs.values()]
+    lines += ["", "## Glossary", ""]
+    lines += [f"- **{term}**: {meaning}" for term, meaning in glossary(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -235,35 +336,55 @@ def _html_trajectory(name: str, trajectory: Trajectory) -> str:
     outcome = {True: "success", False: "failure", None: "not judged"}[trajectory.outcome.success]
     items = []
     for step in trajectory.steps:
-        params = json.dumps(step.tool_call.parameters, ensure_ascii=False)
+        # a string argument (a reply, a patch) as the text it is, its line breaks real, not JSON's \\n
+        params = "\n".join(f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+                           for key, value in step.tool_call.parameters.items())  # fmt: skip
         output = step.observation.output
         if len(output) > OBSERVATION_CHARS:
             output = output[:OBSERVATION_CHARS] + f"… [{len(step.observation.output) - OBSERVATION_CHARS} more chars]"
         thought = f'<div class="thought">{e(step.thought)}</div>' if step.thought else ""
         error = f'<div class="error">error: {e(step.observation.error)}</div>' if step.observation.error else ""
-        reward = "" if step.reward is None else f' <span class="reward">reward {step.reward:.3f}</span>'
-        items.append(f"<li>{thought}<code class=\"call\">{e(step.tool_call.name)}({e(params)})</code>{reward}"
-                     f"<pre>{e(output)}</pre>{error}</li>")  # fmt: skip
+        arguments = f'<pre class="params">{e(params)}</pre>' if params else ""
+        items.append(f'<li>{thought}<code class="call">{e(step.tool_call.name)}</code>{_step_reward(step)}'
+                     f"{arguments}<pre>{e(output)}</pre>{error}</li>")  # fmt: skip
     return (f'<section class="example"><h3>{e(name)}: task {e(trajectory.task.id or "?")} ({outcome}, '
-            f"{len(trajectory.steps)} steps)</h3><p>{e(trajectory.task.description)}</p>"
+            f'{len(trajectory.steps)} steps)</h3><p class="task">{e(trajectory.task.description)}</p>'
             f'<ol class="steps">{"".join(items)}</ol></section>')  # fmt: skip
+
+
+def _step_reward(step: Any) -> str:
+    """The step's reward, named for what it is: the environment's own (often 0 until the task is
+    done, however right the step), or a process reward (a reward function's or knowlyr-reward's
+    score of the step; the environment's then rides along in ``metadata.env_reward``)."""
+    if step.reward is None:
+        return ""
+    env_reward = step.metadata.get("env_reward")
+    if env_reward is None and not step.rubric_scores:
+        return f' <span class="reward">env reward {step.reward:.3f}</span>'
+    text = f"process reward {step.reward:.3f}"
+    if isinstance(env_reward, (int, float)):
+        text += f", env reward {env_reward:.3f}"
+    return f' <span class="reward">{text}</span>'
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;color:#222}
 table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
 th:first-child,td:first-child{text-align:left}img{max-width:100%}figure{margin:1rem 0}
 pre{background:#f6f6f6;padding:.4rem;white-space:pre-wrap;overflow-wrap:anywhere;max-height:12rem;overflow:auto}
-.thought{color:#555;font-style:italic}.error{color:#b00}.call{font-weight:bold}"""
+.thought{color:#555;font-style:italic}.error{color:#b00}.call{font-weight:bold}
+.thought,.task{white-space:pre-wrap}.params{background:#eef3fb}.reward{color:#555}
+#headline{font-size:1.2rem;border-left:4px solid #4c72b0;padding:.4rem .8rem;background:#f4f7fc}
+dt{font-weight:bold}dd{margin:0 0 .5rem 1.5rem}"""
 
 
 def _html(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]], examples: Mapping[str, Any]) -> str:
     e = html.escape
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              "<title>Evaluation report</title>", f"<style>{_CSS}</style></head><body>",
-             "<h1>Evaluation report</h1><ul>"]  # fmt: skip
+             "<h1>Evaluation report</h1>", f'<p id="headline">{e(headline(report))}</p><ul>']  # fmt: skip
     parts += [f"<li>{e(k)}: {e(v)}</li>" for k, v in _run_facts(report)]
     parts += ["</ul><h2>Stages</h2>", _html_table(*stage_table(report["stages"]), "stages")]
-    parts.append("<p>Metrics are mean ± std (episodes scored).</p>")
+    parts.append('<p>Metrics are mean ± std (episodes scored); see the <a href="#glossary">glossary</a>.</p>')
     if report["comparisons"]:
         parts += ["<h2>Comparisons</h2>", _html_table(*_comparison_table(report["comparisons"]), "comparisons")]
         parts.append(f"<p>{e(_COMPARISON_NOTE)}</p>")
@@ -279,5 +400,7 @@ def _html(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]], examp
     if shown:
         parts.append("<h2>Example trajectories</h2>")
         parts += [_html_trajectory(name, trajectory) for name, trajectory in shown]
-    parts.append("</body></html>")
+    parts.append('<h2 id="glossary">Glossary</h2><dl>')
+    parts += [f"<dt>{e(term)}</dt><dd>{e(meaning)}</dd>" for term, meaning in glossary(report, examples=bool(shown))]
+    parts.append("</dl></body></html>")
     return "\n".join(parts) + "\n"

@@ -106,6 +106,8 @@ def collect(
 ) -> list[Trajectory]:
     """Collect ``n_episodes`` trajectories (cycling through ``tasks`` when given), in order.
 
+    ``tasks=None`` runs every episode on the environment's own default (``reset(task=None)``),
+    for environments that need no task; an empty ``tasks`` is an error, not that default.
     ``env`` is a registered environment id or a factory. ``seed`` seeds episode ``i`` with
     ``seed + i``. Trajectories are appended atomically to ``output_path`` when given. An
     exception in any episode propagates after the running episodes finish; environments are
@@ -122,7 +124,9 @@ def collect(
     # a Ray actor gets its own copy of the agent and runs one episode at a time: sharing is safe
     if executor == "thread" and concurrency > 1 and agent_factory is None and hasattr(agent, "reset"):
         raise ValueError("a stateful agent (it has reset()) cannot be shared across threads: pass agent_factory")
-    task_list = [TaskInfo.coerce(t) for t in tasks] if tasks else [None]
+    task_list = [None] if tasks is None else [TaskInfo.coerce(t) for t in tasks]
+    if not task_list:
+        raise ValueError("collect() got an empty task list: give tasks, or tasks=None for an env that needs none")
     kwargs = dict(env_kwargs or {})
 
     def one(i: int) -> Trajectory:

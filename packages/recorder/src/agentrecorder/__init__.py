@@ -12,6 +12,23 @@ Example:
     True
 """
 
+# ruff: noqa: E402 -- knowlyr-core must be checked before anything is imported from it
+from importlib import metadata as _metadata
+
+__version__ = _metadata.version("knowlyr-recorder")
+# The other project's knowlyr-core (PyPI) has no knowlyrcore.origin, so core is checked here.
+if _metadata.version("knowlyr-core") != __version__:
+    raise ImportError(
+        f"knowlyr-recorder {__version__} needs knowlyr-core {__version__}, found knowlyr-core "
+        f"{_metadata.version('knowlyr-core')} (the knowlyr-* packages on PyPI are another project); "
+        "fix: pip install ./packages/core from the knowlyr checkout, or pip install --no-index "
+        f"--find-links WHEELHOUSE knowlyr-core=={__version__} (docs/install.md)"
+    )
+
+from knowlyrcore.origin import check_siblings
+
+check_siblings("knowlyr-recorder")
+
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList
 from agentrecorder.atif_validation import check_atif_file, validate_atif
 from agentrecorder.convert import (
@@ -33,8 +50,6 @@ from agentrecorder.registry import ENTRY_POINT_GROUP, adapters, get_adapter, nam
 from agentrecorder.show import render
 from agentrecorder.stats import format_summary, summarize
 from agentrecorder.view import render_html
-
-__version__ = "0.1.0"
 
 __all__ = [
     # conversion

@@ -5,6 +5,8 @@ layer 3 human calibration (``agentreward.calibration``), combined by ``RewardEng
 Reads and writes the trajectory JSONL format without importing other knowlyr packages.
 """
 
+from importlib import metadata
+
 from agentreward.calibration import Calibrator, agreement, labels_from_metadata, load_labels
 from agentreward.engine import RewardEngine
 from agentreward.errors import CalibrationError, JudgeError, RewardError, TrajectoryFormatError
@@ -24,7 +26,7 @@ from agentreward.rubrics import (
 from agentreward.rules import analyse, rule_scores
 from agentreward.trajectories import read_trajectories, write_jsonl
 
-__version__ = "0.1.0"
+__version__ = metadata.version("knowlyr-reward")  # the pyproject's, from the installed metadata
 
 __all__ = [
     # engine and layers

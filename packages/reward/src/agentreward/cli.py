@@ -10,6 +10,7 @@ knowlyr-reward rubrics [--domain coding]
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,8 +21,12 @@ from agentreward.errors import RewardError, TrajectoryFormatError, UnscoredError
 
 try:  # knowlyr-core's toolkit when installed (the mcp extra brings it), so all six CLIs behave alike
     from knowlyrcore.clikit import Group, mcp_command, run
-except ImportError:  # knowlyr-reward alone: the same exit codes (docs/cli.md) and one error line
+    from knowlyrcore.errors import no_such_file
+except ImportError:  # knowlyr-reward alone: the same exit codes (docs/cli.md) and the same error lines
     Group, mcp_command = click.Group, None
+
+    def no_such_file(path: object) -> str:  # knowlyrcore.errors.no_such_file's wording
+        return f"{path}: no such file or directory"
 
     def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name: str | None = None) -> int:
         try:
@@ -36,7 +41,12 @@ except ImportError:  # knowlyr-reward alone: the same exit codes (docs/cli.md) a
             click.echo("interrupted", err=True)
             return 130
         except (RewardError, OSError) as exc:
-            where = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if isinstance(exc, FileNotFoundError) and exc.filename:
+                where = no_such_file(exc.filename)
+            elif isinstance(exc, OSError) and exc.strerror:
+                where = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+            else:
+                where = str(exc)
             click.echo(f"error: {where}", err=True)
             return getattr(exc, "exit_code", 2)
         return result if isinstance(result, int) else 0
@@ -92,7 +102,16 @@ def _progress(items, quiet: bool):
         yield item
 
 
-INPUT = click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False))
+def _existing(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A path option or argument (or several) that must exist: else ``path: no such file or
+    directory`` (exit 2), worded as in every knowlyr command, before anything is read or written."""
+    for path in value if isinstance(value, tuple) else [value]:
+        if path is not None and not os.path.lexists(path):
+            raise RewardError(no_such_file(path))
+    return value
+
+
+INPUT = click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False), callback=_existing)
 OUTPUT = click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write (atomically)."
 )
@@ -104,7 +123,7 @@ def engine_options(command: Any) -> Any:
 
     options = [
         click.option("--domain", help="Rubric weights of this domain (default: each trajectory's task.domain)."),
-        click.option("--weights", help="YAML/JSON file of rubric weights, overriding the domain's."),
+        click.option("--weights", callback=_existing, help="YAML/JSON file of rubric weights, overriding the domain's."),
         click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True,
                      help="How the total is composed: the step mean, or seed 003's five weighted dimensions."),
         click.option("--outcome-weight", type=click.FloatRange(0, 1), default=0.4, show_default=True,
@@ -116,7 +135,7 @@ def engine_options(command: Any) -> Any:
                      show_default=True),
         click.option("--judge-mode", type=click.Choice(["step", "trajectory", "both"]), default="step",
                      show_default=True, help="Judge each step, the whole trajectory once, or both."),
-        click.option("--calibration", help="Calibration file from `knowlyr-reward calibrate`."),
+        click.option("--calibration", callback=_existing, help="Calibration file from `knowlyr-reward calibrate`."),
         click.option("--conversation-rules", is_flag=True,
                      help="Let the conversation rules (unconfirmed or invented-id actions, needless transfers, ...) "
                           "lower step scores and the total; without it they only flag steps."),
@@ -152,7 +171,8 @@ def score_command(input_path: str, output: str | None, quiet: bool, **options: A
 
 
 @cli.command("eval")
-@click.argument("input_paths", metavar="LABELLED...", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("input_paths", metavar="LABELLED...", nargs=-1, required=True, type=click.Path(dir_okay=False),
+                callback=_existing)  # fmt: skip
 @engine_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the report here (JSON).")
 def eval_command(input_paths: tuple[str, ...], output: str | None, **options: Any) -> None:
@@ -199,7 +219,7 @@ def pairs_command(input_path: str, output: str, min_margin: float, max_pairs_per
 
 @cli.command("calibrate")
 @INPUT
-@click.option("--labels", type=click.Path(dir_okay=False),
+@click.option("--labels", type=click.Path(dir_okay=False), callback=_existing,
               help="JSONL of {trajectory_id, step_index, score}; step metadata labels are used too.")  # fmt: skip
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 def calibrate_command(input_path: str, labels: str | None, output: str) -> None:
@@ -246,7 +266,8 @@ else:
     @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
     def mcp_missing(server_args: tuple[str, ...]) -> int:
         """Run the MCP server over stdio (extra: mcp)."""
-        click.echo("knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'", err=True)
+        # knowlyrcore.mcp.missing_sdk's line; the mcp extra brings knowlyr-core as well as the SDK
+        click.echo("error: knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'", err=True)
         return 2
 
 

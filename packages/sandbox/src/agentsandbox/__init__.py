@@ -7,6 +7,23 @@ Code execution in a Docker container or a daemonless bubblewrap sandbox (``Sandb
 sandbox is used.
 """
 
+# ruff: noqa: E402 -- knowlyr-core must be checked before anything is imported from it
+from importlib import metadata as _metadata
+
+__version__ = _metadata.version("knowlyr-sandbox")
+# The other project's knowlyr-core (PyPI) has no knowlyrcore.origin, so core is checked here.
+if _metadata.version("knowlyr-core") != __version__:
+    raise ImportError(
+        f"knowlyr-sandbox {__version__} needs knowlyr-core {__version__}, found knowlyr-core "
+        f"{_metadata.version('knowlyr-core')} (the knowlyr-* packages on PyPI are another project); "
+        "fix: pip install ./packages/core from the knowlyr checkout, or pip install --no-index "
+        f"--find-links WHEELHOUSE knowlyr-core=={__version__} (docs/install.md)"
+    )
+
+from knowlyrcore.origin import check_siblings
+
+check_siblings("knowlyr-sandbox")
+
 from agentsandbox.agents import EndpointAgent, ScriptedAgent
 from agentsandbox.backends import (
     BackendUnavailable,
@@ -24,8 +41,6 @@ from agentsandbox.gc import collect_garbage
 from agentsandbox.replay import ReplayReport, StepMismatch, replay, replay_file
 from agentsandbox.simulated_user import SimulatedUser
 from agentsandbox.workspace import WorkspacePathError
-
-__version__ = "0.1.0"
 
 __all__ = [
     # sandboxes

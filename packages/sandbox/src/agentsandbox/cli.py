@@ -174,7 +174,7 @@ def _load_actions(path: str) -> list[dict[str, Any]]:
 @click.option("--api-key", help="API key for the endpoint.")
 @click.option("--agent-name", default="agent", show_default=True)
 @click.option("--max-steps", type=click.IntRange(min=1), default=30, show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False), help="Append the trajectory to this JSONL file.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Append the trajectory to this JSONL file.")
 def run_command(backend: str, task: str, env: str | None, actions: str | None, endpoint: str | None,
                 model: str | None, api_key: str | None, agent_name: str, max_steps: int,
                 output: str | None) -> int:  # fmt: skip

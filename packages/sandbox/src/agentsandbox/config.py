@@ -37,7 +37,7 @@ def check_timeout(timeout: object, *, clamp_to: float | None = None) -> float:
 class SandboxConfig:
     """Limits and defaults of one sandbox."""
 
-    #: Docker image (Docker backend only); build it with ``scripts/setup_docker.sh``.
+    #: Docker image (Docker backend only); build it with ``python -m agentsandbox.setup_docker``.
     image: str = DEFAULT_IMAGE
     #: Path of the workspace inside the sandbox; commands start there.
     workdir: str = "/workspace"

@@ -144,12 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.sandbox_env.close()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def script() -> None:
-    """The ``knowlyr-sandbox-mcp`` console script: ``main``, or one line naming the extra without the SDK."""
+    """``knowlyr-sandbox-mcp`` and ``python -m agentsandbox.mcp_server``: ``main``, or one
+    ``error:`` line naming the extra without the SDK."""
     from knowlyrcore.mcp import run_module
 
     sys.exit(run_module("knowlyr-sandbox", "agentsandbox.mcp_server", sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    script()

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from agentsandbox.backends.base import Sandbox
+from agentsandbox.backends.base import SNAPSHOT_MOUNT, Sandbox
 from agentsandbox.config import check_timeout
 from agentsandbox.workspace import WorkspacePathError
 from knowlyrcore.models import ToolResult
@@ -156,6 +156,9 @@ def git(sandbox: Sandbox, subcommand: str, path: str | None = None) -> ToolResul
 
 
 _COUNT = {key: re.compile(rf"(\d+) {key}") for key in ("passed", "failed", "error")}
+#: unittest's summary: "Ran N tests in 0.01s", a blank line, then "OK" or "FAILED", with an optional
+#: "(failures=1, errors=2, skipped=1, expected failures=1, unexpected successes=1)".
+_UNITTEST = re.compile(r"^Ran (\d+) tests? in [\d.]+s\s*\n\s*\n(?:OK|FAILED)(?: \(([^)\n]*)\))?", re.MULTILINE)
 
 
 def run_tests(
@@ -186,19 +189,63 @@ def run_tests(
     return _with_counts(sandbox.run_argv([*argv, "bash", "-c", f"cd {sandbox.config.workdir} && {script}"]))
 
 
+def parse_test_counts(output: str) -> dict[str, int]:
+    """``{passed, failed, error}`` of a test run's output: unittest's summaries (every ``Ran N
+    tests`` of the output, summed), else pytest's ``3 passed, 1 failed, 2 errors`` line.
+
+    unittest counts a failure, an error, a skip and an expected failure once each among the N
+    it ran; an unexpected success fails the run, so it counts as failed.
+    """
+    runs = _UNITTEST.findall(output)
+    if not runs:
+        return {key: int(m.group(1)) if (m := rx.search(output)) else 0 for key, rx in _COUNT.items()}
+    counts = {"passed": 0, "failed": 0, "error": 0}
+    for ran, details in runs:
+        found = {name.strip(): int(n) for name, n in re.findall(r"([a-z ]+)=(\d+)", details)}
+        failed = found.get("failures", 0) + found.get("unexpected successes", 0)
+        errors = found.get("errors", 0)
+        not_run = found.get("skipped", 0) + found.get("expected failures", 0)
+        counts["passed"] += int(ran) - failed - errors - not_run
+        counts["failed"] += failed
+        counts["error"] += errors
+    return counts
+
+
 def _with_counts(result: ToolResult) -> ToolResult:
-    counts = {key: int(m.group(1)) if (m := rx.search(result.output)) else 0 for key, rx in _COUNT.items()}
-    return result.model_copy(update={"metadata": {**result.metadata, "tests": counts}})
+    return result.model_copy(update={"metadata": {**result.metadata, "tests": parse_test_counts(result.output)}})
+
+
+#: The patch is computed in a clean environment: nothing the agent exported (``GIT_DIR``, ...),
+#: no user or system git config.
+_CLEAN_GIT_ENV = ["env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/",
+                  "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1"]  # fmt: skip
+#: A workspace that is not a git repository is diffed against the snapshot the episode started
+#: from ($1, mounted read-only) in a throwaway repository in the sandbox's scratch space: the
+#: snapshot's tree is written, then the workspace ($2) staged over it. Python and pytest caches
+#: are left out, as a repository's .gitignore would.
+_SNAPSHOT_DIFF = r"""set -e
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+git init -q --bare "$d"
+mkdir -p "$d/info" && printf '%s\n' __pycache__/ '*.pyc' .pytest_cache/ >"$d/info/exclude"
+git --git-dir="$d" --work-tree="$1" add -A
+base=$(git --git-dir="$d" write-tree)
+git --git-dir="$d" --work-tree="$2" add -A
+git --git-dir="$d" --no-pager diff --cached --no-ext-diff --no-textconv "$base"
+"""
 
 
 def diff(sandbox: Sandbox) -> str | None:
-    """The workspace's changes as a git patch (new files included), or None outside a git repository."""
+    """The workspace's changes as a git patch (new files included): against ``HEAD`` in a git
+    repository, else against the snapshot the workspace was reset to. None if git fails."""
+    workdir = sandbox.config.workdir
     # The repository's own config is the agent's to write: keep its fsmonitor, external diff and
     # textconv programs from running (they would only fake the patch, but nothing should run).
-    git = ["env", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1", "git", "-c", "core.fsmonitor=false"]
+    git = [*_CLEAN_GIT_ENV, "git", "-C", workdir, "-c", "core.fsmonitor=false"]
     check = sandbox.run_argv([*git, "rev-parse", "--is-inside-work-tree"])
     if check.exit_code != 0:
-        return None
+        result = sandbox.run_argv([*_CLEAN_GIT_ENV, "bash", "-c", _SNAPSHOT_DIFF, "diff", SNAPSHOT_MOUNT, workdir])
+        return result.output if result.exit_code == 0 else None
     sandbox.run_argv([*git, "add", "-A", "--intent-to-add"])
     result = sandbox.run_argv([*git, "--no-pager", "diff", "--no-ext-diff", "--no-textconv"])
     return result.output if result.exit_code == 0 else None

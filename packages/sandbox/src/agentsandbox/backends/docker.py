@@ -27,6 +27,7 @@ The persistent shell is one ``docker exec -i`` whose attach socket carries the r
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import struct
@@ -55,19 +56,29 @@ def docker_client(timeout: int = 30):
     return docker.from_env(timeout=timeout)
 
 
+#: How to get a daemon and the base image: a module of this package (the wheel ships its script).
+SETUP_HINT = "set it up as root with: python -m agentsandbox.setup_docker"
+#: The socket's own error ("No such file or directory", "Connection refused", "Permission denied"),
+#: deep in the text of the SDK's exception.
+_SOCKET_ERROR = re.compile(r"(?:\w+Error\(\d+, '|\[Errno \d+\] )([^'\")]+)")
+
+
 def docker_status(image: str | None = None) -> tuple[bool, str]:
-    """Whether a Docker daemon is reachable (and ``image`` present), and why not."""
+    """Whether a Docker daemon is reachable (and ``image`` present), and why not (one line)."""
     try:
         client = docker_client(timeout=5)
         version = client.version().get("Version", "?")
     except Exception as exc:
-        return False, f"no Docker daemon reachable ({type(exc).__name__}: {exc}); run scripts/setup_docker.sh"
+        where = os.environ.get("DOCKER_HOST") or "the default socket"
+        cause = _SOCKET_ERROR.search(str(exc))
+        detail = cause.group(1) if cause else " ".join(str(exc).split())[:160]
+        return False, f"no Docker daemon reachable at {where} ({detail}); {SETUP_HINT}"
     try:
         if image is not None:
             try:
                 client.images.get(image)
             except Exception:
-                return False, f"Docker {version} is up but image {image!r} is missing; run scripts/setup_docker.sh"
+                return False, f"Docker {version} is up but image {image!r} is missing; {SETUP_HINT}"
         return True, f"Docker daemon {version}"
     finally:
         client.close()

@@ -76,7 +76,11 @@ def bwrap_status() -> tuple[bool, str]:
         **_user_kwargs(private_owner()),
     )
     if probe.returncode != 0:
-        return False, f"bwrap cannot create namespaces here: {probe.stderr.strip() or probe.returncode}"
+        why = " ".join(probe.stderr.split()) or f"exit code {probe.returncode}"
+        return (
+            False,
+            f"bwrap cannot create namespaces here ({why}); python -m agentsandbox.setup_docker, as root, allows them",
+        )
     return True, f"bubblewrap at {path}"
 
 
