@@ -126,3 +126,24 @@ def test_security_config_errors_never_echo_the_file(tmp_path, command):
         result = CliRunner().invoke(cli, [command, "--config", str(path)])
         assert result.exit_code != 0 and str(path) in result.output
         assert "secret-hash-line" not in result.output, result.output
+
+
+def test_the_known_noisy_future_warnings_are_hidden_by_the_cli_entry_only():
+    import warnings
+
+    from agenttrainer.cli import quiet_library_warnings
+
+    def shown(message, *, cli_entry):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            if cli_entry:
+                quiet_library_warnings()  # what main() does first; importing the library does not
+            warnings.warn(message, FutureWarning, stacklevel=1)
+        return [str(w.message) for w in caught]
+
+    noisy = "`past_key_values` is deprecated and will be removed in version 6.0.0 for `LlamaForCausalLM.generate`."
+    assert shown(noisy, cli_entry=False) == [noisy]
+    assert shown(noisy, cli_entry=True) == []
+    assert shown("`is_gradient_checkpointing` is deprecated and will be removed in v6.", cli_entry=True) == []
+    other = "Passing `tp_plan` directly to `from_pretrained` is deprecated"
+    assert shown(other, cli_entry=True) == [other]  # anything else still shows

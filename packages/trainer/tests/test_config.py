@@ -56,7 +56,7 @@ def test_unknown_yaml_key_and_bad_file(tmp_path):
     path.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="expected a mapping"):
         SFTConfig.from_yaml(path)
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(ConfigError, match="missing.yaml: no such file or directory"):
         SFTConfig.from_yaml(tmp_path / "missing.yaml")
 
 

@@ -193,6 +193,18 @@ def test_rollouts_keep_the_sampled_ids_and_the_trainer_scores_exactly_those(tiny
         assert torch.allclose(logps[i, : int(mask[i].sum())].float(), sampled, atol=1e-4)
 
 
+def test_rollouts_report_each_turn_with_the_episodes_still_running(tiny):
+    model, tokenizer = tiny
+    torch.manual_seed(0)
+    tasks = [{"id": "a", "metadata": {"n": 3}}, {"id": "b", "metadata": {"n": 2}}]
+    turns = []
+    rollouts = collect_rollouts("test/countdown", tasks, LocalGenerator(model, tokenizer), tokenizer, group_size=2,
+                                system_prompt=SYSTEM, max_turns=5, max_new_tokens=5, max_episode_tokens=1024,
+                                on_turn=lambda turn, live: turns.append((turn, live)))  # fmt: skip
+    assert [len(r.step_spans) for r in rollouts] == [3, 3, 2, 2]
+    assert turns == [(1, 4), (2, 2), (3, 0)]  # b's episodes end after two turns, a's after three
+
+
 def test_malformed_calls_become_error_observations_and_format_errors(tokenizer, tmp_path):
     texts = ["<tool_call>\n{not json\n</tool_call>", '{"name": "invalid", "arguments": {}}', "All done."]
     rollouts = collect_rollouts("test/countdown", [{"metadata": {"n": 3}}], Scripted(tokenizer, texts), tokenizer,

@@ -113,3 +113,68 @@ def test_real_minilm_retrieves_and_a_few_steps_lower_the_loss(minilm_path, tmp_p
                                              generated_pairs=64, eval_split=None), progress=False)  # fmt: skip
     assert report["steps"] == 3 and math.isfinite(report["final_loss"])
     shutil.rmtree(tmp_path / "ft")
+
+
+def test_generated_held_out_requests_are_disjoint_from_the_training_requests():
+    """The recipe's defaults (2000 train pairs, seed 0; 400 test pairs, seed 1): no held-out request
+    is a training request, not even up to its random order number, and their phrasings differ."""
+    import re
+
+    from knowlyrcore.toolgen import PHRASINGS, TRAIN_PHRASINGS, query_pairs
+
+    library = generate_library()
+    config = RetrieverConfig()
+    train = query_pairs(library, "train", n=config.generated_pairs, seed=config.seed)
+    test = query_pairs(library, config.eval_split, n=config.eval_pairs, seed=config.seed + 1)
+
+    def shape(query):
+        return re.sub(r"#\d+", "#N", query)
+
+    assert not {q for q, _ in test} & {q for q, _ in train}
+    assert not {shape(q) for q, _ in test} & {shape(q) for q, _ in train}
+    for action, templates in PHRASINGS.items():
+        assert not set(templates[:TRAIN_PHRASINGS]) & set(templates[TRAIN_PHRASINGS:]), action
+
+
+def test_a_train_file_holding_held_out_requests_is_not_evaluated_on_them(tiny_encoder, tmp_path):
+    from knowlyrcore.toolgen import query_pairs
+
+    leaked = query_pairs(generate_library(), "test", n=20, seed=1)  # the eval split's first requests
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": q, "tool": t}) + "\n" for q, t in leaked[:8]))
+    config = RetrieverConfig(model_name_or_path=tiny_encoder, train_file=str(pairs), eval_pairs=20, max_steps=1,
+                             output_dir=str(tmp_path / "out"), batch_size=4)  # fmt: skip
+    report = train_retriever(config, progress=False)
+    assert report["eval_pairs"] == 20 - len({q for q, _ in leaked[:8]})
+
+
+class CountingEncoder(Encoder):
+    """The real encoder, counting the texts it embeds."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.embedded = 0
+
+    def encode(self, texts, *args, **kwargs):
+        self.embedded += len(texts)
+        return super().encode(texts, *args, **kwargs)
+
+
+def test_the_library_embeddings_are_cached_on_disk_by_content(tiny_encoder, tmp_path, monkeypatch):
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    library = generate_library()
+    first = CountingEncoder(tiny_encoder)
+    built = DenseIndex(library, first, cache=True)
+    assert first.embedded == len(library)
+    (cached,) = (tmp_path / "cache" / "embeddings").iterdir()
+    second = CountingEncoder(tiny_encoder)
+    reused = DenseIndex(library, second, cache=True)
+    assert second.embedded == 0 and torch.equal(reused.matrix, built.matrix)
+    assert [t.name for t, _ in reused.search("cancel my order", k=3)] == [
+        t.name for t, _ in built.search("cancel my order", k=3)
+    ]
+    with torch.no_grad():  # other weights under the same path: embedded again, cached apart
+        next(second.model.parameters()).add_(0.01)
+    DenseIndex(library, second, cache=True)
+    assert second.embedded == len(library) + 1  # the query above, then the library
+    assert len(list((tmp_path / "cache" / "embeddings").iterdir())) == 2 and cached.exists()

@@ -1,5 +1,6 @@
 """Seed 002's wrapper API on a tiny model."""
 
+import json
 from pathlib import Path
 
 from agenttrainer import GRPOTrainerWrapper, SFTTrainerWrapper, create_lora_config
@@ -59,3 +60,31 @@ def test_grpo_wrapper_samples_scores_and_trains(tmp_path, tiny):
     assert len(result["reward_mean_per_epoch"]) == 2 and result["global_step"] == 2
     assert (tmp_path / "grpo" / "rollouts-epoch1.jsonl").is_file()
     assert any(not p.detach().equal(before[n]) for n, p in model.named_parameters())
+
+
+def test_grpo_wrapper_rollouts_are_batched_and_seeded(tmp_path):
+    """Same weights and seed: the same completions; another epoch draws other ones."""
+    from agenttrainer.models import build_tiny_model
+
+    def rollouts(name):
+        model, tok = build_tiny_model(seed=0)
+        trainer = GRPOTrainerWrapper(
+            model_name="unused",
+            dataset=[{"prompt": "Say hi"}, {"prompt": "Count"}, {"prompt": "List files"}],
+            reward_fn=lambda completions, **kw: [0.0] * len(completions),
+            output_dir=str(tmp_path / name),
+            batch_size=2,  # two groups per generate call: the three prompts take two calls
+            group_size=3,
+            max_new_tokens=6,
+            model=model,
+            tokenizer=tok,
+            bf16=False,
+        )
+        return [
+            [t["response"] for g in rows for t in g["trajectories"]]
+            for rows in ([json.loads(x) for x in trainer._rollouts(e).read_text().splitlines()] for e in (0, 1))
+        ]
+
+    first, second = rollouts("a"), rollouts("b")
+    assert first == second and len(first[0]) == 9
+    assert first[0] != first[1] and len(set(first[0])) > 1

@@ -24,11 +24,14 @@ from agentreward.rubrics import (
     load_weights,
 )
 from agentreward.rules import analyse, rule_scores
+from agentreward.seed003 import AgentRewardConfig, AgentRewardModel
 from agentreward.trajectories import read_trajectories, write_jsonl
 
 __version__ = metadata.version("knowlyr-reward")  # the pyproject's, from the installed metadata
 
 __all__ = [
+    "AgentRewardConfig",
+    "AgentRewardModel",
     # engine and layers
     "RewardEngine",
     "analyse",

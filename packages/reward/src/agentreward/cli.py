@@ -71,6 +71,8 @@ def _engine(options: dict[str, Any]):
         judge = Judge(model=options["judge_model"], base_url=options["judge_url"], api_key=options["judge_api_key"],
                       provider=options["judge_provider"], mode=options["judge_mode"])  # fmt: skip
     weights = load_weights(options["weights"]) if options["weights"] else None  # refuses NaN/Infinity weights
+    if options["dimension_weights"] is not None and options["preset"] != "seed-003":
+        raise click.UsageError("--dimension-weights weighs the seed-003 preset's dimensions: add --preset seed-003")
     return RewardEngine(
         domain=options["domain"],
         weights=weights,
@@ -79,6 +81,7 @@ def _engine(options: dict[str, Any]):
         outcome_weight=options["outcome_weight"],
         preset=options["preset"],
         conversation_rules=options["conversation_rules"],
+        dimension_weights=options["dimension_weights"],
     )
 
 
@@ -117,6 +120,21 @@ OUTPUT = click.option(
 )
 
 
+def _json_mapping(ctx: Any, param: Any, value: str | None) -> dict[str, float] | None:
+    """A JSON object of name -> number given inline on the command line."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        raise click.BadParameter("not valid JSON (give an object such as '{\"task_completion\": 0.5}')") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()
+    ):
+        raise click.BadParameter("must be a JSON object of dimension name to number")
+    return {str(k): float(v) for k, v in data.items()}
+
+
 def engine_options(command: Any) -> Any:
     """The options that build a ``RewardEngine`` (shared by ``score`` and ``eval``)."""
     from agentreward.presets import PRESETS
@@ -126,6 +144,9 @@ def engine_options(command: Any) -> Any:
         click.option("--weights", callback=_existing, help="YAML/JSON file of rubric weights, overriding the domain's."),
         click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True,
                      help="How the total is composed: the step mean, or seed 003's five weighted dimensions."),
+        click.option("--dimension-weights", callback=_json_mapping, metavar="JSON",
+                     help='seed-003 preset: the five dimensions\' weights, e.g. \'{"task_completion": 0.5, '
+                          '"tool_accuracy": 0.3, "efficiency": 0.2}\' (those left out weigh 0).'),
         click.option("--outcome-weight", type=click.FloatRange(0, 1), default=0.4, show_default=True,
                      help="Share of the outcome in the total (default preset)."),
         click.option("--judge-url", help="OpenAI-compatible (or Anthropic) base URL of the LLM judge."),

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentreward.errors import RewardError
-from agentreward.presets import SEED_003_WEIGHTS, check_preset, seed003_dimensions
+from agentreward.presets import check_preset, seed003_dimensions, seed003_total, seed003_weights
 from agentreward.rubrics import CONVERSATION_PENALTIES, DEFAULT_PENALTIES, MODEL_RUBRICS, domain_weights, normalise
 from agentreward.rules import analyse, penalty_counts, rule_scores
 from agentreward.trajectories import check_trajectory, read_trajectories, write_jsonl
@@ -64,6 +64,7 @@ class RewardEngine:
         outcome_weight: float = 0.4,
         preset: str = "default",
         conversation_rules: bool = False,
+        dimension_weights: dict[str, float] | None = None,
     ):
         if not 0 <= outcome_weight <= 1:
             raise ValueError(f"outcome_weight must be in [0, 1], got {outcome_weight}")
@@ -77,6 +78,10 @@ class RewardEngine:
             self.penalties = {**CONVERSATION_PENALTIES, **self.penalties}
         self.outcome_weight = outcome_weight
         self.preset = check_preset(preset)
+        if dimension_weights is not None and self.preset != "seed-003":
+            raise ValueError(f"dimension_weights weigh the seed-003 preset's five dimensions; got preset={preset!r}")
+        # the seed-003 total's weights (its defaults unless given; names or their seed-003 aliases)
+        self.dimension_weights = seed003_weights(dimension_weights)
         # a non-finite weight, penalty or calibration number would make every score NaN
         numbers = {**{f"weight {k}": v for k, v in (self.weights or {}).items()},
                    **{f"penalty {k}": v for k, v in self.penalties.items()}}  # fmt: skip
@@ -131,8 +136,8 @@ class RewardEngine:
             if not isinstance(scored.get("metadata"), dict):
                 scored["metadata"] = {}
             scored["metadata"]["reward_dimensions"] = dimensions
-            base = sum(w * dimensions[k] for k, w in SEED_003_WEIGHTS.items())
-            scored["reward"] = round(self._with_penalties(base, counts, len(rewards)), 6)
+            total = seed003_total(dimensions, self.dimension_weights, counts, self.penalties, len(rewards))
+            scored["reward"] = round(total, 6)
         else:
             scored["reward"] = round(self.total(scored, rewards, counts), 6)
         if verdict is not None:  # the judge's trajectory verdict weighs as much as the rule total

@@ -20,7 +20,10 @@ format             0.10    the share of steps the environment could parse and wh
                            exists
 =================  ======  ==========================================================
 
-The seed-003 penalties (``DEFAULT_PENALTIES``) apply to both, per offending step and divided by
+The weights above are the defaults: :func:`seed003_weights` validates other ones (seed 003's
+own names ``timing_quality`` / ``format_compliance`` are accepted for ``timing`` / ``format``) and
+:func:`seed003_total` combines the dimensions with them; ``agentreward.seed003.Seed003Engine``
+scores with changed weights. The seed-003 penalties (``DEFAULT_PENALTIES``) apply to both, per offending step and divided by
 the number of steps. Target tools are read from ``task.metadata.target_tools`` (names), the
 suites' ``task.metadata.solution`` (``{"tool": ...}``) or tau-bench's
 ``task.metadata.expected_actions`` (``{"name": ...}``).
@@ -28,10 +31,13 @@ suites' ``task.metadata.solution`` (``{"tool": ...}``) or tau-bench's
 Examples:
     >>> tool_f1(["search", "book", "respond"], ["search", "book"])["f1"]
     0.8
+    >>> seed003_weights({"task_completion": 1.0, "timing_quality": 1.0})
+    {'task_completion': 1.0, 'tool_accuracy': 0.0, 'efficiency': 0.0, 'timing': 1.0, 'format': 0.0}
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -46,6 +52,8 @@ SEED_003_WEIGHTS: dict[str, float] = {
     "timing": 0.10,
     "format": 0.10,
 }
+#: Seed 003's names of the dimensions whose names here are shorter.
+SEED_003_ALIASES: dict[str, str] = {"timing_quality": "timing", "format_compliance": "format"}
 PRESETS = ("default", "seed-003")
 _REPLY = "respond"
 
@@ -54,6 +62,41 @@ def check_preset(name: str) -> str:
     if name not in PRESETS:
         raise RewardError(f"unknown reward preset {name!r}; choose one of {', '.join(PRESETS)}")
     return name
+
+
+def seed003_weights(weights: dict[str, float] | None = None) -> dict[str, float]:
+    """The seed-003 dimension weights, ``weights`` replacing the defaults.
+
+    Keys are dimension names or their seed-003 aliases; dimensions ``weights`` leaves out weigh
+    0. Weights must be finite and >= 0 with a positive sum (they are used as given, not
+    normalised, as in seed 003's weighted sum)."""
+    if weights is None:
+        return dict(SEED_003_WEIGHTS)
+    out = dict.fromkeys(SEED_003_WEIGHTS, 0.0)
+    for name, value in weights.items():
+        key = SEED_003_ALIASES.get(name, name)
+        if key not in out:
+            known = ", ".join([*SEED_003_WEIGHTS, *SEED_003_ALIASES])
+            raise RewardError(f"unknown seed-003 reward dimension {name!r}; choose from {known}")
+        if not _number(value) or not math.isfinite(value) or value < 0:
+            raise RewardError(f"seed-003 weight {name} must be a finite number >= 0, got {value!r}")
+        out[key] = float(value)
+    if sum(out.values()) <= 0:
+        raise RewardError("seed-003 weights must have a positive sum")
+    return out
+
+
+def seed003_total(
+    dimensions: dict[str, float],
+    weights: dict[str, float],
+    penalty_counts: dict[str, int],
+    penalties: dict[str, float],
+    n_steps: int,
+) -> float:
+    """``clip(sum(w * dimension) + sum(penalty * count) / n_steps, 0, 1)``, as the engine computes it."""
+    value = sum(w * dimensions[k] for k, w in weights.items())
+    value += sum(penalties.get(k, 0.0) * n for k, n in penalty_counts.items()) / max(n_steps, 1)
+    return min(1.0, max(0.0, value))
 
 
 def target_tools(task: dict[str, Any]) -> list[str] | None:

@@ -6,8 +6,25 @@ Example:
     True
 """
 
+# ruff: noqa: E402 -- knowlyr-core must be checked before anything is imported from it
+from importlib import metadata as _metadata
+
+__version__ = _metadata.version("knowlyr-trainer")
+# The other project's knowlyr-core (PyPI) has no knowlyrcore.origin, so core is checked here.
+if _metadata.version("knowlyr-core") != __version__:
+    raise ImportError(
+        f"knowlyr-trainer {__version__} needs knowlyr-core {__version__}, found knowlyr-core "
+        f"{_metadata.version('knowlyr-core')} (the knowlyr-* packages on PyPI are another project); "
+        "fix: pip install ./packages/core from the knowlyr checkout, or pip install --no-index "
+        f"--find-links WHEELHOUSE knowlyr-core=={__version__} (docs/install.md)"
+    )
+
+from knowlyrcore.origin import check_siblings
+
+check_siblings("knowlyr-trainer")
+
 from agenttrainer.batch_policy import LocalBatchPolicy
-from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig
+from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig
 from agenttrainer.data import DataError
 from agenttrainer.eval import evaluate_model
 from agenttrainer.inference import AgentInference
@@ -22,6 +39,7 @@ __all__ = [
     "ConfigError",
     "DPOConfig",
     "GRPOConfig",
+    "OnlineRLConfig",
     "SFTConfig",
     # trainers
     "DPOTrainer",

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,9 +76,7 @@ def _config_options(config_cls: type[TrainConfig]):
             else:
                 opt = click.option(*names, f.name, type=str, default=None, help=help_text)
             fn = opt(fn)
-        return click.option(
-            "--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="YAML config file."
-        )(fn)
+        return click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML config file.")(fn)
 
     return decorate
 
@@ -96,7 +96,7 @@ def _run(trainer_cls: Any, config: TrainConfig) -> None:
         click.echo(json.dumps(result, default=str))
 
 
-@click.group(cls=Group)
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="knowlyr-trainer")
 def cli() -> None:
     """Train LLM tool-use agents on knowlyr-hub trajectory exports: SFT, DPO, GRPO."""
@@ -168,9 +168,7 @@ def _yaml_values(config_file: str | None) -> dict[str, Any]:
 
 @cli.command("eval")
 @click.option("--model", "model_name_or_path", required=True, help="Model path or alias.")
-@click.option(
-    "--eval-file", required=True, type=click.Path(exists=True, dir_okay=False), help="SFT, DPO or GRPO JSONL."
-)
+@click.option("--eval-file", required=True, type=click.Path(dir_okay=False), help="SFT, DPO or GRPO JSONL.")
 @click.option("--batch-size", type=int, default=4, show_default=True)
 @click.option("--max-length", type=int, default=2048, show_default=True)
 @click.option("--bf16/--no-bf16", default=True, show_default=True, help="bf16 autocast.")
@@ -219,7 +217,7 @@ def retriever_search_command(query: str, library: str, model_name_or_path: str, 
     from agenttrainer.retrieval import DenseIndex, Encoder
     from agenttrainer.retrieval.contrastive import load_library
 
-    index = DenseIndex(load_library(library), Encoder(model_name_or_path))
+    index = DenseIndex(load_library(library), Encoder(model_name_or_path), cache=True, progress=True)
     for tool, score in index.search(query, k=k):
         click.echo(json.dumps({"tool": tool.name, "score": round(score, 4), "description": tool.description}))
 
@@ -229,7 +227,33 @@ cli.add_command(mcp_command("knowlyr-trainer", "agenttrainer.mcp_server"))
 cli.add_command(serve)
 
 
+# Deprecation notices transformers (5.x) raises on every LoRA run (peft reads is_gradient_checkpointing),
+# every rollout or generation (the KV cache passed as past_key_values, which transformers 4.x needs) and
+# old configs; nothing the user wrote triggers them. Silenced here only, for the command line.
+NOISY_FUTURE_WARNINGS = (
+    r"`past_key_values` is deprecated",
+    r"`is_gradient_checkpointing` is deprecated",
+    r"`gradient_checkpointing_(enable|disable)` is deprecated",
+    r"`rope_scaling` is deprecated",
+)
+
+
+def quiet_library_warnings() -> None:
+    """Hide the known noisy FutureWarnings and show knowlyr-trainer's own info lines (which model a
+    run directory resolved to, a model conversion) on stderr."""
+    for message in NOISY_FUTURE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+    logger = logging.getLogger("agenttrainer")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # printed once, even where the root logger has a handler too
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_library_warnings()
     return run(cli, argv, prog_name="knowlyr-trainer")
 
 

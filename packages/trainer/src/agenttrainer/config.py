@@ -16,12 +16,12 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 
 from agenttrainer.errors import TrainerError
-from knowlyrcore.errors import describe_parse_error
+from knowlyrcore.errors import describe_parse_error, no_such_file
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -62,6 +62,8 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, int]]:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: cannot read config (larger than {MAX_CONFIG_BYTES} bytes)")
         text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(no_such_file(path)) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror or type(exc).__name__})") from None
     except UnicodeDecodeError:
@@ -105,6 +107,8 @@ def _coerce(name: str, type_name: str, value: Any, source: str) -> Any:
 class TrainConfig:
     """Fields shared by SFT, DPO and GRPO."""
 
+    recipe: ClassVar[str] = "train"  # the run directory records it; the default output_dir is ./output/<recipe>
+
     model_name_or_path: str = field(
         default="smollm2-135m", metadata={"help": "Model path, Hugging Face id or alias (smollm2-135m)."}
     )
@@ -112,7 +116,16 @@ class TrainConfig:
     eval_file: str | None = field(
         default=None, metadata={"help": "Evaluation JSONL in the same format; enables eval and early stopping."}
     )
-    output_dir: str = field(default="./output", metadata={"help": "Where checkpoints, the final model and logs go."})
+    output_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where checkpoints, the final model and logs go (default: ./output/<recipe>, e.g. ./output/dpo). "
+            "It may not hold the input model."
+        },
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": "Write into output_dir even when it holds a run of another recipe."}
+    )
     num_epochs: int = field(default=3, metadata={"help": "Passes over the training data."})
     max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: run all epochs)."})
     batch_size: int = field(
@@ -129,6 +142,13 @@ class TrainConfig:
     )
     bf16: bool = field(
         default=True, metadata={"help": "bf16 autocast where the device supports it (weights stay fp32)."}
+    )
+    fp16: bool = field(
+        default=False,
+        metadata={
+            "help": "fp16 autocast with loss scaling (CUDA only; weights stay fp32). Turns bf16 off; on a CPU use "
+            "bf16 or fp32."
+        },
     )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "Recompute activations in backward to save memory."}
@@ -178,6 +198,10 @@ class TrainConfig:
     progress_bar: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
 
     def __post_init__(self) -> None:
+        if self.output_dir is None:
+            self.output_dir = f"./output/{self.recipe}"
+        if self.fp16:
+            self.bf16 = False  # one autocast dtype; fp16 asked for explicitly wins over the bf16 default
         positive = (
             "num_epochs",
             "batch_size",
@@ -256,6 +280,8 @@ class TrainConfig:
 class SFTConfig(TrainConfig):
     """Supervised fine-tuning on trajectories, with the agent training enhancements."""
 
+    recipe: ClassVar[str] = "sft"
+
     agent_format: bool = field(
         default=True, metadata={"help": "Steps become chat turns: assistant = thought + action, user = observation."}
     )
@@ -314,6 +340,8 @@ class SFTConfig(TrainConfig):
 class DPOConfig(TrainConfig):
     """Direct preference optimisation on prompt / chosen / rejected pairs."""
 
+    recipe: ClassVar[str] = "dpo"
+
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate of AdamW."})
     beta: float = field(
         default=0.1, metadata={"help": "Strength of the implicit KL to the reference (DPO temperature)."}
@@ -344,6 +372,8 @@ class DPOConfig(TrainConfig):
 @dataclass
 class GRPOConfig(TrainConfig):
     """Offline group relative policy optimisation over groups of scored trajectories."""
+
+    recipe: ClassVar[str] = "grpo"  # online RL (``grpo --online``) too
 
     batch_size: int = field(default=2, metadata={"help": "Groups (tasks) per micro-batch per process."})
     learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate of AdamW."})

@@ -12,3 +12,9 @@ from knowlyrcore.errors import KnowlyrError
 
 class TrainerError(KnowlyrError):
     """Base class of every error knowlyr-trainer raises on purpose."""
+
+
+class MissingExtraError(TrainerError, ImportError):
+    """An optional dependency the run needs is not installed; the message names the extra."""
+
+    exit_code = 1  # the input is fine; the installation lacks something (as `serve` without its extra)

@@ -77,3 +77,20 @@ def resolve_bf16(requested: bool, device: torch.device | str = "cpu") -> bool:
         return True
     _warn_fallback(torch.device(device).type)
     return False
+
+
+def resolve_fp16(requested: bool, device: torch.device | str = "cpu") -> bool:
+    """``requested``, or a one-line ``ConfigError`` where fp16 autocast cannot run (anywhere but CUDA).
+
+    fp16 needs loss scaling and fast fp16 kernels; only CUDA provides both. On a CPU, fp16 matrix
+    products are emulated (slower than fp32), so the run is refused rather than silently slow.
+    """
+    if not requested:
+        return False
+    kind = torch.device(device).type
+    if kind == "cuda" and torch.cuda.is_available():
+        return True
+    from agenttrainer.config import ConfigError
+
+    hint = "bf16=True (--bf16) where the CPU has native bf16, else fp32" if kind == "cpu" else "bf16 or fp32"
+    raise ConfigError(f"fp16=True needs a CUDA GPU, and this run is on the {kind.upper()}; use {hint}")

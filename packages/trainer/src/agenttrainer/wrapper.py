@@ -10,7 +10,14 @@ Thin adapters over the recipes for callers that hold a dataset object (a Hugging
   ``reward_fn(completions=[...], prompts=[...], **columns) -> list[float]`` (TRL's reward-function
   convention; columns are repeated per completion), and takes one offline GRPO pass over those
   groups. The optimizer restarts each epoch and the KL reference is the policy at the start of
-  that epoch (simplification: generation and training alternate).
+  that epoch (simplification: generation and training alternate). Completions are sampled in
+  batches of ``batch_size`` groups (:class:`~agenttrainer.generation.LocalGenerator`) from one
+  RNG stream seeded by ``seed + epoch``.
+
+Both pass every other keyword to the config: ``fp16=True`` (refused in one line where the device
+has no fp16 training), ``gradient_accumulation_steps``, ``max_steps``, ... ``model_name`` may be
+an alias, a checkpoint, a Hub id or an earlier run's ``output_dir`` (its ``final/`` model is
+loaded). Seed 002's dataset and reward helpers are in :mod:`agenttrainer.compat.hello_agents_rl`.
 
 Example:
     >>> from agenttrainer import SFTTrainerWrapper  # doctest: +SKIP
@@ -28,6 +35,7 @@ from typing import Any
 
 from agenttrainer.config import GRPOConfig, SFTConfig
 from agenttrainer.data.readers import read_jsonl
+from agenttrainer.trainers.output_dir import check_output_dir
 
 
 def _rows(dataset: Any) -> list[dict[str, Any]]:
@@ -89,7 +97,8 @@ class SFTTrainerWrapper:
         tokenizer: Any = None,
         **config: Any,
     ):
-        train_file = _write_jsonl(_rows(dataset), Path(output_dir) / "train.jsonl")
+        rows = _rows(dataset)
+        train_file = Path(output_dir) / "train.jsonl"
         self.config = SFTConfig(
             model_name_or_path=model_name,
             train_file=str(train_file),
@@ -100,6 +109,8 @@ class SFTTrainerWrapper:
             **_lora_fields(use_lora, lora_config),
             **config,
         )
+        check_output_dir(self.config)  # before train.jsonl lands in a folder this run may not use
+        _write_jsonl(rows, train_file)
         from agenttrainer.trainers.sft import SFTTrainer
 
         self.trainer = SFTTrainer(self.config, model=model, tokenizer=tokenizer)
@@ -149,24 +160,39 @@ class GRPOTrainerWrapper:
             **_lora_fields(use_lora, lora_config),
             **config,
         )
+        check_output_dir(self.config)  # before any rollout file lands there
         from agenttrainer.trainers.grpo import GRPOTrainer
 
         self.trainer = GRPOTrainer(self.config, model=model, tokenizer=tokenizer)
 
     def _rollouts(self, epoch: int) -> Path:
+        import torch
+
+        from agenttrainer.generation import LocalGenerator
         from agenttrainer.inference import AgentInference
 
-        policy = AgentInference(
-            self.trainer.model, self.trainer.tokenizer, max_new_tokens=self.max_new_tokens, temperature=self.temperature
+        tokenizer, group = self.trainer.tokenizer, self.config.group_size
+        encode = AgentInference(self.trainer.model, tokenizer).encode
+        prompts = [
+            [{"role": "user", "content": r["prompt"]}] if isinstance(r["prompt"], str) else r["prompt"]
+            for r in self.rows
+        ]
+        ids = [encode(messages)[0].tolist() for messages in prompts]
+        # every completion of every prompt in batches of batch_size groups, one seeded RNG stream per epoch
+        generator = LocalGenerator(
+            self.trainer.model, tokenizer, batch_size=group * self.config.batch_size, logprobs=False
         )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed + epoch)
+            samples = generator.generate(
+                [p for p in ids for _ in range(group)], max_new_tokens=self.max_new_tokens, temperature=self.temperature
+            )
         records = []
         for i, row in enumerate(self.rows):
-            prompt = row["prompt"]
-            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
             completions = [
-                policy.complete(messages, seed=self.config.seed + epoch * 100003 + i * 101 + k).text
-                for k in range(self.config.group_size)
+                tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples[i * group : (i + 1) * group]
             ]
+            prompt = row["prompt"]
             extra = {k: [v] * len(completions) for k, v in row.items() if k != "prompt"}
             rewards = self.reward_fn(completions=completions, prompts=[prompt] * len(completions), **extra)
             if len(rewards) != len(completions):

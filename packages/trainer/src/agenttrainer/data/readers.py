@@ -34,7 +34,7 @@ from typing import Any
 
 from agenttrainer.errors import TrainerError
 from agenttrainer.losses.sft import step_weights
-from knowlyrcore.errors import DataFormatError
+from knowlyrcore.errors import DataFormatError, no_such_file
 from knowlyrcore.jsonl import iter_json_lines
 
 
@@ -81,7 +81,7 @@ def read_jsonl(path: str | Path, *, max_line_bytes: int | None = None) -> Iterat
     ``schema_version`` other than 1.x.
     """
     if not Path(path).is_file():
-        raise DataError(f"{path}: no such file")
+        raise DataError(no_such_file(path))
     try:
         for lineno, record in iter_json_lines(path, max_line_bytes=max_line_bytes):
             yield f"{path}:{lineno}", record

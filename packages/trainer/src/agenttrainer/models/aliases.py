@@ -4,7 +4,9 @@
 
 * an alias in ``MODEL_ALIASES`` -> the embedded model's converted local cache directory
   (converted from the GGUF file shipped by a PyPI package on first use, see ``convert.py``);
-* an existing local directory -> that directory (absolute);
+* an existing local directory -> that directory (absolute); a training run's output directory
+  (``./output/sft``: no ``config.json`` of its own, a ``final/`` model inside) -> its ``final/``,
+  said once through logging;
 * anything else -> returned unchanged as a Hugging Face Hub id for transformers to fetch.
 
 The cache root is ``$KNOWLYR_CACHE`` (default ``~/.cache/knowlyr``); models live under
@@ -17,11 +19,15 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from agenttrainer.models.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
         return str(ensure_converted(spec, embedded_model_dir(spec)))
     path = Path(name).expanduser()
     if path.is_dir():
-        return str(path.resolve())
+        return str(run_final_model(path.resolve()))
     if path.exists():
         raise ModelLoadError(f"model path {name!r} is a file; pass the checkpoint directory that holds config.json")
     if _looks_like_path(name):
@@ -89,3 +95,20 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
             f"model directory {name!r} does not exist (known aliases: {', '.join(sorted(MODEL_ALIASES))})"
         )
     return name
+
+
+def run_final_model(path: Path) -> Path:
+    """``path/final`` when ``path`` is a training run's output directory rather than a model
+    (no ``config.json`` / ``adapter_config.json`` of its own, a ``final/`` model inside); else ``path``."""
+    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+        return path
+    final = path / "final"
+    if (final / "config.json").is_file() or (final / "adapter_config.json").is_file():
+        _announce_final(str(path))
+        return final
+    return path
+
+
+@functools.cache
+def _announce_final(run_dir: str) -> None:
+    logger.info("%s is a training run directory; loading its final model %s", run_dir, Path(run_dir) / "final")

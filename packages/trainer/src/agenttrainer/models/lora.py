@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agenttrainer.errors import MissingExtraError
+
 LORA_PRESETS: dict[str, tuple[str, ...]] = {
     "minimal": ("q_proj", "v_proj"),
     "recommended": ("q_proj", "k_proj", "v_proj", "o_proj"),
@@ -27,7 +29,7 @@ def _peft() -> Any:
     try:
         import peft
     except ImportError:
-        raise ImportError("LoRA needs peft: pip install 'knowlyr-trainer[peft]'") from None
+        raise MissingExtraError("LoRA needs peft: pip install 'knowlyr-trainer[peft]'") from None
     return peft
 
 

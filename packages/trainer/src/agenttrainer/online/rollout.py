@@ -86,12 +86,15 @@ def collect_rollouts(
     top_p: float = 1.0,
     seed: int | None = None,
     model_name: str = "",
+    on_turn: Callable[[int, int], None] | None = None,
 ) -> list[Rollout]:
     """``group_size`` rollouts of each task, task-major (``[t0, t0, ..., t1, t1, ...]``).
 
     ``env`` is a registered id or a factory; ``system_prompt`` (else the task's
     ``metadata['system_prompt']``) opens every chat; with ``include_tools`` the environment's
     tool schemas go into the chat template. ``seed`` seeds episode ``i``'s reset with ``seed + i``.
+    ``on_turn(turn, live)`` is called after each turn with the number of episodes still running
+    (a progress bar's hook).
     """
     if group_size < 1 or max_turns < 1 or max_new_tokens < 1:
         raise ValueError("group_size, max_turns and max_new_tokens must be >= 1")
@@ -145,6 +148,8 @@ def collect_rollouts(
             for i, sample in zip(active, samples):
                 live[i] = _take_turn(rollouts[i], envs[i], chats[i], sample, tools_of[i], styles, i, closing_tool,
                                      tokenizer, max_new_tokens, max_episode_tokens)  # fmt: skip
+            if on_turn is not None:
+                on_turn(_turn + 1, sum(live))
         for i, rollout in enumerate(rollouts):
             if live[i]:
                 rollout.finish = "max_turns"

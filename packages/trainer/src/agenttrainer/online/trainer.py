@@ -64,6 +64,7 @@ from agenttrainer.models.prompt_contract import PromptContract, attach_contract,
 from agenttrainer.online.rollout import Rollout, collect_rollouts
 from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
 from agenttrainer.trainers import common
+from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
 from knowlyrcore import TaskInfo, Trajectory, read_jsonl, write_trajectories
 from knowlyrcore.errors import DataFormatError
 
@@ -142,12 +143,15 @@ class OnlineRLTrainer:
         if not c.env_id or not c.tasks_file:
             raise ConfigError("online RL needs env_id and tasks_file")
         self.config = c
+        check_extras(c)
+        check_output_dir(c)
         self.accelerator = common.make_accelerator(c)
         if self.accelerator.num_processes > 1:
             raise ConfigError(
                 "online RL runs in one training process; scale generation out with generation_url instead"
             )
         self.tasks = load_tasks(c.tasks_file)
+        claim_output_dir(c)
         self.pass_rates: dict[str, list[int]] = {}  # str(task index) -> [successes, attempts]
         self.process_reward = resolve_process_reward(c.process_reward) if process_reward == "config" else process_reward
         self.model, self.tokenizer = common.load_policy(c, model, tokenizer)
@@ -213,6 +217,25 @@ class OnlineRLTrainer:
         c = self.config
         indices = self.iteration_task_indices(iteration) if indices is None else indices
         torch.manual_seed(c.seed * 1_000_003 + iteration + 7919 * refill_round)  # sampling repeats on resume
+        episodes = len(indices) * c.group_size
+        bar = self._inner_bar(total=c.max_turns, desc=f"iteration {iteration + 1} rollouts", unit="turn")
+        bar.set_postfix(live=f"{episodes}/{episodes}")
+
+        def on_turn(turn: int, live: int) -> None:
+            bar.update(1)
+            bar.set_postfix(live=f"{live}/{episodes}")
+
+        try:
+            return self._collect(indices, iteration, refill_round, on_turn)
+        finally:
+            bar.close()
+
+    def _inner_bar(self, **kwargs: Any) -> Any:
+        """A transient bar inside an iteration: off with ``progress_bar=False`` and when stderr is not a TTY."""
+        return tqdm(leave=False, disable=True if not self.config.progress_bar else None, **kwargs)
+
+    def _collect(self, indices: list[int], iteration: int, refill_round: int, on_turn: Any) -> list[Rollout]:
+        c = self.config
         return collect_rollouts(
             c.env_id,
             [self.tasks[i] for i in indices],
@@ -230,6 +253,7 @@ class OnlineRLTrainer:
             top_p=c.top_p,
             seed=c.seed * 1_000_003 + iteration * 10_000 + refill_round * 1_000,
             model_name=c.model_name_or_path,
+            on_turn=on_turn,
         )
 
     def refill(
@@ -418,10 +442,12 @@ class OnlineRLTrainer:
         index = list(range(len(valid)))
         sums: dict[str, float] = {}
         mismatch_sum, mismatch_n = 0.0, 0
+        micro_batches = self._micro_batches(index)
+        bar = self._inner_bar(total=c.grpo_iterations * len(micro_batches), desc="update", unit="micro-batch")
         for epoch in range(c.grpo_iterations):
             self.trainable.train()
             step_loss = 0.0
-            for mb in self._micro_batches(index):
+            for mb in micro_batches:
                 logps, mask, values = self.forward(self.wrapped, [examples[i] for i in mb], values=c.algorithm == "ppo")
                 adv = _pad([advantages[i] for i in mb], logps)
                 ref_t = None if ref is None else _pad([ref[i] for i in mb], logps)
@@ -455,6 +481,8 @@ class OnlineRLTrainer:
                 weight = len(mb) / len(valid)
                 for key, v in metrics.items():
                     sums[key] = sums.get(key, 0.0) + v * weight / c.grpo_iterations
+                bar.update(1)
+                bar.set_postfix(step=f"{epoch + 1}/{c.grpo_iterations}", loss=f"{float(loss.detach()):.4f}")
                 if epoch == 0:  # sampling-time vs training-time log-probs of the same tokens
                     current = logps.detach().float()
                     for row, i in enumerate(mb):
@@ -471,6 +499,7 @@ class OnlineRLTrainer:
             sums["loss/train"] = step_loss
             if grad_norm is not None:
                 sums["train/grad_norm"] = float(grad_norm)
+        bar.close()
         sums["train/uniform_group_episodes"] = float(uniform)
         sums["train/episodes"] = float(len(valid))
         sums["train/logprob_mismatch"] = mismatch_sum / max(mismatch_n, 1)

@@ -141,15 +141,32 @@ def load_pairs(config: RetrieverConfig, library: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def recall_at(index: Any, pairs: list[tuple[str, str]], k: int = 5) -> dict[str, float]:
-    """recall@k and MRR (within the top k) of a searchable index on (query, tool) pairs."""
+def recall_at(index: Any, pairs: list[tuple[str, str]], k: int = 5, *, desc: str | None = None) -> dict[str, float]:
+    """recall@k and MRR (within the top k) of a searchable index on (query, tool) pairs; ``desc``
+    shows a progress bar so titled (when stderr is a TTY)."""
+    from tqdm.auto import tqdm
+
     hits = reciprocal = 0.0
-    for query, tool in pairs:
+    for query, tool in tqdm(pairs, desc=desc, unit="query", leave=False, disable=None if desc else True):
         names = [t.name for t, _ in index.search(query, k=k)]
         if tool in names:
             hits += 1
             reciprocal += 1 / (names.index(tool) + 1)
     return {f"recall@{k}": round(hits / len(pairs), 4), "mrr": round(reciprocal / len(pairs), 4)}
+
+
+def held_out(eval_pairs: list[tuple[str, str]], train_pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``eval_pairs`` whose request is not one trained on (a train file may hold toolgen's test requests)."""
+    seen = {query for query, _ in train_pairs}
+    kept = [pair for pair in eval_pairs if pair[0] not in seen]
+    if not kept:
+        raise RetrieverError("every held-out request is also a training request; nothing is left to evaluate on")
+    return kept
+
+
+def _evaluate(library: Any, encoder: Encoder, pairs: list[tuple[str, str]], stage: str | None) -> dict[str, float]:
+    desc = None if stage is None else f"recall@5 {stage}"
+    return recall_at(DenseIndex(library, encoder, progress=stage is not None), pairs, desc=desc)
 
 
 def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[str, Any]:
@@ -176,7 +193,9 @@ def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[s
         from knowlyrcore.toolgen import query_pairs
 
         eval_pairs = query_pairs(library, config.eval_split, n=config.eval_pairs, seed=config.seed + 1)
-        report["before"] = recall_at(DenseIndex(library, encoder), eval_pairs)
+        eval_pairs = held_out(eval_pairs, pairs)
+        report["eval_pairs"] = len(eval_pairs)
+        report["before"] = _evaluate(library, encoder, eval_pairs, "before" if progress else None)
 
     optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=config.learning_rate)
     steps_per_epoch = (len(pairs) + config.batch_size - 1) // config.batch_size
@@ -219,6 +238,6 @@ def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[s
     report.update({"steps": step, "first_loss": round(losses[0], 4), "final_loss": round(losses[-1], 4),
                    "seconds": round(time.perf_counter() - started, 1), "output_dir": str(out)})  # fmt: skip
     if eval_pairs is not None:
-        report["after"] = recall_at(DenseIndex(library, encoder), eval_pairs)
+        report["after"] = _evaluate(library, encoder, eval_pairs, "after" if progress else None)
     (out / "retriever_report.json").write_text(json.dumps({"config": dataclasses.asdict(config), **report}, indent=2))
     return report

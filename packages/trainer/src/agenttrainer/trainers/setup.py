@@ -10,16 +10,18 @@ from torch import nn
 
 from agenttrainer.config import TrainConfig
 from agenttrainer.models.attention import HiddenStates
-from agenttrainer.precision import resolve_bf16
+from agenttrainer.precision import resolve_bf16, resolve_fp16
 
 
 def make_accelerator(config: TrainConfig) -> Any:
-    """An ``accelerate.Accelerator`` with bf16 autocast when asked for and native (``precision``)."""
+    """An ``accelerate.Accelerator`` with fp16 autocast when asked for (CUDA only, else a ``ConfigError``),
+    or bf16 autocast when asked for and native (``precision``)."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    mixed = "bf16" if resolve_bf16(config.bf16, device) else "no"
+    # fp16: accelerate adds the gradient scaler and clip_grad_norm_ unscales first
+    mixed = "fp16" if resolve_fp16(config.fp16, device) else "bf16" if resolve_bf16(config.bf16, device) else "no"
     # On a machine without an accelerator, cpu=True makes torchrun / `accelerate launch --multi_gpu`
     # processes form a gloo (MULTI_CPU) group instead of each training alone.
     has_device = (
@@ -97,17 +99,23 @@ def make_optimizer_and_scheduler(model: nn.Module, config: TrainConfig, total_st
 
 
 class Recipe:
-    """What every recipe does before its loop, in this order: read and check all its data (so bad
-    data fails in seconds, before the slow model load), then the accelerator and the policy.
+    """What every recipe does before its loop, in this order: check the extras and the output
+    directory, read and check all its data (so bad input fails in seconds, before the slow model
+    load), then the accelerator and the policy.
 
     A recipe subclasses it and implements ``read_data()`` and ``train()``; pass ``model`` /
     ``tokenizer`` to train an already loaded model.
     """
 
     def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None):
+        from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
+
         self.config = config
+        check_extras(config)
+        check_output_dir(config)
         self.data = self.read_data() if config.train_file else None
         self.accelerator = make_accelerator(config)
+        claim_output_dir(config, main_process=self.accelerator.is_main_process)
         self.model, self.tokenizer = load_policy(config, model, tokenizer)
         self.wrapped = HiddenStates(self.model)  # the forward pass that stops before the LM head
 
