@@ -48,6 +48,7 @@ import torch
 from agentreward import RewardEngine
 from agentsandbox.suites import TaskSuite, get_suite
 from agenttrainer import LocalBatchPolicy, SFTConfig, SFTTrainer
+from agenttrainer.cli import quiet_library_warnings
 from agenttrainer.config import OnlineRLConfig
 from agenttrainer.online import OnlineRLTrainer
 from agenttrainer.precision import resolve_bf16
@@ -333,6 +334,7 @@ def sampled_table(samples: list[dict[str, Any]], comparisons: list[dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    quiet_library_warnings()  # the demo's progress, not transformers' deprecation notices
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     parser.add_argument("--workdir", default="runs/demo", help="where tasks, data, checkpoints and the report go")

@@ -274,6 +274,9 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
     except ImportError as exc:
         raise MissingExtraError(f"--policy {args.policy!r} names a local checkpoint or alias, which needs "
                                 f"knowlyr-trainer ({exc}); or pass an http(s) endpoint or 'expert'") from exc  # fmt: skip
+    from agenttrainer.cli import quiet_library_warnings
+
+    quiet_library_warnings()  # a command's output, not transformers' deprecation notices
     try:
         from agenttrainer.models import read_contract, resolve_model_path
 

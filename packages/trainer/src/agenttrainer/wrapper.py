@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from agenttrainer.config import GRPOConfig, SFTConfig
 from agenttrainer.data.readers import read_jsonl
 from agenttrainer.trainers.output_dir import check_output_dir
@@ -178,15 +180,20 @@ class GRPOTrainerWrapper:
             for r in self.rows
         ]
         ids = [encode(messages)[0].tolist() for messages in prompts]
-        # every completion of every prompt in batches of batch_size groups, one seeded RNG stream per epoch
+        # batch_size prompts at a time, each with its group of completions; one seeded RNG stream per epoch
         generator = LocalGenerator(
             self.trainer.model, tokenizer, batch_size=group * self.config.batch_size, logprobs=False
         )
-        with torch.random.fork_rng(devices=[]):
+        per_call = self.config.batch_size  # prompts per generate call: one batch of their groups each
+        samples = []
+        bar = tqdm(total=len(ids), desc=f"sampling epoch {epoch + 1}/{self.num_epochs}", unit="prompt",
+                   leave=False, disable=True if not self.config.progress_bar else None)  # fmt: skip
+        with torch.random.fork_rng(devices=[]), bar:
             torch.manual_seed(self.config.seed + epoch)
-            samples = generator.generate(
-                [p for p in ids for _ in range(group)], max_new_tokens=self.max_new_tokens, temperature=self.temperature
-            )
+            for start in range(0, len(ids), per_call):
+                chunk = [p for p in ids[start : start + per_call] for _ in range(group)]
+                samples += generator.generate(chunk, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+                bar.update(len(chunk) // group)
         records = []
         for i, row in enumerate(self.rows):
             completions = [
