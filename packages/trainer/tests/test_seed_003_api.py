@@ -2,17 +2,29 @@
 
 The snippets are the seed's text verbatim; ``adapt`` rewrites the import lines (to
 ``agenttrainer.compat.agent_training``) and, where a trainer loads a model, names the tiny
-model (``base_model=``) and a small ``max_samples`` (the seed's default data size is 1000
-dialogs). Each test runs in its own temporary directory.
+model (``base_model=``, ``base_model_path=``) and a small ``max_samples`` (the seed's default
+data size is 1000 dialogs), one epoch, and for ``AgentRLTrainer`` short sampled replies
+(``max_new_tokens=16``). Each test runs in its own temporary directory.
 """
 
 import dataclasses
+import json
 import re
 
 import pytest
 
-from agenttrainer.compat.agent_training import AgentSFTConfig, RLTrainingConfig
+from agenttrainer.compat.agent_training import (
+    AgentRLTrainer,
+    AgentSFTConfig,
+    AgentTrainingEvaluator,
+    RLTrainingConfig,
+    next_action_metrics,
+    preference_pairs,
+    reward_scorer,
+)
+from agenttrainer.compat.hello_agents_rl import create_rl_dataset, create_sft_dataset
 from agenttrainer.config import ConfigError, DPOConfig, OnlineRLConfig
+from knowlyrcore.tool_parsing import parse_reply
 
 CONFIG_WITH_CORESET = """
 sft_config = AgentSFTConfig(
@@ -41,12 +53,14 @@ trainer = AgentSFTTrainer(config)
 trainer.prepare_datasets()  # 内部自动触发 coreset + replay
 """
 
-PYTHON_API_SFT = """
+PYTHON_API = """
 from sage.tools.agent_training import (
     AgentSFTConfig,
     AgentLoRATrainer,
     RLTrainingConfig,
+    AgentRLTrainer,
     AgentRewardModel,
+    AgentTrainingEvaluator
 )
 
 # 1. SFT 阶段
@@ -61,6 +75,23 @@ sft_trainer.save_model("./output/agent_sft")
 # 2. RL 阶段 (DPO)
 rl_config = RLTrainingConfig(algorithm="dpo")
 reward_model = AgentRewardModel(AgentRewardConfig())
+rl_trainer = AgentRLTrainer(
+    config=rl_config,
+    base_model_path="Qwen/Qwen2.5-7B-Instruct",
+    sft_model_path="./output/agent_sft",
+    reward_model=reward_model
+)
+rl_trainer.train()
+rl_trainer.save_model("./output/agent_dpo")
+
+# 3. 评估
+evaluator = AgentTrainingEvaluator(benchmark_loader)
+results = evaluator.evaluate(
+    model=rl_trainer.model,
+    split="test"
+)
+print(f"Tool Selection Accuracy: {results['tool_selection_accuracy']['mean']:.2%}")
+print(f"Plan Success Rate: {results['plan_success_rate']['mean']:.2%}")
 """
 
 
@@ -68,6 +99,10 @@ def adapt(snippet: str, model: str | None = None, max_samples: int = 4) -> str:
     snippet = snippet.replace("from sage.tools.agent_training import", "from agenttrainer.compat.agent_training import")
     for name in ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"):
         snippet = snippet.replace(f'base_model="{name}",', f"base_model={model!r}, max_samples={max_samples},")
+        snippet = snippet.replace(  # DPO: short sampled replies, one epoch
+            f'base_model_path="{name}",',
+            f"base_model_path={model!r}, max_samples={max_samples}, max_new_tokens=16, num_epochs=1,",
+        )
     snippet = re.sub(  # a config without a model (it would load the default one) gets the tiny model
         r"^config = AgentSFTConfig\(\n",
         f"config = AgentSFTConfig(\n    base_model={model!r}, max_samples={max_samples},\n",
@@ -115,23 +150,93 @@ def test_prepare_datasets_mixes_replay_from_the_previous_run(workdir, tiny_path)
     assert again["trainer"].prepare_datasets() == {"train": 4, "replay": 1}  # int(4 * 0.4)
 
 
-def test_python_api_sft_stage_and_reward_model(workdir, tiny_path):
+def test_python_api_runs_sft_dpo_and_evaluation(workdir, tiny_path, capsys):
+    """Section 5.2 end to end: SFT, DPO on the SFT policy's lost replies, next-action evaluation.
+
+    ``benchmark_loader`` (undefined in the seed) is a JSONL file of two test-split expert steps."""
     pytest.importorskip("agentsandbox", reason="the default train_data is knowlyr-sandbox's retail suite")
     pytest.importorskip("peft", reason="AgentSFTConfig trains LoRA adapters")
     agentreward = pytest.importorskip("agentreward.seed003", reason="the reward half is knowlyr-reward's")
-    ns = {"AgentRewardConfig": agentreward.AgentRewardConfig}
-    exec(adapt(PYTHON_API_SFT, tiny_path), ns)
+    benchmark = rows_file(workdir / "benchmark.jsonl", create_rl_dataset("test", 2))
+    ns = {"AgentRewardConfig": agentreward.AgentRewardConfig, "benchmark_loader": str(benchmark)}
+    exec(adapt(PYTHON_API, tiny_path), ns)
+
     assert (workdir / "output/agent_sft/model.safetensors").is_file()
-    assert isinstance(ns["rl_config"].to_knowlyr_config(), DPOConfig)
+    assert (workdir / "output/agent_dpo/model.safetensors").is_file()
+    assert isinstance(ns["rl_trainer"].config, DPOConfig) and ns["rl_trainer"].config.model_name_or_path.endswith(
+        "agent_sft"
+    )
     result = ns["reward_model"].compute_reward(query="hi", response="hello", ground_truth={}, execution_trace=[])
     assert set(result) == {"total", "breakdown", "feedback"}
+    pairs = [json.loads(line) for line in (workdir / "output/agent_dpo/pairs.jsonl").read_text().splitlines()]
+    assert 1 <= len(pairs) <= 4 and all(p["margin"] > 0 and p["chosen"] != p["rejected"] for p in pairs)
+    printed = capsys.readouterr().out
+    for name, key in (
+        ("Tool Selection Accuracy", "tool_selection_accuracy"),
+        ("Plan Success Rate", "plan_success_rate"),
+    ):
+        value = ns["results"][key]
+        assert f"{name}: {value['mean']:.2%}" in printed
+        assert 0.0 <= value["mean"] <= 1.0 and value["count"] == 2
 
 
-def test_rl_trainer_and_evaluator_name_their_equivalents():
-    with pytest.raises(ImportError, match="AgentRLTrainer is not provided.*DPOTrainer"):
-        from agenttrainer.compat.agent_training import AgentRLTrainer  # noqa: F401
-    with pytest.raises(ImportError, match="AgentTrainingEvaluator is not provided.*evaluate"):
-        from agenttrainer.compat.agent_training import AgentTrainingEvaluator  # noqa: F401
+def rows_file(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def expert_replies(split, n_tasks):
+    """The expert's own replies, in the order of ``create_rl_dataset``'s rows (one per expert step)."""
+    dialogs = create_sft_dataset(split, n_tasks)
+    return [m["content"] for d in dialogs for m in d["messages"] if m["role"] == "assistant"]
+
+
+def test_preference_pairs_prefer_the_expert_over_a_lower_scoring_reply():
+    pytest.importorskip("agentsandbox", reason="the rows are knowlyr-sandbox's retail suite")
+    rows = create_rl_dataset("train", 3)
+    expert = expert_replies("train", 3)[: len(rows)]
+    replies = [expert[0]] + ["I am not sure what to do."] * (len(rows) - 1)  # the policy matches step 0 only
+
+    pairs = preference_pairs(rows, replies, reward_scorer())
+    assert [p["task_id"] for p in pairs] == [r["task_id"] for r in rows[1:]]  # a matching reply gives no pair
+    for pair, row, text in zip(pairs, rows[1:], expert[1:]):
+        assert pair["chosen"] == text and pair["rejected"] != text
+        assert pair["prompt"] == row["prompt"] and pair["margin"] == 1.0
+        assert parse_reply(pair["chosen"]).action["tool"] == row["expected_action"]["tool"]
+
+
+def test_expert_replies_score_one_and_wrong_arguments_only_select_the_tool():
+    pytest.importorskip("agentsandbox", reason="the rows are knowlyr-sandbox's retail suite")
+    rows = create_rl_dataset("test", 4)
+    expert = expert_replies("test", 4)[: len(rows)]
+    assert next_action_metrics(expert, rows) == {
+        "tool_selection_accuracy": {"mean": 1.0, "count": len(rows)},
+        "plan_success_rate": {"mean": 1.0, "count": len(rows)},
+    }
+    calls = [i for i, r in enumerate(rows) if r["expected_action"]["tool"] != "respond"]
+    wrong = [text.replace("#W", "#X") if i in calls else text for i, text in enumerate(expert)]
+    metrics = next_action_metrics(wrong, rows)
+    assert metrics["tool_selection_accuracy"]["mean"] == 1.0
+    with_ids = sum("#W" in expert[i] for i in calls)
+    assert with_ids and metrics["plan_success_rate"]["mean"] == 1.0 - with_ids / len(rows)
+
+
+def test_evaluator_scores_a_checkpoint_on_a_suite_split(tiny_path):
+    pytest.importorskip("agentsandbox", reason="the benchmark is knowlyr-sandbox's retail suite")
+    results = AgentTrainingEvaluator("retail").evaluate(tiny_path, split="test", max_samples=2, max_new_tokens=8)
+    assert set(results) == {"tool_selection_accuracy", "plan_success_rate"}
+    assert all(0.0 <= r["mean"] <= 1.0 and r["count"] == 2 for r in results.values())
+
+
+def test_online_algorithms_name_online_rl_trainer(tiny_path):
+    with pytest.raises(ConfigError, match="OnlineRLTrainer") as info:
+        AgentRLTrainer(RLTrainingConfig(algorithm="grpo"), base_model_path=tiny_path)
+    assert "\n" not in str(info.value)
+
+
+def test_names_still_absent_name_their_equivalents():
+    with pytest.raises(ImportError, match="AgentSFTFormatter is not provided.*create_sft_dataset"):
+        from agenttrainer.compat.agent_training import AgentSFTFormatter  # noqa: F401
 
 
 def test_rl_config_maps_ppo_and_grpo_names():

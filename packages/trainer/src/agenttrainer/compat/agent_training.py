@@ -29,11 +29,18 @@ seed 003 name                        knowlyr API
                                      ``gradient_checkpointing``
 ``AgentRewardConfig``,               :mod:`agentreward.seed003` (re-exported here when
 ``AgentRewardModel``                 knowlyr-reward is installed)
+``AgentRLTrainer``                   ``dpo``: pairs (expert action chosen, the SFT policy's sampled
+                                     reply rejected when it scores lower under the reward) written
+                                     as DPO JSONL, then :class:`~agenttrainer.trainers.dpo.DPOTrainer`
+                                     from the SFT model (also the reference); ``ppo`` / ``grpo``
+                                     refused in one line naming ``OnlineRLTrainer``
+``AgentTrainingEvaluator``           greedy next action at each expert step of a suite split:
+                                     ``tool_selection_accuracy`` (the expert's tool) and
+                                     ``plan_success_rate`` (the expert's exact action), per step
 ===================================  ===============================================================
 
-Names of seed 003 with no counterpart here (``AgentRLTrainer``, ``AgentTrainingEvaluator``,
-``AgentSFTFormatter``, ``AgentTrainingUsage``) raise ``ImportError`` with one line naming the
-knowlyr equivalent.
+Names of seed 003 with no counterpart here (``AgentSFTFormatter``, ``AgentTrainingUsage``) raise
+``ImportError`` with one line naming the knowlyr equivalent.
 
 Example:
     >>> AgentSFTConfig(base_model="smollm2-135m", gradient_accumulation=2).to_sft_config("t.jsonl").gradient_accumulation_steps
@@ -42,13 +49,28 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from agenttrainer.config import ConfigError, DPOConfig, OnlineRLConfig, SFTConfig
+from knowlyrcore.tool_parsing import parse_reply
 
-__all__ = ["AgentLoRATrainer", "AgentSFTConfig", "AgentSFTTrainer", "RLTrainingConfig"]
+__all__ = [
+    "AgentLoRATrainer",
+    "AgentRLTrainer",
+    "AgentSFTConfig",
+    "AgentSFTTrainer",
+    "AgentTrainingEvaluator",
+    "RLTrainingConfig",
+    "next_action_metrics",
+    "preference_pairs",
+    "reward_scorer",
+]
+
+#: ``score(replies, rows) -> list[float]``: next-action replies scored against ``create_rl_dataset`` rows.
+Scorer = Callable[[list[str], list[dict[str, Any]]], list[float]]
 
 _QUANTISED = (
     "{name}=True is not supported: knowlyr-trainer trains bf16/fp32 weights and bitsandbytes needs CUDA; "
@@ -246,6 +268,251 @@ class RLTrainingConfig:
         return OnlineRLConfig.from_dict({"algorithm": "grpo", **grpo, **fields}, source="RLTrainingConfig.grpo_config")
 
 
+def _expert_text(action: dict[str, Any], closing_tool: str = "respond") -> str:
+    """The expert's reply as the suite's dialogs write it (a ``<tool_call>`` block, or the closing text)."""
+    from agenttrainer.compat.hello_agents_rl import _call_text
+
+    return str(action["params"].get("message", "")) if action["tool"] == closing_tool else _call_text(action)
+
+
+def _rl_rows(spec: str, split: str | None, max_samples: int, seed: int) -> list[dict[str, Any]]:
+    """Next-action rows of ``create_rl_dataset``: ``spec`` a suite (``retail``, ``retail:train``) or a JSONL file."""
+    from agenttrainer.compat.hello_agents_rl import create_rl_dataset
+
+    if Path(spec).is_file() or spec.endswith(".jsonl"):
+        return create_rl_dataset(max_samples=max_samples, data_file=spec)
+    suite, _, spec_split = spec.partition(":")
+    return create_rl_dataset(split or spec_split or "train", max_samples, suite=suite, seed=seed)
+
+
+def _replies(
+    model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_new_tokens: int, temperature: float, seed: int = 0
+) -> list[str]:
+    """The model's reply to each row's prompt (its chat template), sampled in batches of 16
+    (``temperature`` 0: greedy) from ``seed`` without touching the global RNG."""
+    import torch
+
+    from agenttrainer.generation import LocalGenerator
+
+    prompts = [
+        tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, return_dict=True)["input_ids"]
+        for row in rows
+    ]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        samples = LocalGenerator(model, tokenizer, batch_size=16, logprobs=False).generate(
+            prompts, max_new_tokens=max_new_tokens, temperature=temperature
+        )
+    return [tokenizer.decode(sample.token_ids, skip_special_tokens=True) for sample in samples]
+
+
+def _trace(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool calls already made in a next-action prompt, each with the tool's output."""
+    trace: list[dict[str, Any]] = []
+    for message in prompt:
+        if message["role"] == "assistant":
+            action = parse_reply(str(message.get("content") or "")).action
+            trace.append({"tool": action["tool"], "params": action.get("params", {}), "output": ""})
+        elif message["role"] == "tool" and trace:
+            trace[-1]["output"] = str(message.get("content") or "")
+    return trace
+
+
+def reward_scorer(reward_model: Any = None, closing_tool: str = "respond") -> Scorer:
+    """``score(replies, rows) -> list[float]`` for next-action replies.
+
+    Without a reward model: :func:`~agenttrainer.compat.hello_agents_rl.create_accuracy_reward`
+    (1.0 when the reply is the expert's action, else 0.0). With one (seed 003's
+    ``AgentRewardModel``): ``compute_reward(...)["total"]`` of the episode so far ending in the
+    reply — ``query`` the user's request, ``execution_trace`` the prompt's tool calls plus the
+    reply's (with no output: it has not run), ``response`` the reply's closing message (``""``
+    for a tool call), ``ground_truth`` the expert's tools up to this step as ``target_tools`` and,
+    when the expert closes here, the task's ``answer_contains``."""
+    from agenttrainer.compat.hello_agents_rl import create_accuracy_reward
+
+    if reward_model is None:
+        accuracy = create_accuracy_reward(closing_tool)
+
+        def score(replies: list[str], rows: list[dict[str, Any]]) -> list[float]:
+            keys = ("expected_action", "answer_contains", "answer_excludes")
+            return accuracy(replies, **{k: [row.get(k) for row in rows] for k in keys})
+
+        return score
+
+    def score_with_model(replies: list[str], rows: list[dict[str, Any]]) -> list[float]:
+        scores = []
+        for reply, row in zip(replies, rows):
+            action, expected, trace = (
+                parse_reply(reply, closing_tool=closing_tool).action,
+                row["expected_action"],
+                _trace(row["prompt"]),
+            )
+            query = next((str(m["content"]) for m in row["prompt"] if m["role"] == "user"), "")
+            target = [step["tool"] for step in trace] + ([expected["tool"]] if expected["tool"] != closing_tool else [])
+            truth: dict[str, Any] = {"target_tools": target}
+            if expected["tool"] == closing_tool and row.get("answer_contains"):
+                truth["answer_contains"] = list(row["answer_contains"])
+            if action["tool"] == closing_tool:
+                response = str(action["params"].get("message", ""))
+            else:
+                trace, response = [*trace, {"tool": action["tool"], "params": action.get("params", {})}], ""
+            scores.append(float(reward_model.compute_reward(query, response, truth, trace)["total"]))
+        return scores
+
+    return score_with_model
+
+
+def preference_pairs(rows: list[dict[str, Any]], replies: list[str], score: Scorer) -> list[dict[str, Any]]:
+    """DPO records (docs/formats.md "DPO"): for each row, ``chosen`` = the expert's action,
+    ``rejected`` = the policy's reply, kept only when the reply scores lower (``margin`` > 0)."""
+    chosen = [_expert_text(row["expected_action"]) for row in rows]
+    chosen_scores, reply_scores = score(chosen, rows), score(replies, rows)
+    return [
+        {"task_id": row["task_id"], "prompt": row["prompt"], "chosen": good, "rejected": bad, "margin": s_good - s_bad}
+        for row, good, bad, s_good, s_bad in zip(rows, chosen, replies, chosen_scores, reply_scores)
+        if s_bad < s_good
+    ]
+
+
+class AgentRLTrainer:
+    """Seed 003's RL trainer: ``train()``, ``save_model(path)``, ``model``, for ``algorithm="dpo"``.
+
+    ``train()`` builds preference pairs on the next-action prompts of ``train_data`` (a suite
+    spec, default ``retail:train``, ``max_samples`` prompts, or a JSONL file of
+    ``create_rl_dataset`` rows): ``chosen`` is the expert's action, ``rejected`` the SFT policy's
+    own reply (sampled at ``temperature``) when it scores lower under ``reward_model`` (see
+    :func:`reward_scorer`; none: the verifiable accuracy reward). Prompts where the policy's
+    reply scores as well as the expert's give no pair. The pairs are written to
+    ``<output_dir>/pairs.jsonl`` and trained by :class:`~agenttrainer.trainers.dpo.DPOTrainer`
+    (``config.to_knowlyr_config(**fields)``) from the SFT model, which is also the reference.
+    ``sft_model_path`` ``None`` starts from ``base_model_path``.
+
+    ``ppo`` / ``grpo`` are refused in one line: they are online RL in a live environment, run by
+    :class:`agenttrainer.online.OnlineRLTrainer` with ``config.to_knowlyr_config(env_id=...,
+    tasks_file=...)``.
+    """
+
+    def __init__(
+        self,
+        config: RLTrainingConfig,
+        base_model_path: str,
+        sft_model_path: str | None = None,
+        reward_model: Any = None,
+        *,
+        train_data: str = "retail:train",
+        max_samples: int = 256,
+        max_new_tokens: int = 128,
+        temperature: float = 1.0,
+        output_dir: str = "./output/agent_dpo",
+        seed: int = 42,
+        **fields: Any,
+    ):
+        from agenttrainer.trainers.dpo import DPOTrainer
+
+        if config.algorithm != "dpo":
+            raise ConfigError(
+                f"AgentRLTrainer runs algorithm 'dpo'; {config.algorithm} is online RL: use "
+                "agenttrainer.online.OnlineRLTrainer(rl_config.to_knowlyr_config(env_id=..., tasks_file=...))"
+            )
+        self.rl_config, self.reward_model = config, reward_model
+        self.train_data, self.max_samples, self.seed = train_data, max_samples, seed
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        dpo = config.to_knowlyr_config(
+            model_name_or_path=sft_model_path or base_model_path, output_dir=output_dir, seed=seed, **fields
+        )
+        self.trainer = DPOTrainer(dpo)
+        self.config = self.trainer.config
+
+    @property
+    def model(self) -> Any:
+        return self.trainer.model
+
+    def build_pairs(self) -> list[dict[str, Any]]:
+        """Sample the SFT policy on every prompt and keep the pairs it loses (see the class docstring)."""
+        rows = _rl_rows(self.train_data, None, self.max_samples, self.seed)
+        replies = _replies(
+            self.trainer.model, self.trainer.tokenizer, rows, self.max_new_tokens, self.temperature, self.seed
+        )
+        return preference_pairs(rows, replies, reward_scorer(self.reward_model))
+
+    def train(self) -> dict[str, Any]:
+        """Build and write the pairs, then run DPO; returns ``DPOTrainer.train()``'s result."""
+        from agenttrainer.wrapper import _write_jsonl
+
+        pairs = self.build_pairs()
+        if not pairs:
+            raise ValueError(
+                f"no preference pairs: the SFT policy's replies score as well as the expert's on all "
+                f"{self.max_samples} prompts of {self.train_data}; there is nothing for DPO to prefer"
+            )
+        self.config.train_file = str(_write_jsonl(pairs, Path(self.config.output_dir) / "pairs.jsonl"))
+        self.trainer.data = self.trainer.read_data()
+        return self.trainer.train()
+
+    def save_model(self, path: str | Path) -> Path:
+        return self.trainer.save_model(path)
+
+
+def next_action_metrics(replies: list[str], rows: list[dict[str, Any]], closing_tool: str = "respond") -> dict:
+    """``tool_selection_accuracy`` and ``plan_success_rate`` of next-action ``replies`` to ``rows``.
+
+    Over the expert steps (``rows``, from ``create_rl_dataset``): ``tool_selection_accuracy`` is the
+    fraction of replies that call the expert's tool (a reply without a tool call is the closing
+    ``respond``); ``plan_success_rate`` the fraction that are the expert's action — the same tool
+    with the same arguments, or for the closing reply the task's answer checks — as scored by
+    :func:`~agenttrainer.compat.hello_agents_rl.create_accuracy_reward`. Each ``{"mean", "count"}``.
+
+    Example:
+        >>> row = {"expected_action": {"tool": "get_order", "params": {"order_id": "#W1"}}}
+        >>> m = next_action_metrics(['<tool_call>{"name": "get_order", "arguments": {"order_id": "#W2"}}</tool_call>'], [row])
+        >>> m["tool_selection_accuracy"]["mean"], m["plan_success_rate"]["mean"]
+        (1.0, 0.0)
+    """
+    if not rows or len(replies) != len(rows):
+        raise ValueError(f"need one reply per expert step, got {len(replies)} replies for {len(rows)} steps")
+    tools = [parse_reply(reply, closing_tool=closing_tool).action["tool"] for reply in replies]
+    same_tool = [float(tool == row["expected_action"]["tool"]) for tool, row in zip(tools, rows)]
+    exact = reward_scorer(None, closing_tool)(replies, rows)
+    n = len(rows)
+    return {
+        "tool_selection_accuracy": {"mean": sum(same_tool) / n, "count": n},
+        "plan_success_rate": {"mean": sum(exact) / n, "count": n},
+    }
+
+
+class AgentTrainingEvaluator:
+    """Seed 003's evaluator: next-action accuracy of a model on a suite's expert steps.
+
+    ``benchmark`` is a task suite (``"retail"``; ``evaluate``'s ``split`` picks its split) or a
+    JSONL file of ``create_rl_dataset`` rows (``prompt``, ``expected_action``; used whatever the
+    split). ``evaluate(model, split)`` replays the expert's dialogs: at each expert step (the
+    dialog so far, as the environment answered the expert) the model's greedy reply is its next
+    action, scored by :func:`next_action_metrics`. It does not play whole episodes, so
+    ``plan_success_rate`` is per step (the step's action is exactly the expert's), not per task.
+    """
+
+    def __init__(self, benchmark: str = "retail", *, seed: int = 0):
+        self.benchmark, self.seed = benchmark, seed
+
+    def evaluate(
+        self, model: Any, split: str = "test", tokenizer: Any = None, max_samples: int = 200, max_new_tokens: int = 128
+    ) -> dict[str, dict[str, float]]:
+        """Metrics over the first ``max_samples`` expert steps of ``split``. ``model`` is a loaded
+        model (its tokenizer is read from ``model.name_or_path`` unless given) or a checkpoint
+        directory / alias."""
+        from agenttrainer.models import load_model_and_tokenizer, load_tokenizer
+
+        if isinstance(model, (str, Path)):
+            model, tokenizer = load_model_and_tokenizer(str(model))
+        elif tokenizer is None:
+            if not getattr(model, "name_or_path", ""):
+                raise ValueError("the model has no name_or_path to read its tokenizer from; pass tokenizer=")
+            tokenizer = load_tokenizer(model.name_or_path)
+        rows = _rl_rows(self.benchmark, split, max_samples, self.seed)
+        replies = _replies(model, tokenizer, rows, max_new_tokens, temperature=0.0)
+        return next_action_metrics(replies, rows)
+
+
 try:  # the reward half of seed 003 lives in knowlyr-reward (the ``online`` extra)
     from agentreward.seed003 import AgentRewardConfig, AgentRewardModel
 
@@ -254,10 +521,6 @@ except ImportError:
     pass
 
 _ELSEWHERE = {
-    "AgentRLTrainer": "DPOTrainer(RLTrainingConfig(algorithm='dpo').to_knowlyr_config(...)) on pairs from "
-    "agentreward.build_preference_pairs, or OnlineRLTrainer for ppo/grpo",
-    "AgentTrainingEvaluator": "agenttrainer.evaluate_model (loss/accuracy) or `knowlyr-hub evaluate` (task success "
-    "and tool-selection metrics in live environments)",
     "AgentSFTFormatter": "agenttrainer.compat.hello_agents_rl.create_sft_dataset (chat records with <tool_call> blocks)",
     "AgentTrainingUsage": "agenttrainer.compat.hello_agents_rl.create_sft_dataset / create_rl_dataset",
     "AgentRewardConfig": "agentreward.seed003.AgentRewardConfig (pip install knowlyr-reward)",
