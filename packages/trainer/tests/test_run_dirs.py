@@ -90,13 +90,15 @@ def test_a_run_directory_given_as_the_model_loads_its_final_model_and_says_so_on
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append
     logger = logging.getLogger("agenttrainer.models.aliases")
-    monkeypatch.setattr(logger, "level", logging.INFO)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # setLevel, not the attribute: it also clears the logger's enabled-for cache
     logger.addHandler(handler)
     try:
         loaded, _ = load_model_and_tokenizer(str(tmp_path / "run"))
         load_model_and_tokenizer(str(tmp_path / "run"))
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
     for name, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name
     said = [r.getMessage() for r in records if "training run directory" in r.getMessage()]
