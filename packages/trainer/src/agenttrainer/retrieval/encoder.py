@@ -14,6 +14,7 @@ over an unchanged library embeds only the query (``knowlyr-trainer retriever-sea
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from agenttrainer.errors import TrainerError
+from knowlyrcore.jsonl import write_bytes_atomic
 
 DEFAULT_ENCODER = "all-minilm-l6-v2"
 
@@ -120,10 +122,9 @@ class DenseIndex:
             return
         self.matrix = encoder.encode(documents, batch_size=batch_size, progress=progress)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            torch.save(self.matrix, tmp)
-            os.replace(tmp, path)
+            buffer = io.BytesIO()
+            torch.save(self.matrix, buffer)
+            write_bytes_atomic(path, buffer.getvalue())  # all of it or nothing, no temp file left behind
 
     def search(self, query: str, k: int = 5) -> list[tuple[Any, float]]:
         if k < 1:
