@@ -157,3 +157,30 @@ def test_builtin_names_are_protected():
         register_domain_profile(DomainProfile(name="coding"))
     register_domain_profile(DomainProfile(name="coding", description="mine"), replace=True)
     assert get_domain_profile("coding").description == "mine"
+
+
+def _nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (10**5000, "integer string conversion"),  # repr of it raises ValueError inside jsonschema
+        (_nested(50_000), "nested deeper than 64 levels"),  # jsonschema recursion
+        (["x" * 10_000_000], "characters)"),  # the message is cut, not 10 MB long
+        ({"\ud800": 1}, "is not of type 'string'"),
+    ],
+    ids=["huge-int", "deep", "huge-string", "surrogate-key"],
+)
+def test_hostile_tool_arguments_give_a_bounded_invalid_action_error(value, expected):
+    tool = ToolSpec(name="t", description="d", parameters={"type": "object", "properties": {"a": {"type": "string"}}})
+    with pytest.raises(InvalidActionError) as info:
+        tool.validate_params({"a": value})
+    message = str(info.value)
+    assert expected in message
+    assert len(message) < 500
+    message.encode("utf-8")  # no lone surrogate left to break a JSONL writer

@@ -162,3 +162,12 @@ def test_records_without_schema_version_are_the_current_version(tmp_path):
     path = tmp_path / "plain.jsonl"
     path.write_text('{"id": "t1"}\n{"schema_version": "1.9", "id": "t2"}\n')
     assert [r["id"] for r in read_jsonl(path)] == ["t1", "t2"]
+
+
+def test_hostile_a_lone_surrogate_is_written_escaped_and_reads_back(tmp_path):
+    # a policy's output can hold "\ud800", which has no UTF-8 form: the record must still be kept
+    path = tmp_path / "out.jsonl"
+    records = [{"answer": "bad \ud800 text", "note": "café"}, {"answer": "fine"}]
+    write_jsonl(path, records)
+    assert "\\ud800" in path.read_text(encoding="utf-8")
+    assert list(read_jsonl(path)) == records

@@ -25,6 +25,19 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from knowlyrcore.errors import DomainError, InvalidActionError, describe_parse_error, no_such_file
+from knowlyrcore.jsonl import _depth_exceeds
+
+# Bounds on what a policy's tool arguments may cost to check and to report back.
+MAX_PARAM_DEPTH = 64
+MAX_MESSAGE_CHARS = 300
+
+
+def _bounded(text: str) -> str:
+    """``text`` cut to ``MAX_MESSAGE_CHARS``, lone surrogates escaped (the message is written to JSONL)."""
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[:MAX_MESSAGE_CHARS] + f"... ({len(text)} characters)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 RUBRICS = ("goal_progress", "tool_selection", "param_correctness", "info_utilization", "non_redundancy")
 
@@ -66,13 +79,25 @@ class ToolSpec(BaseModel):
         return schema
 
     def validate_params(self, params: Any) -> None:
-        """Raise ``InvalidActionError`` naming the offending parameter if ``params`` break the schema."""
+        """Raise ``InvalidActionError`` naming the offending parameter if ``params`` break the schema.
+
+        ``params`` come from the policy, so nothing about them is trusted: values nested past
+        ``MAX_PARAM_DEPTH`` are refused before the schema walk (jsonschema recurses, and its
+        messages ``repr`` the value), and the message is cut to ``MAX_MESSAGE_CHARS`` so a 10 MB
+        argument is not echoed back into the observation.
+        """
+        if _depth_exceeds(params, MAX_PARAM_DEPTH):
+            raise InvalidActionError(f"tool {self.name!r}: invalid parameters: nested deeper than {MAX_PARAM_DEPTH} levels")
         validator = jsonschema.Draft202012Validator(self.parameters)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(params))
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(params))
+            message = None if error is None else error.message
+        except ValueError as exc:  # repr of an int past Python's digit limit
+            raise InvalidActionError(f"tool {self.name!r}: invalid parameters: {exc}") from None
         if error is not None:
             where = ".".join(str(p) for p in error.absolute_path)
-            at = f" at '{where}'" if where else ""
-            raise InvalidActionError(f"tool {self.name!r}: invalid parameters{at}: {error.message}")
+            at = f" at '{_bounded(where)}'" if where else ""
+            raise InvalidActionError(f"tool {self.name!r}: invalid parameters{at}: {_bounded(message)}")
 
     def to_openai_tool(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling form, as chat templates and APIs expect it."""

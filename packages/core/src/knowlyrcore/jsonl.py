@@ -169,7 +169,7 @@ def dumps_record(record: Any, path: str | os.PathLike = "<output>", line: int | 
     """One JSON line for ``record``; a NaN/Infinity anywhere raises ``DataFormatError``
     (``path:line: field: non-finite number ...``), so no writer emits JSON that readers refuse."""
     try:
-        return json.dumps(record, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
     except ValueError:
         field = non_finite_field(record)
         if field is None:
@@ -177,6 +177,14 @@ def dumps_record(record: Any, path: str | os.PathLike = "<output>", line: int | 
         raise DataFormatError(
             str(path), line, "non-finite number (NaN/Infinity), refusing to write it", field=field
         ) from None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (a policy can emit "\ud800") has no UTF-8 form; as a \u escape
+            # it is still valid JSON and reads back as the same string, so the record is kept.
+            text = json.dumps(record, ensure_ascii=True, allow_nan=False)
+    return text
 
 
 def format_field_path(loc: tuple[Any, ...]) -> str:

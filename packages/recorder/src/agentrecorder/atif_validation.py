@@ -1,17 +1,19 @@
-"""Check a document against ATIF's required fields and types (RFC 0001, v1.5).
+"""Check a document against ATIF's required fields and types (RFC 0001, v1.5; v1.6's content parts).
 
 ``validate_atif(doc)`` returns every problem as ``"<JSON path>: <what is wrong>"`` (an empty
 list for a valid document). It checks what the specification makes required or typed: the
 root's ``schema_version`` (``ATIF-v1.x``), ``session_id``, ``agent.name`` / ``agent.version``
 and ``steps``; each step's ``step_id`` (1, 2, 3... in order), ``source`` (system, user or
-agent), ``message`` (a string, possibly empty) and ``timestamp`` (ISO 8601); that
-agent-only fields (``model_name``, ``reasoning_effort``, ``reasoning_content``,
-``tool_calls``, ``metrics``) sit on agent steps; tool calls (``tool_call_id``,
-``function_name``, ``arguments`` object, ids unique in the step); observation results
-(``source_call_id`` naming a tool call of the same step, subagent references with a
-``session_id``); the metric and final-metric types (non-negative integer counts, integer
-token ids, numeric log-probs). Optional fields may be null; fields the specification does not
-name are allowed (newer 1.x versions add some).
+agent), ``message`` (a string, possibly empty, or from ATIF-v1.6 on a list of content parts:
+``{"type": "text", "text"}`` or ``{"type": "image", "source": {media_type, path}}``) and
+``timestamp`` (ISO 8601); that agent-only fields (``model_name``, ``reasoning_effort``,
+``reasoning_content``, ``tool_calls``, ``metrics``) sit on agent steps; tool calls
+(``tool_call_id``, ``function_name``, ``arguments`` object, ids unique in the step);
+observation results (``source_call_id`` naming a tool call of the same step, ``content`` a
+string or content parts, subagent references with a ``session_id``); the metric and
+final-metric types (non-negative integer counts, integer token ids, numeric log-probs).
+Optional fields may be null; fields the specification does not name are allowed (newer 1.x
+versions add some).
 
 Example:
     >>> validate_atif({"schema_version": "ATIF-v1.5", "session_id": "s", "agent": {"name": "a", "version": "1"},
@@ -77,6 +79,33 @@ class _Checker:
             if value is not None and value < 0:
                 self.fail(path(where, key), f"must not be negative, got {value}")
 
+    def content(self, obj: dict, key: str, where: str, *, required: bool = False) -> None:
+        """A string, or (ATIF-v1.6) a list of content parts."""
+        if isinstance(obj.get(key), list):
+            self.parts(obj[key], path(where, key))
+        else:
+            self.field(obj, key, where, str, "a string or a list of content parts", required=required)
+
+    def parts(self, parts: Any, where: str) -> None:
+        if not isinstance(parts, list):
+            self.fail(where, f"must be a list of content parts, got {type_name(parts)}")
+            return
+        for i, part in enumerate(parts):
+            pwhere = path(where, i)
+            if not isinstance(part, dict):
+                self.fail(pwhere, f"a content part is an object, got {type_name(part)}")
+            elif "type" not in part:
+                self.fail(path(pwhere, "type"), "missing required field")
+            elif part.get("type") == "text":
+                self.field(part, "text", pwhere, str, "a string", required=True)
+            elif part.get("type") == "image":
+                source = self.field(part, "source", pwhere, dict, "an object", required=True)
+                if source is not None:
+                    self.field(source, "media_type", path(pwhere, "source"), str, "a string", required=True)
+                    self.field(source, "path", path(pwhere, "source"), str, "a string", required=True)
+            else:
+                self.fail(path(pwhere, "type"), f"must be 'text' or 'image', got {part.get('type')!r:.40}")
+
     def root(self, doc: Any) -> None:
         if not isinstance(doc, dict):
             self.fail("$", f"an ATIF document is a JSON object, got {type_name(doc)}")
@@ -119,7 +148,7 @@ class _Checker:
         source = self.field(step, "source", where, str, "a string", required=True)
         if source is not None and source not in ("system", "user", "agent"):
             self.fail(path(where, "source"), f"must be 'system', 'user' or 'agent', got {source!r:.40}")
-        self.field(step, "message", where, str, "a string", required=True)
+        self.content(step, "message", where, required=True)
         stamp = self.field(step, "timestamp", where, str, "a string")
         if stamp is not None and iso_timestamp(stamp) is None:
             self.fail(path(where, "timestamp"), f"must be an ISO 8601 timestamp, got {stamp!r:.40}")
@@ -172,7 +201,7 @@ class _Checker:
             source_call = self.field(result, "source_call_id", rwhere, str, "a string")
             if source_call is not None and source_call not in call_ids:
                 self.fail(path(rwhere, "source_call_id"), f"{source_call!r:.40} is no tool_call_id of this step")
-            self.field(result, "content", rwhere, str, "a string")
+            self.content(result, "content", rwhere)
             refs = self.field(result, "subagent_trajectory_ref", rwhere, list, "an array") or []
             for r, ref in enumerate(refs):
                 refwhere = path(path(rwhere, "subagent_trajectory_ref"), r)
@@ -189,6 +218,13 @@ def validate_atif(doc: Any) -> list[str]:
     checker = _Checker()
     checker.root(doc)
     return checker.problems
+
+
+def content_parts_problem(value: Any) -> str | None:
+    """``None`` when ``value`` is a list of ATIF content parts, else the first thing wrong with it."""
+    checker = _Checker()
+    checker.parts(value, "$")
+    return checker.problems[0] if checker.problems else None
 
 
 def check_atif_file(path_: str | os.PathLike) -> int:

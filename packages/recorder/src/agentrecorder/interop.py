@@ -13,6 +13,9 @@ step is an ``agent`` step (thought → ``message``, the call → ``tool_calls``,
 ``metrics.completion_token_ids`` / ``logprobs``), except that steps read from one ATIF step
 (several tool calls of one turn) are written as one again, between the context steps they
 came with; a ``respond {"message"}`` step is an agent step with that message and no tool call.
+Root and step fields a read document had that this writer does not know (``metadata.atif``)
+are written back where they were; a message that was a chat message object is written as its
+text, which is what ATIF allows.
 ADP: the task is the first ``text_observation``, a ``bash {"command"}`` step a ``code_action``,
 a reply a ``message_action``, any other call an ``api_action``, each output a
 ``text_observation``.
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrecorder.adapters.base import RESPOND, iso_timestamp
+from agentrecorder.atif_validation import content_parts_problem
 from agentrecorder.errors import ConversionError
 from agentrecorder.extension import KEY, step_block, trajectory_block
 from knowlyrcore.trajectory import Step, Trajectory
@@ -50,6 +54,8 @@ _ATIF_STEP_METADATA = ("atif", "reasoning_content", "subagent_trajectory_ref")
 #: trajectory metadata the ATIF writer maps onto ATIF fields (``format`` is the reader's to set)
 _ATIF_METADATA = ("format", "atif", "system_prompt", "tools", "continued_trajectory_ref")
 _ATIF_AGENT_FIELDS = ("step_id", "model_name", "reasoning_effort", "metrics", "extra")
+#: keys of trajectory ``metadata.atif`` the ATIF writer maps onto ATIF fields (the rest are root fields it came with)
+_ATIF_ROOT_METADATA = ("schema_version", "agent", "notes", "final_metrics", "extra", "context_steps")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
@@ -150,7 +156,7 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
         steps.append({"step_id": 0, "source": "system", "message": trajectory.metadata["system_prompt"]})
     if trajectory.task.description:
         steps.append({"step_id": 0, "source": "user", "message": trajectory.task.description})
-    context = [dict(s) for s in meta.get("context_steps") or [] if isinstance(s, dict)]
+    context = [_context_step(s) for s in meta.get("context_steps") or [] if isinstance(s, dict)]
     for turn in _turns(trajectory.steps):
         step_id = _atif_meta(turn[0]).get("step_id")
         while context and isinstance(step_id, int) and _before(context[0], step_id):
@@ -171,6 +177,7 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
         "steps": [{**s, "step_id": n} for n, s in enumerate(steps, start=1)],
     }
     doc.update({k: meta[k] for k in ("notes", "final_metrics") if k in meta})
+    doc.update({k: v for k, v in meta.items() if k not in _ATIF_ROOT_METADATA and k not in doc})  # newer 1.x fields
     if "final_metrics" not in doc and trajectory.usage is not None:
         doc["final_metrics"] = _final_metrics(trajectory)
     if isinstance(trajectory.metadata.get("continued_trajectory_ref"), str):
@@ -180,6 +187,17 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
         block["agent"] = ""
     doc["extra"] = {**(meta.get("extra") or {}), KEY: block}
     return doc
+
+
+def _context_step(step: dict) -> dict:
+    """A later system or user step as it was read, its message as text when it was neither a
+    string nor ATIF content parts (the shape is kept in the trajectory's metadata)."""
+    message = step.get("message")
+    if isinstance(message, str) or content_parts_problem(message) is None:
+        return dict(step)
+    from agentrecorder.adapters.atif import message_text  # adapters load on use (see registry)
+
+    return {**step, "message": message_text(message)}
 
 
 def _before(context_step: dict, step_id: int) -> bool:

@@ -19,20 +19,32 @@ A UI export is the bare event list; a feedback export (what the UI's thumbs up/d
 is ``{trajectory: [events], polarity, feedback, permissions, version, email, session_id}``,
 whose rating lands in ``metadata.feedback`` (the e-mail address is left out). An
 observation's ``success`` flag is kept in its step's metadata.
+
+Exports that flatten every event into one record shape (the rows of the published feedback
+data set: ``{action, observation, content, extras, id, message, source, timestamp}``) carry
+``"action": null`` on observations and ``"observation": null`` on actions; such a null counts
+as absent. There ``extras`` may be a JSON string, an action without ``args`` takes its
+arguments from ``extras`` and keeps its ``message`` in step metadata, and an observation that
+names no ``cause`` answers the agent action just before it. An event that is neither an action
+nor an observation is skipped and counted in ``metadata.skipped_events``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList, iso_timestamp
+from agentrecorder.errors import FieldError
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.trajectory import Outcome, Step, Trajectory, Usage
 
 #: agent actions that are bookkeeping, not decisions
 SKIP_ACTIONS = {"system", "recall", "change_agent_state", "null", "condensation", "condensation_request"}
+#: what a feedback export says about the rating (its e-mail address is left out)
+FEEDBACK_KEYS = ("polarity", "feedback", "permissions", "version", "timestamp")
 #: args that describe how OpenHands ran an action rather than what the agent asked for
 RUNTIME_ARGS = {
     "thought", "impl_source", "translated_ipython_code", "security_risk", "confirmation_state",
@@ -43,6 +55,22 @@ RUNTIME_ARGS = {
 def _count(value: Any) -> int:
     """A token count, or 0 for anything that is not a non-negative integer."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _extras(event: dict, where: str) -> dict[str, Any]:
+    """``event["extras"]`` as an object (``{}`` when absent or null); flattened exports hold it as JSON text."""
+    value = event.get("extras")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except json.JSONDecodeError as exc:
+            raise FieldError(path(where, "extras"), f"not valid JSON: {exc.msg} (char {exc.pos})") from None
+    return {} if value is None else expect(value, dict, path(where, "extras"))
+
+
+def _or(value: Any, fallback: Any) -> Any:
+    """``value``, or ``fallback`` when it is absent or null."""
+    return fallback if value is None else value
 
 
 def _is_event(value: Any) -> bool:
@@ -123,14 +151,17 @@ class OpenHandsAdapter(Adapter):
         responses: dict[str, dict] = {}
         model = ""
         last_reply: Step | None = None
+        unanswered: Step | None = None  # the last agent action, until an observation answers it
+        skipped = 0
         for suffix, event in _events(history):
             where = base + suffix
             event = expect(event, dict, where)
-            if "action" in event:
+            if event.get("action") is not None:
                 kind = get(event, "action", where, str)
-                args = get(event, "args", where, dict, {})
+                args = get(event, "args", where, dict, {}) if "args" in event else _extras(event, where)
+                said = _or(args.get("content"), event.get("message"))  # what a message action says
                 if event.get("source") == "user":
-                    text = text_of(args.get("content", event.get("message")), path(path(where, "args"), "content"))
+                    text = text_of(said, path(path(where, "args"), "content"))
                     if kind == "message" and not task and not len(steps):
                         task = text
                     elif kind == "message" and last_reply is not None:
@@ -148,14 +179,17 @@ class OpenHandsAdapter(Adapter):
                 meta = {"action": kind, "event_id": event.get("id")}
                 stamp = iso_timestamp(event.get("timestamp"))
                 if kind == "message" and tcm is None:
-                    content = text_of(args.get("content", event.get("message")), path(path(where, "args"), "content"))
+                    content = text_of(said, path(path(where, "args"), "content"))
                     step = steps.add(RESPOND, {"message": content}, thought=thought, timestamp=stamp, metadata=meta)
                     last_reply = step
+                    unanswered = None
                 else:
                     params = _tool_arguments(tcm, path(where, "tool_call_metadata")) if tcm else None
                     if params is None:
                         params = {k: v for k, v in args.items() if k not in RUNTIME_ARGS}
                     name = get(tcm, "function_name", path(where, "tool_call_metadata"), str) if tcm else kind
+                    if "args" not in event and isinstance(event.get("message"), str):
+                        meta["message"] = event["message"]  # a flattened row's own account of the action
                     step = steps.add(
                         name,
                         params,
@@ -164,22 +198,27 @@ class OpenHandsAdapter(Adapter):
                         timestamp=stamp,
                         metadata=meta,
                     )
+                    unanswered = step
                 if isinstance(event.get("id"), (int, str)):
                     by_id[event["id"]] = step
-            elif "observation" in event:
+            elif event.get("observation") is not None:
                 kind = get(event, "observation", where, str)
-                extras = get(event, "extras", where, dict, {})
+                extras = _extras(event, where)
                 if kind == "agent_state_changed":
                     final_state = extras.get("agent_state", final_state)
                     continue
                 cause = event.get("cause")
-                step = by_id.get(cause) if isinstance(cause, (int, str)) else None
+                if isinstance(cause, (int, str)):
+                    step = by_id.get(cause)
+                else:  # a flattened row names no cause: it answers the action before it
+                    step = unanswered if "cause" not in event and kind != "null" else None
                 if step is None:
                     continue
+                unanswered = None
                 exit_code = extras.get("exit_code")
                 if exit_code is None and isinstance(extras.get("metadata"), dict):
                     exit_code = extras["metadata"].get("exit_code")
-                content = text_of(event.get("content", event.get("message")), path(where, "content"))
+                content = text_of(_or(event.get("content"), event.get("message")), path(where, "content"))
                 steps.set_observation(
                     step,
                     content,
@@ -191,7 +230,12 @@ class OpenHandsAdapter(Adapter):
                 stamp = iso_timestamp(event.get("timestamp"))
                 if stamp is not None and step.timestamp is not None and stamp >= step.timestamp:
                     step.duration_s = round(stamp - step.timestamp, 6)
-        return self._trajectory(steps, task, final_state, responses, model, record, source)
+            else:
+                skipped += 1  # neither an action nor an observation: nothing to read
+        trajectory = self._trajectory(steps, task, final_state, responses, model, record, source)
+        if skipped:
+            trajectory.metadata["skipped_events"] = skipped
+        return trajectory
 
     def _trajectory(self, steps, task, final_state, responses, model, record, source) -> Trajectory:
         finished = steps.last is not None and steps.last.metadata.get("action") == "finish"
@@ -206,7 +250,7 @@ class OpenHandsAdapter(Adapter):
         llm = run_meta.get("llm_config") if isinstance(run_meta.get("llm_config"), dict) else {}
         instance_id = str(record.get("instance_id", record.get("session_id", "")))
         metadata: dict[str, Any] = {"format": "openhands"}
-        feedback = {k: record[k] for k in ("polarity", "feedback", "permissions", "version") if k in record}
+        feedback = {k: record[k] for k in FEEDBACK_KEYS if k in record}
         if feedback:
             metadata["feedback"] = feedback
         if final_state is not None:
