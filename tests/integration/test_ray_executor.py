@@ -1,6 +1,8 @@
 """collect(executor="ray") on a real local Ray runtime (2 CPUs): the same trajectories as the
-thread executor, environments reused per actor, dead workers retried, bugs propagated."""
+thread executor, environments reused per actor, dead workers retried, bugs propagated; the
+runtime the executor starts itself listens on loopback only."""
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -18,14 +20,27 @@ from agentsandbox.suites import get_suite  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
+def start_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime():
     # this module's classes and functions travel to the workers by value (pytest imports test
     # files under names the workers cannot import)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray()
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def no_ray_runtime():
+    """No Ray running, so the executor starts (and stops) its own; the module's comes back after."""
+    ray.shutdown()
+    yield
+    if not ray.is_initialized():
+        start_ray()
 
 
 def comparable(trajectory):
@@ -175,3 +190,50 @@ def test_evaluate_policy_on_ray_matches_the_batched_run(tmp_path, capsys):
     path.write_text("".join(__import__("json").dumps(t) + "\n" for t in tasks))
     assert main(["evaluate", "--policy", "expert", "--tasks", str(path), "--executor", "ray"]) == 0
     assert "5 episodes on knowlyr/retail" in capsys.readouterr().err
+
+
+def listening(process):
+    """(process name, address) of every TCP socket listening in ``process`` or its descendants."""
+    import psutil
+
+    found = []
+    for each in [process, *process.children(recursive=True)]:
+        try:
+            sockets = each.net_connections(kind="tcp")
+            found += [(each.name(), c.laddr.ip) for c in sockets if c.status == "LISTEN"]
+        except psutil.NoSuchProcess:  # a worker that exited in between
+            continue
+    return found
+
+
+def is_loopback(ip):
+    address = ipaddress.ip_address(ip.split("%")[0])
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback  # gRPC's ::ffff:127.0.0.1
+
+
+def test_the_local_runtime_listens_on_loopback_only(no_ray_runtime):
+    """Before: GCS, raylet and workers listened on every interface (::), the runtime-env agent on
+    the host's address, for anyone on the network to reach."""
+    from trajectoryhub.ray_executor import run_on_ray
+
+    psutil = require_module("psutil", "listing the Ray processes' sockets needs psutil: pip install psutil")
+    seen = []  # sampled after each episode, while the runtime the executor started is up
+    runs = run_on_ray(CountingEnv, agent=finish, agent_factory=None, tasks=[None] * 3, seeds=[0, 1, 2], env_kwargs={},
+                      options={}, concurrency=2, address=None,
+                      on_done=lambda: seen.extend(listening(psutil.Process())))  # fmt: skip
+    assert [t.outcome.success for t in runs] == [True] * 3 and not ray.is_initialized()  # started and stopped here
+    names = {name for name, _ in seen}
+    assert {"gcs_server", "raylet"} <= names and any(name.startswith("ray::") for name in names), names
+    assert [(name, ip) for name, ip in seen if not is_loopback(ip)] == []
+
+
+def test_evaluate_on_ray_records_an_env_error_as_a_failed_episode():
+    from trajectoryhub.evaluate import evaluate_policy
+
+    def policy():  # the second task's episode makes the environment raise
+        return lambda observation: {"tool": "bug" if observation.endswith(":1") else "finish", "params": {}}
+
+    summary, runs = evaluate_policy(policy, [{"id": f"t{i}"} for i in range(3)], env=CountingEnv, seed=0,
+                                    executor="ray", concurrency=2, progress=False)  # fmt: skip
+    assert [t.outcome.success for t in runs] == [True, False, True] and summary["env_errors"] == 1
+    assert runs[1].metadata["env_error"] == "RuntimeError: a bug in the environment"

@@ -1,6 +1,11 @@
+import json
+
 import pytest
 
+from knowlyrcore import AgentEnv, InfrastructureError, TimeStep, read_trajectories, register, unregister
+from knowlyrcore.actions import parse_action
 from trajectoryhub import compare_agents, evaluate_agent
+from trajectoryhub.cli import main
 
 
 def run(agent, rewards, tasks=None):
@@ -57,3 +62,70 @@ def test_errors():
         compare_agents({"a": run("a", [1.0])})
     with pytest.raises(ValueError, match="no trajectories"):
         evaluate_agent([])
+
+
+# --- an environment that raises on the policy's action ends that episode, not the evaluation ---
+
+FRAGILE_ENV = "hubtest/fragile-v0"
+
+
+class FragileEnv(AgentEnv):
+    """``divide`` by the action's ``by`` (0 raises ZeroDivisionError out of step; a string, the
+    InfrastructureError of a backend that died); ``respond`` ends the episode as a success."""
+
+    domain = "hubtest"
+
+    def reset(self, *, task=None, seed=None):
+        return TimeStep("divide something, then respond")
+
+    def step(self, action):
+        tool, params = parse_action(action)
+        if tool == "divide" and isinstance(params["by"], str):
+            raise InfrastructureError(params["by"])
+        if tool == "divide":
+            return TimeStep(f"{10 / params['by']:g}", reward=0.5)
+        return TimeStep("bye", reward=1.0, terminated=True, info={"success": True})
+
+    @property
+    def available_tools(self):
+        return ["divide", "respond"]
+
+
+def fragile_task(tid, by):
+    return {"id": tid, "description": f"divide by {by}", "domain": "hubtest",
+            "metadata": {"solution": [{"tool": "divide", "params": {"by": by}}, {"tool": "respond", "params": {}}]}}  # fmt: skip
+
+
+def test_cli_evaluate_records_an_episode_whose_env_raised_and_goes_on(tmp_path, capsys):
+    """Before: the ZeroDivisionError of t1 ended `knowlyr-hub evaluate` with nothing written. The
+    expert replays each task's solution; t1's divides by zero, its batch-mates go on stepping."""
+    tasks, out, report_dir = tmp_path / "tasks.jsonl", tmp_path / "run.jsonl", tmp_path / "report"
+    tasks.write_text("".join(json.dumps(fragile_task(tid, by)) + "\n" for tid, by in [("t0", 2), ("t1", 0), ("t2", 5)]))
+    register(FRAGILE_ENV, FragileEnv)
+    try:
+        code = main(["evaluate", "--policy", "expert", "--tasks", str(tasks), "--env", FRAGILE_ENV, "-o", str(out),
+                     "--report-dir", str(report_dir), "--batch-size", "3"])  # fmt: skip
+    finally:
+        unregister(FRAGILE_ENV)
+    assert code == 0, capsys.readouterr().err
+    runs = list(read_trajectories(out))
+    assert [t.task.id for t in runs] == ["t0", "t1", "t2"]
+    assert [t.outcome.success for t in runs] == [True, False, True]
+    broken = runs[1]
+    assert broken.outcome.exit_status == "env_error" and broken.reward == 0.0
+    assert broken.metadata["env_error"] == "ZeroDivisionError: division by zero"
+    assert broken.tool_names == ["divide"] and "ZeroDivisionError" in broken.steps[-1].observation.error
+    (stage,) = json.loads((report_dir / "report.json").read_text())["stages"]
+    assert stage["n"] == 3 and stage["success_rate"] == pytest.approx(2 / 3) and stage["env_errors"] == 1
+    assert stage["mean_reward"] == pytest.approx((1.5 + 0.0 + 1.5) / 3)
+
+
+def test_evaluate_policy_counts_env_errors_and_infrastructure_failures():
+    from trajectoryhub.evaluate import ExpertReplay, evaluate_policy
+
+    tasks = [fragile_task("t0", 0), fragile_task("t1", 4), fragile_task("t2", "sandbox died\nmore detail")]
+    summary, runs = evaluate_policy(ExpertReplay, tasks, env=FragileEnv, batch_size=2, progress=False)
+    assert [t.outcome.exit_status for t in runs] == ["env_error", "terminated", "infrastructure_failure"]
+    assert runs[2].metadata["infrastructure_failure"] == "InfrastructureError: sandbox died"
+    assert (summary["env_errors"], summary["infrastructure_failures"]) == (1, 1)
+    assert summary["success_rate"] == pytest.approx(1 / 3) and summary["mean_reward"] == pytest.approx(1.5 / 3)

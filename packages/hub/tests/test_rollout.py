@@ -78,3 +78,23 @@ def test_an_empty_task_list_is_an_error_not_the_default_task(guess_env, counting
     assert guess_env.instances == []  # refused before any environment was built
     (t,) = collect(guess_env, counting_agent(), progress=False)  # tasks=None: the env's own default
     assert t.task.id == "" and len(t.steps) == 3  # GuessEnv's default target
+
+
+def test_record_env_errors_ends_only_the_episode_whose_env_raised(guess_env, counting_agent):
+    class NoNumberOnTask1(counting_agent):  # forgets "n" on target 1: GuessEnv raises KeyError
+        def reset(self, task=None):
+            super().reset()
+            self.broken = task is not None and task.metadata["target"] == 1
+
+        def __call__(self, observation):
+            action = super().__call__(observation)
+            return {"tool": "guess", "params": {}} if self.broken else action
+
+    tasks = [{"id": f"t{n}", "metadata": {"target": n}} for n in (2, 1, 3)]
+    for concurrency in (1, 3):
+        out = collect(guess_env, agent_factory=NoNumberOnTask1, n_episodes=3, tasks=tasks, concurrency=concurrency,
+                      record_env_errors=True, progress=False)  # fmt: skip
+        assert [t.outcome.success for t in out] == [True, False, True]
+        assert out[1].outcome.exit_status == "env_error" and out[1].metadata["env_error"] == "KeyError: 'n'"
+        assert out[1].reward == 0.0 and [s.tool_call.parameters for s in out[1].steps] == [{}]
+    assert all(env.closed for env in guess_env.instances)

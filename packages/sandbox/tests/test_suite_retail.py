@@ -6,12 +6,13 @@ import re
 
 import pytest
 
-from agentsandbox.retail import RetailEnv
+from agentsandbox.retail import CANCEL_REASONS, RetailEnv
 from agentsandbox.retail.db import open_shop, state_digest
 from agentsandbox.suites import SPLITS, SuiteError, get_suite
 from agentsandbox.suites import retail as retail_suite
-from agentsandbox.suites.retail import SEEN_TEMPLATES, TRAIN_ONLY_TEMPLATES, UNSEEN_TEMPLATES
+from agentsandbox.suites.retail import SEEN_TEMPLATES, STATUSES, TRAIN_ONLY_TEMPLATES, UNSEEN_TEMPLATES
 from agentsandbox.suites.retail_phrasing import VERBS
+from agentsandbox.testing import SuiteConformance
 from knowlyrcore import make
 from knowlyrcore.testing import EnvConformance
 
@@ -31,6 +32,26 @@ class TestRetailEnv(EnvConformance):
 
     def make_env(self):
         return make("knowlyr/retail")
+
+
+#: One constant answer naming every status, both cancellation reasons, every count from 0 to 9,
+#: a refusal and a return, without the give-away "now cancelled" (the answer of issue #26 that
+#: passed 38 of 270 test tasks without a tool call).
+STUFFED = (
+    f"Your order is {', '.join(STATUSES)}; it cannot be cancelled. Reasons: {' or '.join(CANCEL_REASONS)}. "
+    + " ".join(f"You have {k} order{'' if k == 1 else 's'}." for k in range(10))
+    + " The item is returned."
+)
+
+
+class TestRetailSuite(SuiteConformance):
+    """The expert solves every task; doing nothing or answering ``STUFFED`` at once succeeds
+    nowhere and earns 0, under outcome and partial-credit rewards, on every split."""
+
+    suite = "retail"
+    seed = 7
+    stuffed_answer = STUFFED
+    env_variants = [{}, {"reward": "partial"}]
 
 
 def play(task, actions):
@@ -67,25 +88,9 @@ def test_train_and_test_share_no_entity_no_id_and_unseen_templates_are_held_out(
     # unseen templates combine tools that train demonstrates: generalisation, not a new tool
     unseen_tools = {a["tool"] for t in RETAIL.generate("test-unseen", 50, 0) for a in t["metadata"]["solution"]}
     assert unseen_tools <= {a["tool"] for t in train for a in t["metadata"]["solution"]}
-    # solutions span 1 to 6 tool calls
+    # solutions span 2 to 6 tool calls: every task needs a tool before its answer
     lengths = {len(t["metadata"]["solution"]) for t in train}
-    assert min(lengths) == 1 and max(lengths) == 6
-
-
-@pytest.mark.parametrize("split", SPLITS)
-def test_expert_solves_every_task(split):
-    tasks = RETAIL.generate(split, 120, seed=7)
-    for task in tasks:
-        expert = RETAIL.expert()
-        expert.reset(task)
-        env = RetailEnv()
-        ts = env.reset(task=json.loads(json.dumps(task)))  # tasks survive a JSONL round trip
-        assert ts.observation == task["description"]
-        while not ts.done:
-            ts = env.step(expert(ts.observation))
-            assert not ts.info.get("error"), (task["id"], ts.observation)
-        assert ts.info["success"] is True, task["id"]
-        assert ts.reward == 1.0
+    assert min(lengths) == 2 and max(lengths) == 6
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -163,6 +168,7 @@ def test_requests_name_what_the_solution_needs():
     """The lookup the solution starts with is possible from the request: an email when it finds
     by email, the name and never the email when it finds by name; every order id and item it
     touches is named, except where the request says "my pending order"."""
+    env = RetailEnv()
     for split in ("train", "test", "test-unseen"):
         for task in RETAIL.generate(split, 90, 2):
             text, solution = task["description"], task["metadata"]["solution"]
@@ -174,6 +180,8 @@ def test_requests_name_what_the_solution_needs():
                 assert user["name"] in text and user["email"] not in text, text
             named = [a["params"]["order_id"] for a in solution if a["tool"] == "get_order"]
             assert all(oid in text for oid in named), text
+            assert env.reset(task=task).observation == text  # the policy reads the request
+    env.close()
 
 
 def test_listing_every_status_does_not_pass_the_answer_check():
@@ -181,6 +189,108 @@ def test_listing_every_status_does_not_pass_the_answer_check():
     stuffed = {"tool": "respond", "params": {"message": "It is pending, processed, delivered or cancelled."}}
     ts = play(task, [task["metadata"]["solution"][0], stuffed])
     assert ts.info["state_ok"] is True and ts.info["answer_ok"] is False and ts.info["success"] is False
+
+
+#: The kind of fact each template's answer states: hedging over the values of that kind must fail.
+ASKED = {
+    "order_status": "status", "cancel_order": "status", "cancel_two": "status", "cancel_pending_by_name": "status",
+    "cancel_pending_by_email": "status", "cancel_and_return": "status", "count_orders": "count",
+    "cancel_reasons": "reason", "email_on_file": "email", "address_by_email": "address", "address_on_file": "address",
+    "change_address": "address", "change_address_by_name": "address", "return_item": "item",
+}  # fmt: skip
+#: Templates whose answer is about particular orders: naming another order is wrong too.
+ABOUT_ORDERS = set(ASKED) - {"count_orders", "email_on_file", "address_by_email", "address_on_file"}
+
+
+def _candidates(task):
+    """Every value of each kind the task's answer could hedge with, and the ones true in the
+    episode: the reference answer's, and the start values of the orders the solution names."""
+    world, solution = task["metadata"]["world"], task["metadata"]["solution"]
+    named = {a["params"]["order_id"] for a in solution if "order_id" in a["params"]}
+    touched = [o for o in world["orders"] if o["order_id"] in named]
+    candidates = {
+        "status": list(STATUSES),
+        "reason": list(CANCEL_REASONS),
+        "count": [f"{k} order{'' if k == 1 else 's'}" for k in range(10)],
+        "email": [u["email"] for u in world["users"]],
+        "address": [u["address"] for u in world["users"]],
+        "item": [i["name"] for o in touched for i in o["items"]],
+        "order": [o["order_id"] for o in world["orders"]],
+    }
+    reference = solution[-1]["params"]["message"]
+    true = {reference, *named, *(o[k] for o in touched for k in ("status", "address"))}
+    true = {t.casefold() for t in true}
+    return candidates, lambda value: not any(value.casefold() in t for t in true)
+
+
+def answer_ok(task, message):
+    """Play the task's solution, then answer ``message``: (state_ok, answer_ok)."""
+    ts = play(task, [*task["metadata"]["solution"][:-1], {"tool": "respond", "params": {"message": message}}])
+    return ts.info["state_ok"], ts.info["answer_ok"]
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_an_answer_naming_any_wrong_value_of_the_asked_kind_fails(split):
+    """The reference answer plus one wrong status, count, reason, email, address, item or order id
+    fails; so does the reference followed by every candidate of every kind at once."""
+    for task in RETAIL.generate(split, 60, seed=11):
+        template, reference = task["metadata"]["template"], task["metadata"]["solution"][-1]["params"]["message"]
+        candidates, wrong = _candidates(task)
+        kinds = [ASKED[template], *(["order"] if template in ABOUT_ORDERS else [])]
+        hedges = [value for kind in kinds for value in candidates[kind] if wrong(value)]
+        assert hedges or template == "return_item", task["id"]  # a one-item order has no other item
+        for value in hedges:
+            assert answer_ok(task, f"{reference} (or maybe {value})") == (True, False), (task["id"], value)
+        everything = " ".join(v for values in candidates.values() for v in values)
+        assert answer_ok(task, f"{reference} {everything}") == (True, False), task["id"]
+
+
+def _natural_answers(task):
+    """Correct answers worded as an agent might: the reference, politely wrapped, and a rewording."""
+    meta = task["metadata"]
+    reference, facts = meta["solution"][-1]["params"]["message"], meta["answer_contains"]
+    calls = {a["tool"]: a["params"] for a in meta["solution"]}
+    oid = next((a["params"]["order_id"] for a in meta["solution"] if "order_id" in a["params"]), None)
+    order = next((o for o in meta["world"]["orders"] if o["order_id"] == oid), None)
+    reworded = {
+        "order_status": lambda: f"I checked order {oid} for you: it's currently {facts[0]}. Anything else?",
+        "cancel_order": lambda: (f"I'm sorry, order {oid} is already {facts[1]}, so I cannot cancel it."
+                                 if facts[0] == "cannot" else f"Done! Your pending order {oid} is cancelled."),
+        "change_address": lambda: f"I've changed order {oid}'s address from {order['address']} to {facts[0]}.",
+        "return_item": lambda: f"Your return is done: the item from order {oid} is marked as returned.",
+        "count_orders": lambda: f"I can see {facts[0]} on your account.",
+        "cancel_two": lambda: f"Both of those pending orders are cancelled now ({oid} included).",
+        "cancel_reasons": lambda: f"Order {oid} was cancelled because it was {facts[0]}.",
+        "email_on_file": lambda: f"The email address we have for you is {facts[0]}.",
+        "address_by_email": lambda: f"We ship to {facts[0]} by default.",
+        "address_on_file": lambda: f"We ship to {facts[0]} by default.",
+        "cancel_pending_by_name": lambda: f"Your pending order {calls['cancel_order']['order_id']} is now cancelled.",
+        "cancel_pending_by_email": lambda: f"I cancelled the pending order {calls['cancel_order']['order_id']}.",
+        "change_address_by_name": lambda: f"Your pending order will now ship to {facts[0]}.",
+        "cancel_and_return": lambda: f"I cancelled order {oid}, and the item you sent back is returned.",
+    }[meta["template"]]()  # fmt: skip
+    return [reference, reference.upper(), f"Hi there! {reference} Is there anything else I can help you with?",
+            f"Thanks for waiting. {reworded} Have a great day!"]  # fmt: skip
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_correct_answers_as_an_agent_words_them_still_pass(split):
+    for task in RETAIL.generate(split, 60, seed=11):
+        for message in _natural_answers(task):
+            assert answer_ok(task, message) == (True, True), (task["id"], message, task["metadata"]["answer_excludes"])
+
+
+def test_every_task_needs_a_tool_the_answer_is_never_in_the_request():
+    """A question's answer is read from the database: none of its facts is in the request or the
+    system prompt (the old cancel_reasons task asked for the reasons the tool list names)."""
+    for split in SPLITS:
+        for task in RETAIL.generate(split, 60, seed=11):
+            solution = task["metadata"]["solution"]
+            assert solution[0]["tool"] != "respond", task["id"]
+            writes = {"cancel_order", "change_address", "return_items"} & {a["tool"] for a in solution}
+            if not writes:  # a write is checked on the database; a question only by its answer
+                prompt = (task["description"] + RETAIL.system_prompt).casefold()
+                assert not any(f.casefold() in prompt for f in task["metadata"]["answer_contains"]), task["id"]
 
 
 def test_business_rules_are_enforced_as_error_observations():

@@ -34,6 +34,7 @@ from knowlyrcore.errors import (
 )
 from knowlyrcore.jsonl import read_jsonl, read_trajectories, write_jsonl, write_trajectories
 from knowlyrcore.models import TaskInfo, ToolResult
+from knowlyrcore.numbers import checked_number
 from knowlyrcore.policy import (
     BatchPolicy,
     ChatTranscript,
@@ -163,4 +164,6 @@ __all__ = [
     "PathRefusedError",
     "RegistryError",
     "TooManyFilesError",
+    # untrusted numbers (tool parameters, request fields)
+    "checked_number",
 ]

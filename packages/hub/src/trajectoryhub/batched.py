@@ -45,9 +45,9 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from knowlyrcore import AgentEnv, TaskInfo, Trajectory, write_trajectories
+from knowlyrcore import AgentEnv, TaskInfo, TimeStep, Trajectory, write_trajectories
 from knowlyrcore.policy import BatchPolicy, as_batch_policy
-from trajectoryhub.rollout import _build_env, _progress_bar, wrap_episode_env
+from trajectoryhub.rollout import _build_env, _progress_bar, env_error_trajectory, wrap_episode_env
 
 
 def collect_batched(
@@ -64,11 +64,14 @@ def collect_batched(
     batch_size: int = 64,
     output_path: str | os.PathLike | None = None,
     progress: bool = True,
+    record_env_errors: bool = False,
 ) -> list[Trajectory]:
     """One trajectory per task, in task order; episodes run in lockstep chunks of ``batch_size``.
 
     ``policy`` is a ``BatchPolicy`` or a factory of per-episode agents. ``env`` is a registered
-    environment id or a factory; ``seed`` seeds episode ``i`` with ``seed + i``.
+    environment id or a factory; ``seed`` seeds episode ``i`` with ``seed + i``. An exception
+    from an environment's ``step`` propagates, or with ``record_env_errors`` ends only that
+    episode, recorded as failed (``trajectoryhub.rollout.env_error_trajectory``).
     """
     if max_steps < 1 or batch_size < 1:
         raise ValueError("max_steps and batch_size must be >= 1")
@@ -92,7 +95,7 @@ def collect_batched(
                 bar.set_postfix_str(f"{where}turn {turn}/{max_steps}, {live} live, {bar.n} finished", refresh=True)
 
             trajectories = _run_lockstep(env, kwargs, batch_policy, chunk, seeds, options, advance=bar.update,
-                                         show_turn=show_turn)  # fmt: skip
+                                         show_turn=show_turn, record_env_errors=record_env_errors)  # fmt: skip
             if output_path is not None:
                 write_trajectories(output_path, trajectories, append=True)
             results.extend(trajectories)
@@ -111,6 +114,7 @@ def _run_lockstep(
     *,
     advance: Callable[[int], Any],
     show_turn: Callable[[int, int], Any],
+    record_env_errors: bool = False,
 ) -> list[Trajectory]:
     """Play one episode per task together until every one has ended; returns them in order.
 
@@ -118,6 +122,7 @@ def _run_lockstep(
     before the policy acts in each turn (the progress bar)."""
     with ExitStack() as closing:  # every environment built so far is closed, whatever happens
         recorders = []
+        broken: dict[int, Trajectory] = {}  # episodes whose environment raised, as recorded
         for _ in tasks:
             instance = _build_env(env, env_kwargs)
             closing.callback(instance.close)
@@ -138,7 +143,13 @@ def _run_lockstep(
                     continue
                 if action is None:
                     raise ValueError(f"act_batch returned no action for live episode {i}")
-                steps[i] = recorders[i].step(action)
+                try:
+                    steps[i] = recorders[i].step(action)
+                except Exception as exc:
+                    if not record_env_errors:
+                        raise
+                    broken[i] = env_error_trajectory(recorders[i], action, exc)
+                    steps[i] = TimeStep(observation="", terminated=True)  # ended: never stepped again
             advance(sum(ts.done for ts in steps) - ended)
             ended = sum(ts.done for ts in steps)
-        return [recorder.get_trajectory() for recorder in recorders]
+        return [broken[i] if i in broken else recorder.get_trajectory() for i, recorder in enumerate(recorders)]

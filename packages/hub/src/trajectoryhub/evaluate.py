@@ -17,6 +17,12 @@ Stages (a policy run on a task split, as in seed 003's Stage 4):
   - ``timing``: seconds per episode, the sum of the recorded step durations.
   - ``end_to_end_success``: 1 for an episode whose outcome says success, else 0 (an episode
     nobody judged did not succeed).
+
+  An episode whose environment raised on the policy's action does not stop the run: it is
+  recorded as failed with reward 0 (``outcome.exit_status`` and ``metadata.env_error`` say
+  why; ``trajectoryhub.rollout.env_error_trajectory``), counts as a failure and is counted
+  in the summary's ``env_errors``; one that raised an ``InfrastructureError``, or whose Ray
+  workers kept dying, likewise under ``infrastructure_failure(s)``.
 * ``evaluate_sampled`` plays every task ``k`` times and ``summarize_samples`` summarises ``k`` sampled episodes per task (temperature > 0): pass@1
   (mean per-task success rate) and pass@k (the unbiased estimator ``1 - C(n-c, k) / C(n, k)``
   per task, averaged), with the per-task rates; ``compare_sampled`` tests two stages' per-task
@@ -48,6 +54,8 @@ from scipy import stats
 
 from knowlyrcore import SolutionReplay, TaskInfo, Trajectory
 from trajectoryhub.export import trajectory_reward
+from trajectoryhub.ray_executor import INFRASTRUCTURE_FAILURE
+from trajectoryhub.rollout import ENV_ERROR
 from trajectoryhub.stats import (
     bonferroni,
     mcnemar_exact,
@@ -250,7 +258,8 @@ def stage_metrics(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, Any
 
 
 def summarize_stage(trajectories: Sequence[Trajectory], *, name: str, split: str = "") -> dict[str, Any]:
-    """``{"name", "split", "n", "success_rate", "ci95", "mean_reward", "metrics"}`` of one run."""
+    """``{"name", "split", "n", "success_rate", "ci95", "mean_reward", "env_errors",
+    "infrastructure_failures", "metrics"}`` of one run (both kinds of failure count as failures)."""
     if not trajectories:
         raise ValueError(f"stage {name!r} has no trajectories to summarise")
     wins = sum(succeeded(t) for t in trajectories)
@@ -262,6 +271,8 @@ def summarize_stage(trajectories: Sequence[Trajectory], *, name: str, split: str
         "success_rate": wins / n,
         "ci95": list(wilson_interval(wins, n)),
         "mean_reward": float(np.mean([episode_reward(t) for t in trajectories])),
+        "env_errors": sum(t.outcome.exit_status == ENV_ERROR for t in trajectories),
+        "infrastructure_failures": sum(t.outcome.exit_status == INFRASTRUCTURE_FAILURE for t in trajectories),
         "metrics": stage_metrics(trajectories),
     }
 
@@ -290,7 +301,8 @@ def evaluate_policy(
     environment id or a factory. ``executor="batched"`` plays the episodes in lockstep
     (``collect_batched``); ``"ray"`` runs them on ``concurrency`` Ray actors (``collect``), which
     needs a factory of per-episode policies (a batch policy holds one model in this process).
-    Episode ``i`` is reset with ``seed + i`` either way.
+    Episode ``i`` is reset with ``seed + i`` either way. An environment that raises on an
+    action ends that episode only, as a failure (see the module docs).
     """
     from knowlyrcore.policy import BatchPolicy
     from trajectoryhub.batched import collect_batched
@@ -305,11 +317,13 @@ def evaluate_policy(
             env, agent_factory=policy, tasks=list(tasks), n_episodes=len(tasks), max_steps=max_steps,
             reward_fn=reward_fn, agent_name=name, model_name=model_name, env_kwargs=env_kwargs, seed=seed,
             concurrency=concurrency, progress=progress, executor="ray", ray_address=ray_address,
+            record_env_errors=True,
         )  # fmt: skip
     elif executor == "batched":
         trajectories = collect_batched(
             env, policy, list(tasks), max_steps=max_steps, reward_fn=reward_fn, agent_name=name,
             model_name=model_name, env_kwargs=env_kwargs, seed=seed, batch_size=batch_size, progress=progress,
+            record_env_errors=True,
         )  # fmt: skip
     else:
         raise ValueError(f"executor must be 'batched' or 'ray', got {executor!r}")

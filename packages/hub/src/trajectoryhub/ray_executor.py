@@ -6,21 +6,27 @@ not per episode. Episode ``i`` gets the same task and seed as under the thread e
 the results are returned in episode order, so a run is reproducible whichever executor ran it.
 
 Failures are told apart: an exception raised by the agent or the environment is a bug and
-propagates as it does with threads; a worker that dies (killed, out of memory, its node lost)
-is infrastructure — its episode is retried once on a fresh actor, and if that dies too the
-episode is recorded as an infrastructure failure (no steps, ``outcome.exit_status`` and
-``metadata.infrastructure_failure`` saying why) so one bad node does not stop a long run.
+propagates as it does with threads (with ``record_env_errors``, as evaluation runs, one from an
+environment's ``step`` is the policy's failed episode instead: ``rollout.run_episode``); a
+worker that dies (killed, out of memory, its node lost) is infrastructure — its episode is
+retried once on a fresh actor, and if that dies too the episode is recorded as an
+infrastructure failure (no steps, ``outcome.exit_status`` and ``metadata.infrastructure_failure``
+saying why) so one bad node does not stop a long run.
 
-A Ray runtime is started (``ray.init(address=...)``) only if none is running, and shut down
-again at the end only if it was started here.
+A Ray runtime is started only if none is running, and shut down again at the end only if it
+was started here: ``ray.init(address=...)`` joins the cluster named by ``address`` (or by
+``RAY_ADDRESS``); without either, a fresh single-machine runtime starts whose GCS, raylet,
+workers and agents listen on 127.0.0.1 only (``start_local_runtime``).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from knowlyrcore import Outcome, TaskInfo, Trajectory
+from knowlyrcore import InfrastructureError, Outcome, TaskInfo, Trajectory
 
 INFRASTRUCTURE_FAILURE = "infrastructure_failure"
 
@@ -31,6 +37,32 @@ def _import_ray() -> Any:
     except ImportError:
         raise ImportError("executor='ray' needs Ray: pip install 'knowlyr-hub[ray]'") from None
     return ray
+
+
+def start_local_runtime(ray: Any) -> None:
+    """Start a single-machine Ray runtime that listens on loopback only.
+
+    Ray binds its servers (GCS, raylet, object manager, workers, runtime-env agent) to the node's
+    IP, or to every interface for a non-loopback one; on Linux ``ray.init`` swaps a loopback
+    ``_node_ip_address`` for the host's address unless it thinks multi-node clusters are off, as
+    it does on macOS and Windows. So that switch is off while the runtime starts, and the node
+    IP is checked afterwards: a Ray that ignored both is stopped rather than left listening.
+    """
+    from ray._private import ray_constants
+
+    saved = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+    node_ip = ray.util.get_node_ip_address()
+    if not ipaddress.ip_address(node_ip).is_loopback:
+        ray.shutdown()
+        raise InfrastructureError(
+            f"Ray {ray.__version__} started its local runtime on {node_ip}, not on loopback; "
+            "start a cluster yourself (ray start --head) and pass its address"
+        )
 
 
 class EpisodeWorker:
@@ -83,8 +115,10 @@ def run_on_ray(
     from ray.exceptions import RayActorError, WorkerCrashedError
 
     started = not ray.is_initialized()
-    if started:
+    if started and (address or os.environ.get("RAY_ADDRESS")):
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    elif started:
+        start_local_runtime(ray)
     remote_worker = ray.remote(max_restarts=0, max_task_retries=0)(EpisodeWorker)
 
     def new_actor() -> Any:

@@ -31,9 +31,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from knowlyrcore import AgentEnv, TaskInfo, Trajectory, make, write_trajectories
+from knowlyrcore import AgentEnv, InfrastructureError, TaskInfo, Trajectory, make, write_trajectories
 from knowlyrcore.policy import reset_policy
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper, RewardWrapper
+from trajectoryhub.ray_executor import INFRASTRUCTURE_FAILURE
 
 Agent = Callable[[Any], dict[str, Any]]
 
@@ -63,6 +64,33 @@ def wrap_episode_env(
     return RecorderWrapper(wrapped, agent_name=agent_name, model_name=model_name)
 
 
+#: ``outcome.exit_status`` and ``metadata`` key of an episode whose environment raised on an action.
+ENV_ERROR = "env_error"
+
+
+def env_error_trajectory(recorder: RecorderWrapper, action: Any, exc: Exception) -> Trajectory:
+    """The record of an episode whose environment raised on the policy's ``action``: a failed
+    episode with reward 0, the action as its last step and ``metadata.env_error`` saying why.
+
+    The action caused it, so it is the policy's failure and counts as one. An
+    ``InfrastructureError`` (a sandbox that died, ...) says it is not the agent's doing: it is
+    recorded the same way under ``infrastructure_failure``, as the Ray executor records a worker
+    that kept dying, and still counts as a failure.
+    """
+    kind = INFRASTRUCTURE_FAILURE if isinstance(exc, InfrastructureError) else ENV_ERROR
+    lines = str(exc).strip().splitlines()
+    reason = type(exc).__name__ + (f": {lines[0][:300]}" if lines else "")
+    try:
+        recorder.record_refused(action, f"the environment raised {reason}")
+    except ValueError:  # not even a tool call: there is no step to show it as
+        pass
+    recorded = recorder.get_trajectory()
+    outcome = recorded.outcome.model_copy(update={"success": False, "exit_status": kind, "terminated": True})
+    return recorded.model_copy(
+        update={"outcome": outcome, "reward": 0.0, "metadata": {**recorded.metadata, kind: reason}}
+    )
+
+
 def run_episode(
     env: AgentEnv,
     agent: Agent,
@@ -73,15 +101,26 @@ def run_episode(
     reward_fn: Callable | None = None,
     agent_name: str = "agent",
     model_name: str = "",
+    record_env_errors: bool = False,
 ) -> Trajectory:
-    """Run one episode of ``agent`` in ``env`` and return its recorded trajectory."""
+    """Run one episode of ``agent`` in ``env`` and return its recorded trajectory.
+
+    An exception from the environment's ``step`` propagates, or with ``record_env_errors`` ends
+    the episode as ``env_error_trajectory`` (an evaluation scores it a failure and goes on).
+    """
     recorder = wrap_episode_env(
         env, max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name
     )
     reset_policy(agent, None if task is None else TaskInfo.coerce(task))
     ts = recorder.reset(task=task, seed=seed)
     while not ts.done:
-        ts = recorder.step(agent(ts.observation))
+        action = agent(ts.observation)
+        try:
+            ts = recorder.step(action)
+        except Exception as exc:
+            if not record_env_errors:
+                raise
+            return env_error_trajectory(recorder, action, exc)
     return recorder.get_trajectory()
 
 
@@ -103,6 +142,7 @@ def collect(
     progress: bool = True,
     executor: str = "thread",
     ray_address: str | None = None,
+    record_env_errors: bool = False,
 ) -> list[Trajectory]:
     """Collect ``n_episodes`` trajectories (cycling through ``tasks`` when given), in order.
 
@@ -110,10 +150,12 @@ def collect(
     for environments that need no task; an empty ``tasks`` is an error, not that default.
     ``env`` is a registered environment id or a factory. ``seed`` seeds episode ``i`` with
     ``seed + i``. Trajectories are appended atomically to ``output_path`` when given. An
-    exception in any episode propagates after the running episodes finish; environments are
-    always closed. ``executor="ray"`` runs the episodes on ``concurrency`` Ray actors, each
-    reusing one environment (``trajectoryhub.ray_executor``; ``ray_address`` names a cluster,
-    default: start a local runtime), with the same tasks, seeds and order.
+    exception in any episode propagates after the running episodes finish (with
+    ``record_env_errors``, one from an environment's ``step`` ends only its episode, recorded
+    as failed: see ``run_episode``); environments are always closed. ``executor="ray"`` runs
+    the episodes on ``concurrency`` Ray actors, each reusing one environment
+    (``trajectoryhub.ray_executor``; ``ray_address`` names a cluster, default: start a local
+    runtime), with the same tasks, seeds and order.
     """
     if executor not in ("thread", "ray"):
         raise ValueError(f"executor must be 'thread' or 'ray', got {executor!r}")
@@ -136,7 +178,7 @@ def collect(
             return run_episode(
                 instance, episode_agent, task=task_list[i % len(task_list)],
                 seed=None if seed is None else seed + i, max_steps=max_steps, reward_fn=reward_fn,
-                agent_name=agent_name, model_name=model_name,
+                agent_name=agent_name, model_name=model_name, record_env_errors=record_env_errors,
             )  # fmt: skip
         finally:
             instance.close()
@@ -151,7 +193,8 @@ def collect(
                 env, agent=agent, agent_factory=agent_factory, env_kwargs=kwargs, concurrency=concurrency,
                 tasks=[task_list[i % len(task_list)] for i in range(n_episodes)],
                 seeds=[None if seed is None else seed + i for i in range(n_episodes)],
-                options=dict(max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name),
+                options=dict(max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name,
+                             record_env_errors=record_env_errors),
                 address=ray_address, on_done=lambda: bar.update(1),
             )  # fmt: skip
         elif concurrency == 1:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from knowlyrcore.numbers import checked_number
+
 DEFAULT_IMAGE = "knowlyr/sandbox-base:latest"
 #: ``HOME`` of the clean environment tests are graded in (an empty directory under /tmp).
 CLEAN_HOME = "/tmp/.knowlyr-home"
@@ -20,17 +22,12 @@ MAX_TIMEOUT = 86_400.0
 def check_timeout(timeout: object, *, clamp_to: float | None = None) -> float:
     """``timeout`` as seconds, or ``ValueError`` naming the problem (not a number, <= 0, NaN, too long).
 
-    With ``clamp_to`` (an agent's request) a longer timeout, infinity included, is cut to it
-    instead of refused.
+    With ``clamp_to`` (an agent's request) a longer timeout, infinity and integers too large for
+    a float included, is cut to it instead of refused.
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise ValueError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
-    value = float(timeout)
-    if clamp_to is not None and value > clamp_to:
-        value = clamp_to
-    if not 0 < value <= MAX_TIMEOUT:  # NaN fails every comparison
-        raise ValueError(f"timeout must be between 0 and {MAX_TIMEOUT:g} seconds, got {timeout!r}")
-    return value
+    limit = MAX_TIMEOUT if clamp_to is None else min(clamp_to, MAX_TIMEOUT)
+    return checked_number(timeout, "timeout (seconds)", minimum=0, maximum=limit, exclusive_minimum=True,
+                          clamp=clamp_to is not None)  # fmt: skip
 
 
 @dataclass

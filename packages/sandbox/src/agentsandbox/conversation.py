@@ -43,6 +43,7 @@ from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.env import AgentEnv
 from knowlyrcore.errors import InvalidActionError
 from knowlyrcore.models import TaskInfo, ToolResult
+from knowlyrcore.numbers import checked_number
 from knowlyrcore.timestep import TimeStep
 
 ToolFunction = Callable[..., Any]
@@ -57,6 +58,17 @@ def as_tool_result(value: Any) -> ToolResult:
     if value is None:
         return ToolResult(output="ok")
     return ToolResult(output=json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _search(entries: list[Any], params: dict[str, Any], count: str, default: int) -> ToolResult:
+    """``search_entries`` with the agent's result count checked: whole (the schema's "integer"
+    admits 2.0, which no slice takes), at least 1; more than there are entries means all."""
+    try:
+        top_k = checked_number(params.get(count, default), count, minimum=1, maximum=max(len(entries), 1),
+                               clamp=True, integer=True)  # fmt: skip
+    except ValueError as exc:
+        return ToolResult(error=str(exc))
+    return search_entries(entries, params["query"], top_k)
 
 
 class ConversationEnv(AgentEnv):
@@ -183,14 +195,14 @@ class ConversationEnv(AgentEnv):
             entries = meta.get("knowledge_base") or []
             if not entries:
                 return ToolResult(error="this task has no knowledge base (metadata.knowledge_base)")
-            return search_entries(entries, params["query"], params.get("top_k", 3))
+            return _search(entries, params, "top_k", 3)
         if tool == "web_search":
             corpus = meta.get("documents") or []
             if not corpus:
                 return ToolResult(
                     error="no search corpus: give the task metadata.documents or inject a web_search tool"
                 )
-            return search_entries(corpus, params["query"], params.get("max_results", 5))
+            return _search(corpus, params, "max_results", 5)
         if tool == "query_stats":
             records = meta.get("records")
             if not isinstance(records, list) or not records:

@@ -8,20 +8,33 @@ protocol against real processes or containers::
 
 ``leftovers(sandbox)`` lists what a closed sandbox left behind (containers, processes,
 directories); the suites assert it is empty after every test.
+
+``SuiteConformance`` is the standard suite of a task suite: over every split, the expert solves
+every task, and policies that do no work (finish at once, or give one answer stuffed with every
+candidate) succeed on none and earn no reward::
+
+    class TestRetailSuite(SuiteConformance):
+        suite = "retail"
+        stuffed_answer = "It is pending, processed, delivered or cancelled ..."
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from agentsandbox.backends import BACKENDS, available_backends
 from agentsandbox.backends.base import Sandbox
 from agentsandbox.config import SandboxConfig
+from agentsandbox.suites import SPLITS, get_suite
+from knowlyrcore.domain import get_domain_profile
+from knowlyrcore.env import AgentEnv
+from knowlyrcore.registry import make
 from knowlyrcore.testing import require
 
 _STATUS: dict[str, tuple[bool, str]] = {}
@@ -280,7 +293,9 @@ class SandboxConformance:
         slow = env.step({"tool": "bash", "params": {"command": "sleep 30; echo never", "timeout": 1e9}})
         assert slow.info["exit_code"] == 124 and "never" not in slow.observation
         assert "after 1s" in slow.info["error"]
-        for huge in (1e308, float("inf")):  # once an OverflowError that desynchronised the shell
+        # 1e308 and inf: once an OverflowError that desynchronised the shell; a JSON integer too
+        # large for a float (json.loads gives a 401-digit int) raised OverflowError out of step
+        for huge in (1e308, float("inf"), json.loads("1" + "0" * 400)):
             ts = env.step({"tool": "bash", "params": {"command": "echo fine", "timeout": huge}})
             assert ts.observation.strip() == "fine" and ts.info["exit_code"] == 0
         for bad in (float("nan"), -5, 0, "soon"):
@@ -289,6 +304,22 @@ class SandboxConformance:
         for word in ("first", "second"):
             ts = env.step({"tool": "bash", "params": {"command": f"echo {word}"}})
             assert ts.observation.strip() == word
+
+    def test_hostile_line_numbers_are_validated(self, sandbox):
+        env = self._env(sandbox)
+        env.reset(task={"description": "read", "metadata": {"files": {"f.txt": "one\ntwo\nthree\n"}}})
+        huge = json.loads("1" + "0" * 400)
+
+        def read(**lines):
+            return env.step({"tool": "read_file", "params": {"path": "f.txt", **lines}})
+
+        # JSON Schema's "integer" admits 2.0: it once raised TypeError out of step (slice indices)
+        assert read(start_line=2.0, end_line=2.0).observation == "two\n"
+        assert read(start_line=2, end_line=huge).observation == "two\nthree\n"  # past the end: to the end
+        for bad in ({"start_line": huge}, {"start_line": 1.5}, {"start_line": 1, "end_line": float("nan")}):
+            ts = read(**bad)
+            assert ts.info["error"] and ts.observation.startswith("[error]"), (bad, ts.observation)
+        assert "about 401 digits" in read(start_line=huge).info["error"]  # not the 401 digits themselves
 
     def test_hostile_download_never_writes_through_symlinks(self, sandbox, tmp_path):
         host_dir = tmp_path / "host"
@@ -302,3 +333,75 @@ class SandboxConformance:
         assert list(host_dir.iterdir()) == []
         assert (dest / "a" / "f").read_text() == "evil\n" and not (dest / "a").is_symlink()
         assert (dest / "b").read_text() == "evil\n" and not (dest / "b").is_symlink()
+
+
+class SuiteConformance:
+    """Standard checks of a task suite over every split, in every reward mode of its env.
+
+    Set ``suite`` (its registered name); ``stuffed_answer`` is one constant answer naming every
+    candidate of the domain (every status, reason, count ...), which no answer check may accept;
+    ``env_variants`` are the env's keyword arguments per reward mode to check.
+    """
+
+    suite: ClassVar[str] = ""
+    tasks_per_split: ClassVar[int] = 120
+    seed: ClassVar[int] = 0
+    stuffed_answer: ClassVar[str] = ""
+    env_variants: ClassVar[list[dict[str, Any]]] = [{}]
+
+    def make_env(self, **overrides: Any) -> AgentEnv:
+        suite = get_suite(self.suite)
+        return make(suite.env_id, **{**suite.env_kwargs, **overrides})
+
+    def no_work_actions(self) -> dict[str, dict[str, Any]]:
+        """Each terminal tool of the env's domain played at once: with empty text (doing nothing),
+        and with ``stuffed_answer`` in its first required text parameter."""
+        env = self.make_env()
+        profile = get_domain_profile(env.domain)
+        env.close()
+        actions = {}
+        for tool in profile.terminal_tools:
+            schema = profile.get_tool(tool).parameters
+            texts = [p for p in schema.get("required", []) if schema["properties"][p].get("type") == "string"]
+            actions[f"{tool} at once"] = {"tool": tool, "params": dict.fromkeys(texts, "")}
+            if texts and self.stuffed_answer:
+                actions[f"{tool} stuffed"] = {"tool": tool, "params": {**dict.fromkeys(texts, ""),
+                                                                       texts[0]: self.stuffed_answer}}  # fmt: skip
+        return actions
+
+    @pytest.mark.parametrize("split", SPLITS)
+    def test_expert_solves_every_task(self, split):
+        suite = get_suite(self.suite)
+        for overrides in self.env_variants:
+            env = self.make_env(**overrides)
+            for task in suite.generate(split, self.tasks_per_split, self.seed):
+                task = json.loads(json.dumps(task))  # tasks survive a JSONL round trip
+                expert = suite.expert()
+                expert.reset(task)
+                ts, total = env.reset(task=task), 0.0
+                for _ in range(task.get("max_steps") or suite.max_steps):
+                    ts = env.step(expert(ts.observation))
+                    total += ts.reward
+                    assert not ts.info.get("error"), (overrides, task["id"], ts.observation)
+                    if ts.done:
+                        break
+                assert ts.info.get("success") is True and total == pytest.approx(1.0), (overrides, task["id"])
+            env.close()
+
+    @pytest.mark.parametrize("split", SPLITS)
+    def test_no_work_policies_succeed_nowhere_and_earn_nothing(self, split):
+        tasks = get_suite(self.suite).generate(split, self.tasks_per_split, self.seed)
+        actions = self.no_work_actions()
+        gained: dict[str, list[str]] = {}
+        for overrides in self.env_variants:
+            env = self.make_env(**overrides)
+            for task in tasks:
+                for name, action in actions.items():
+                    env.reset(task=task)
+                    ts = env.step(action)
+                    assert ts.done, (name, "did not end the episode:", ts.observation)
+                    if ts.info.get("success") or ts.reward > 0:
+                        template = task.get("metadata", {}).get("template", task["id"])
+                        gained.setdefault(f"{name} {overrides}", []).append(f"{template}: {ts.reward:g}")
+            env.close()
+        assert not gained, gained

@@ -19,11 +19,14 @@ from agentsandbox.backends.base import SNAPSHOT_MOUNT, Sandbox
 from agentsandbox.config import check_timeout
 from agentsandbox.workspace import WorkspacePathError
 from knowlyrcore.models import ToolResult
+from knowlyrcore.numbers import checked_number
 
 #: Largest file ``read_file`` returns in full.
 MAX_READ_BYTES = 512 * 1024
 #: Lines ``list_files`` returns at most.
 MAX_LIST_ENTRIES = 2000
+#: A line number ``read_file`` takes: no file it returns has more lines than bytes.
+_LINE_RANGE = {"minimum": 1, "maximum": MAX_READ_BYTES + 1, "integer": True}
 
 
 def _resolve(sandbox: Sandbox, path: str | None) -> tuple[str, ToolResult | None]:
@@ -59,8 +62,13 @@ def read_file(sandbox: Sandbox, path: str, start_line: int | None = None, end_li
     if start_line is None and end_line is None:
         return ToolResult(output=text, truncated=truncated)
     lines = text.splitlines(keepends=True)
-    start = start_line or 1
-    end = min(end_line or len(lines), len(lines))
+    try:  # JSON Schema's "integer" admits 2.0, which no slice takes
+        start = 1 if start_line is None else checked_number(start_line, "start_line", **_LINE_RANGE)
+        # past the end reads to the end, however far past
+        end = len(lines) if end_line is None else checked_number(end_line, "end_line", clamp=True, **_LINE_RANGE)
+    except ValueError as exc:
+        return ToolResult(error=str(exc))
+    end = min(end, len(lines))
     if start > len(lines) and lines:
         return ToolResult(error=f"{path} has {len(lines)} lines; start_line {start} is past the end")
     if end < start:

@@ -9,8 +9,11 @@ whose output is compact JSON. Business rules, as a real shop's API would enforce
   their shipping address changed;
 * only items of ``delivered`` orders can be returned, each at most once.
 
+A cancelled order of the world may carry its ``cancel_reason``; ``get_order`` shows it.
+
 Breaking a rule is an error observation, never an exception: the agent can read it and
-recover. ``state_digest(db)`` fingerprints the mutable state, so success can be judged by the
+recover; so is a value SQLite cannot bind (a lone surrogate, an integer beyond 64 bits).
+``state_digest(db)`` fingerprints the mutable state, so success can be judged by the
 database's end state (as tau-bench does) rather than by what the agent claims.
 """
 
@@ -43,14 +46,14 @@ def open_shop(world: dict[str, Any]) -> sqlite3.Connection:
     try:
         db.executemany("INSERT INTO users VALUES (:user_id, :name, :email, :address)", world["users"])
         db.executemany(
-            "INSERT INTO orders VALUES (:order_id, :user_id, :status, :address, NULL)",
-            [{k: o[k] for k in ("order_id", "user_id", "status", "address")} for o in world["orders"]],
+            "INSERT INTO orders VALUES (:order_id, :user_id, :status, :address, :cancel_reason)",
+            [{"cancel_reason": None, **o} for o in world["orders"]],
         )
         db.executemany(
             "INSERT INTO items VALUES (:item_id, :order_id, :name, :price, 0)",
             [{**item, "order_id": o["order_id"]} for o in world["orders"] for item in o["items"]],
         )
-    except (KeyError, TypeError, sqlite3.Error) as exc:
+    except (KeyError, TypeError, UnicodeEncodeError, OverflowError, sqlite3.Error) as exc:
         db.close()
         raise ValueError(f"malformed retail world: {exc}") from exc
     db.commit()
@@ -81,8 +84,20 @@ def _ok(value: Any) -> ToolResult:
     return ToolResult(output=json.dumps(value, ensure_ascii=False))
 
 
+#: The longest error message: a policy's 10 MB argument is not echoed back whole.
+MAX_ERROR_CHARS = 500
+
+
+def clip_message(text: str) -> str:
+    """``text`` cut to ``MAX_ERROR_CHARS``, any lone surrogate escaped, so an error that quotes a
+    policy's argument stays short and encodable."""
+    if len(text) > MAX_ERROR_CHARS:
+        text = f"{text[:MAX_ERROR_CHARS]}... ({len(text) - MAX_ERROR_CHARS} characters cut)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _error(message: str) -> ToolResult:
-    return ToolResult(error=message)
+    return ToolResult(error=clip_message(message))
 
 
 def _order(db: sqlite3.Connection, order_id: str) -> sqlite3.Row | None:
@@ -127,7 +142,8 @@ def get_order(db: sqlite3.Connection, order_id: str) -> ToolResult:
     items = db.execute(
         "SELECT item_id, name, price, returned FROM items WHERE order_id = ? ORDER BY item_id", (order_id,)
     ).fetchall()
-    return _ok({"order_id": order["order_id"], "user_id": order["user_id"], "status": order["status"],
+    reason = {"cancel_reason": order["cancel_reason"]} if order["status"] == "cancelled" else {}
+    return _ok({"order_id": order["order_id"], "user_id": order["user_id"], "status": order["status"], **reason,
                 "address": order["address"],
                 "items": [{**dict(i), "returned": bool(i["returned"])} for i in items]})  # fmt: skip
 
@@ -196,6 +212,11 @@ def call_tool(db: sqlite3.Connection, name: str, params: dict[str, Any]) -> Tool
     function = TOOL_FUNCTIONS.get(name)
     if function is None:
         return _error(f"unknown tool {name!r}")
-    result = function(db, **params)
+    try:
+        result = function(db, **params)
+    except (UnicodeEncodeError, OverflowError, sqlite3.InterfaceError) as exc:
+        # a value SQLite cannot bind is the caller's bad input, not a crash (the message escapes it)
+        db.rollback()
+        return _error(f"tool {name!r}: a parameter cannot be stored: {exc}")
     db.commit()
     return result

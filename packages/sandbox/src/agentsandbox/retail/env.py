@@ -7,9 +7,9 @@ episode ends when the agent calls ``respond`` with its final answer to the custo
 Success is judged like tau-bench: the database's end state must equal the state that the
 task's ground-truth solution (``metadata.solution``) produces from the same start, and the
 final answer must contain every string in ``metadata.answer_contains`` and none in
-``metadata.answer_excludes`` (case-insensitive; the latter stops an answer that lists every
-possible status from passing).
-Both are computed here from the task record, so nothing the agent says can fake them.
+``metadata.answer_excludes`` (case-insensitive). The suite puts every wrong value of the asked
+fact in the latter (other statuses, counts, reasons, emails, addresses, order ids), so an answer
+that lists every candidate fails. Both are computed here from the task record, so nothing the agent says can fake them.
 
 ``RetailEnv(reward="partial")`` pays verifiable partial credit for RL, still computed from the
 database and the task record alone. An episode's rewards sum to 1 on success, else to
@@ -20,11 +20,13 @@ database and the task record alone. An episode's rewards sum to 1 on success, el
 where a required change is a field (order status, address, cancel reason, item returned) whose
 value differs between the start and the ground truth's end state, a wrong change is a field
 the agent changed to anything but the ground truth's value, and answer facts count only when the
-answer names no excluded one (none required counts as all present). The credit is paid as it
-accrues: each step's reward is the change in that potential (a correct write earns at once, a
-write undone gives it back), so the sum never depends on the order of the steps and an episode
-cut off before ``respond`` keeps the credit of the changes it made. ``reward="outcome"`` (the
-default) pays 1 or 0 at ``respond``, as tau-bench does.
+answer names no excluded one (none required counts as all present). A task that needs no change
+(a question) has no changes-made term, so its credit is the answer's alone: finishing at once
+earns nothing. The credit is paid as it accrues: each step's reward is the change in that
+potential (a correct write earns at once, a write undone gives it back), so the sum never
+depends on the order of the steps and an episode cut off before ``respond`` keeps the credit of
+the changes it made. ``reward="outcome"`` (the default) pays 1 or 0 at ``respond``, as
+tau-bench does.
 
 Examples:
     >>> from agentsandbox.suites import get_suite
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentsandbox.retail.db import CANCEL_REASONS, call_tool, open_shop, state_facts
+from agentsandbox.retail.db import CANCEL_REASONS, call_tool, clip_message, open_shop, state_facts
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, register_domain_profile, tool_spec
 from knowlyrcore.env import AgentEnv
@@ -145,6 +147,36 @@ def _answer_fraction(message: str, required: list[str], forbidden: list[str]) ->
     return sum(str(p).casefold() in text for p in required) / len(required) if required else 1.0
 
 
+#: What building the error message of a hostile value raises (the schema check prints the value):
+#: an int of more than 4300 digits (ValueError), nesting deeper than Python's stack (RecursionError).
+_UNPRINTABLE = (ValueError, RecursionError)
+
+
+def _invalid(exc: Exception, tool: str | None = None) -> TimeStep:
+    """The error observation of an action that is not a valid call: the policy's failure, which
+    it can read and recover from, never an exception out of ``step``."""
+    if isinstance(exc, InvalidActionError | DomainError):
+        message = clip_message(str(exc))
+    else:
+        message = "invalid action: a value too large or too deeply nested to check"
+        message = message if tool is None else f"tool {clip_message(tool)!r}: {message}"
+    info = {"error": message} if tool is None else {"tool": clip_message(tool), "error": message}
+    return TimeStep(observation=f"[error] {message}", info=info)
+
+
+def _check_text(tool: str, params: dict[str, Any]) -> None:
+    """Refuse a string that is not Unicode text: a JSON decoder turns ``"\\ud800"`` into a lone
+    surrogate, which SQLite cannot store. ``params`` already match the tool's schema (strings,
+    or a list of strings)."""
+    for key, value in params.items():
+        for text in value if isinstance(value, list) else [value]:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidActionError(f"tool {tool!r}: invalid parameters at {key!r}: not Unicode text "
+                                         f"(a lone surrogate at position {exc.start})") from None  # fmt: skip
+
+
 class RetailEnv(AgentEnv):
     """A shop database per episode; ``respond`` ends it and the end state decides success."""
 
@@ -198,7 +230,7 @@ class RetailEnv(AgentEnv):
         required = [k for k, v in expected.items() if self._start.get(k) != v]
         made = sum(now.get(k) == expected[k] for k in required)
         wrong = sum(1 for k, v in now.items() if v != self._start.get(k) and v != expected.get(k))
-        state = made / len(required) if required else 1.0
+        state = made / len(required) if required else 0.0  # a question: no credit for touching nothing
         answer = 0.0
         if message is not None:
             metadata = self._task.metadata
@@ -216,15 +248,16 @@ class RetailEnv(AgentEnv):
             raise RuntimeError("call reset() before step()")
         try:
             tool, params = parse_action(action)
-        except InvalidActionError as exc:
-            return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
+        except (InvalidActionError, *_UNPRINTABLE) as exc:
+            return _invalid(exc)
         if self._done:
             return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": tool, "error": "episode over"})  # fmt: skip
+                            info={"tool": clip_message(tool), "error": "episode over"})  # fmt: skip
         try:
             RETAIL_PROFILE.get_tool(tool).validate_params(params)
-        except (InvalidActionError, DomainError) as exc:
-            return TimeStep(observation=f"[error] {exc}", info={"tool": tool, "error": str(exc)})
+            _check_text(tool, params)
+        except (InvalidActionError, DomainError, *_UNPRINTABLE) as exc:
+            return _invalid(exc, tool)
         if tool == "respond":
             return self._finish(params["message"])
         result = call_tool(self._db, tool, params)

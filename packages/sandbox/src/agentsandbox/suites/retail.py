@@ -2,7 +2,13 @@
 
 Every task carries its own small shop (``metadata.world``: 3-5 users with 1-3 orders each),
 the customer's request as its description, the ground-truth tool calls
-(``metadata.solution``, 1-6 calls) and the strings the final answer must contain.
+(``metadata.solution``, 2-6 calls) and the answer check: the facts the final answer must state
+(``metadata.answer_contains``) and every value of their kind that is wrong in this episode
+(``metadata.answer_excludes``: the statuses the order never had, the other counts and
+cancellation reason, the other users' emails and addresses, the order's other items, the other
+order ids, "cannot" when the request succeeds). An answer that hedges by listing candidates
+names a wrong one and fails. Every task needs a tool call: no answer is in the prompt (a change
+of address names the new address, but needs the write).
 
 Templates (the number of tool calls in brackets):
 
@@ -15,7 +21,7 @@ change_address            ship a pending order elsewhere                        
 return_item               return one item of a delivered order                       [4]        all
 count_orders              know how many orders they have                             [3]        all
 cancel_two                cancel two pending orders                                  [6]        all
-cancel_reasons            know which reasons a cancellation accepts                  [1]        all
+cancel_reasons            know why a cancelled order was cancelled                   [2]        all
 email_on_file             know the email on their account, giving their name         [2]        all
 address_by_email          know the address on file, giving their email               [3]        all
 address_on_file           know the address on file, giving only their name           [3]        unseen
@@ -49,7 +55,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentsandbox.retail.db import CANCEL_REASONS
@@ -104,7 +110,9 @@ class _Pools:
                 return number
 
     def address(self, rng: random.Random) -> str:
-        return f"{rng.randint(10, 999)} {rng.choice(self.streets)} St, {rng.choice(self.cities)}"
+        """A fresh address: its three-digit number is unique in the world, so no address equals or
+        contains another and the answer check can forbid every other one."""
+        return f"{self.number(rng, 3)} {rng.choice(self.streets)} St, {rng.choice(self.cities)}"
 
 
 _STATUSES = ("pending", "pending", "processed", "delivered", "delivered", "cancelled")
@@ -142,8 +150,11 @@ def _orders_of(world: dict[str, Any], user: dict[str, Any], status: str | None =
 def _new_order(rng: random.Random, pools: _Pools, user: dict[str, Any], status: str) -> dict[str, Any]:
     items = [{"item_id": f"I{pools.number(rng, 6)}", "name": p, "price": round(rng.uniform(5, 300), 2)}
              for p in rng.sample(pools.products, rng.randint(1, 3))]  # fmt: skip
-    return {"order_id": f"#W{pools.number(rng, 7)}", "user_id": user["user_id"], "status": status,
-            "address": user["address"], "items": items}  # fmt: skip
+    order = {"order_id": f"#W{pools.number(rng, 7)}", "user_id": user["user_id"], "status": status,
+             "address": user["address"], "items": items}  # fmt: skip
+    if status == "cancelled":
+        order["cancel_reason"] = rng.choice(CANCEL_REASONS)
+    return order
 
 
 def _ensure_order(rng: random.Random, pools: _Pools, world: dict[str, Any], user: dict[str, Any], status: str):
@@ -156,9 +167,46 @@ def _ensure_order(rng: random.Random, pools: _Pools, world: dict[str, Any], user
     return order
 
 
-#: Order statuses. An answer that names a status other than the true one is wrong even if it
-#: also names the true one, so listing every status cannot game the answer check.
+#: Order statuses. An answer that names a status the order never had is wrong even if it also
+#: names the true one, so listing every status cannot game the answer check.
 STATUSES = ("pending", "processed", "delivered", "cancelled")
+#: How the expert refuses; an answer to a request that succeeded must not say it.
+REFUSAL = "cannot"
+
+
+def _check(answer: str, required: list[str], *wrong: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The answer check of a task whose reference answer is ``answer``: the ``required`` facts,
+    and as forbidden every ``wrong`` value, i.e. one the asked fact never takes in the episode
+    (a value true before the request, like a cancelled order's "pending" or a moved order's old
+    address, is not wrong), except one the reference itself contains (a refusal's "cannot be
+    cancelled" contains "cancelled"), so the reference answer always passes."""
+    text = answer.casefold()
+    return required, list(dict.fromkeys(w for group in wrong for w in group if w.casefold() not in text))
+
+
+def _other_statuses(*true: str) -> list[str]:
+    return [s for s in STATUSES if s not in true]
+
+
+def _other_orders(world: dict[str, Any], *keep: str) -> list[str]:
+    """Every other order id of the world, without its "#" so "W1234567" is caught too."""
+    return [o["order_id"].lstrip("#") for o in world["orders"] if o["order_id"] not in keep]
+
+
+def _other_addresses(world: dict[str, Any], *right: str) -> list[str]:
+    found = [u["address"] for u in world["users"]] + [o["address"] for o in world["orders"]]
+    return [a for a in dict.fromkeys(found) if a not in right]
+
+
+def _cancelled_check(answer: str, world: dict[str, Any], *oids: str) -> tuple[list[str], list[str]]:
+    """Pending orders cancelled: "cancelled", and no status they never had, refusal or other order."""
+    wrong = _other_statuses("pending", "cancelled")
+    return _check(answer, ["cancelled"], wrong, [REFUSAL], _other_orders(world, *oids))
+
+
+def _other_items(order: dict[str, Any], right: dict[str, Any]) -> list[str]:
+    return [i["name"] for i in order["items"] if i["name"] != right["name"]]
+
 
 # Each template fills (request, solution, answer_contains, answer_excludes) from the world and
 # the customer; the request (see ``_request``) is worded by ``retail_phrasing``.
@@ -172,8 +220,8 @@ def _order_status(rng, pools, world, user):
     oid = order["order_id"]
     request = _request(user, None, oid=oid)
     answer = f"Your order {oid} is {order['status']}."
-    others = [s for s in STATUSES if s != order["status"]]
-    return request, [_call("get_order", order_id=oid), _call("respond", message=answer)], [order["status"]], others
+    check = _check(answer, [order["status"]], _other_statuses(order["status"]), _other_orders(world, oid))
+    return request, [_call("get_order", order_id=oid), _call("respond", message=answer)], *check
 
 
 def _cancel_order(rng, pools, world, user):
@@ -186,19 +234,23 @@ def _cancel_order(rng, pools, world, user):
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid)]
     if order["status"] == "pending":
         solution.append(_call("cancel_order", order_id=oid, reason=reason))
-        return request, [*solution, _call("respond", message=f"Order {oid} is now cancelled.")], ["cancelled"], []
+        answer = f"Order {oid} is now cancelled."
+        return request, [*solution, _call("respond", message=answer)], *_cancelled_check(answer, world, oid)
     answer = f"Order {oid} is {order['status']}, so it cannot be cancelled."
-    return request, [*solution, _call("respond", message=answer)], ["cannot", order["status"]], ["now cancelled"]
+    wrong = _other_statuses(order["status"])
+    check = _check(answer, [REFUSAL, order["status"]], wrong, ["now cancelled"], _other_orders(world, oid))
+    return request, [*solution, _call("respond", message=answer)], *check
 
 
 def _change_address(rng, pools, world, user):
     order = _ensure_order(rng, pools, world, user, "pending")
     oid, new = order["order_id"], pools.address(rng)
     request = _request(user, "email_or_both", oid=oid, new=new)
+    answer = f"Order {oid} will now ship to {new}."
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
-                _call("change_address", order_id=oid, address=new),
-                _call("respond", message=f"Order {oid} will now ship to {new}.")]  # fmt: skip
-    return request, solution, [new], []
+                _call("change_address", order_id=oid, address=new), _call("respond", message=answer)]  # fmt: skip
+    wrong = _other_addresses(world, new, order["address"])
+    return request, solution, *_check(answer, [new], wrong, [REFUSAL], _other_orders(world, oid))
 
 
 def _return_item(rng, pools, world, user):
@@ -206,10 +258,11 @@ def _return_item(rng, pools, world, user):
     item = rng.choice(order["items"])
     oid = order["order_id"]
     request = _request(user, "email_or_both", oid=oid, item=item["name"])
+    answer = f"The {item['name']} from order {oid} is returned."
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
-                _call("return_items", order_id=oid, item_ids=[item["item_id"]]),
-                _call("respond", message=f"The {item['name']} from order {oid} is returned.")]  # fmt: skip
-    return request, solution, ["returned"], []
+                _call("return_items", order_id=oid, item_ids=[item["item_id"]]), _call("respond", message=answer)]  # fmt: skip
+    return request, solution, *_check(answer, ["returned"], _other_items(order, item), [REFUSAL],
+                                      _other_orders(world, oid))  # fmt: skip
 
 
 def _count_orders(rng, pools, world, user):
@@ -217,10 +270,10 @@ def _count_orders(rng, pools, world, user):
     count = len(_orders_of(world, user))
     request = _request(user, "email_or_both")
     noun = "order" if count == 1 else "orders"
-    solution = [found, _call("list_orders", user_id=user["user_id"]),
-                _call("respond", message=f"You have {count} {noun}.")]  # fmt: skip
-    wrong = [f"{k} order" for k in range(10) if k != count]
-    return request, solution, [f"{count} {noun}"], wrong
+    answer = f"You have {count} {noun}."
+    solution = [found, _call("list_orders", user_id=user["user_id"]), _call("respond", message=answer)]
+    wrong = [f"{k} order" for k in range(21) if k != count] + ["no order"]  # "2 order" catches "2 orders" too
+    return request, solution, *_check(answer, [f"{count} {noun}"], wrong)
 
 
 def _cancel_two(rng, pools, world, user):
@@ -236,34 +289,41 @@ def _cancel_two(rng, pools, world, user):
                 _call("get_order", order_id=a), _call("cancel_order", order_id=a, reason=reason),
                 _call("get_order", order_id=b), _call("cancel_order", order_id=b, reason=reason),
                 _call("respond", message=f"Orders {a} and {b} are now cancelled.")]  # fmt: skip
-    return request, solution, ["cancelled"], []
+    return request, solution, *_cancelled_check(solution[-1]["params"]["message"], world, a, b)
 
 
 def _cancel_reasons(rng, pools, world, user):
-    request = _request(user, None)
-    answer = f"You can cancel because the order is {CANCEL_REASONS[0]!r} or was {CANCEL_REASONS[1]!r}."
-    return request, [_call("respond", message=answer)], list(CANCEL_REASONS), []
+    """Why a cancelled order was cancelled: the reason is in the database, not in the prompt (the
+    tool list names both reasons, so the task once needed no tool at all)."""
+    order = _ensure_order(rng, pools, world, user, "cancelled")
+    oid, reason = order["order_id"], order["cancel_reason"]
+    answer = f"Order {oid} was cancelled with the reason {reason!r}."
+    wrong = [r for r in CANCEL_REASONS if r != reason]
+    check = _check(answer, [reason], wrong, _other_statuses("cancelled"), _other_orders(world, oid))
+    return _request(user, None, oid=oid), [_call("get_order", order_id=oid), _call("respond", message=answer)], *check
 
 
 def _email_on_file(rng, pools, world, user):
     request = _request(user, "name")
-    solution = [_call("find_user_by_name", name=user["name"]),
-                _call("respond", message=f"The email on your account is {user['email']}.")]  # fmt: skip
-    return request, solution, [user["email"]], []
+    answer = f"The email on your account is {user['email']}."
+    solution = [_call("find_user_by_name", name=user["name"]), _call("respond", message=answer)]
+    return request, solution, *_check(answer, [user["email"]], [u["email"] for u in world["users"] if u is not user])
 
 
 def _address_by_email(rng, pools, world, user):
     request = _request(user, "email_or_both")
+    answer = f"Your address on file is {user['address']}."
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_user", user_id=user["user_id"]),
-                _call("respond", message=f"Your address on file is {user['address']}.")]  # fmt: skip
-    return request, solution, [user["address"]], []
+                _call("respond", message=answer)]  # fmt: skip
+    return request, solution, *_check(answer, [user["address"]], _other_addresses(world, user["address"]))
 
 
 def _address_on_file(rng, pools, world, user):
     request = _request(user, "name")
+    answer = f"Your address on file is {user['address']}."
     solution = [_call("find_user_by_name", name=user["name"]), _call("get_user", user_id=user["user_id"]),
-                _call("respond", message=f"Your address on file is {user['address']}.")]  # fmt: skip
-    return request, solution, [user["address"]], []
+                _call("respond", message=answer)]  # fmt: skip
+    return request, solution, *_check(answer, [user["address"]], _other_addresses(world, user["address"]))
 
 
 def _only_pending(world, user):
@@ -276,30 +336,32 @@ def _cancel_pending_by_name(rng, pools, world, user):
     _only_pending(world, user)  # exactly one pending order, so the request is clear
     order = _ensure_order(rng, pools, world, user, "pending")
     request = _request(user, "name", reason="ordered by mistake")
+    answer = f"Order {order['order_id']} is now cancelled."
     solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
                 _call("cancel_order", order_id=order["order_id"], reason="ordered by mistake"),
-                _call("respond", message=f"Order {order['order_id']} is now cancelled.")]  # fmt: skip
-    return request, solution, ["cancelled"], []
+                _call("respond", message=answer)]  # fmt: skip
+    return request, solution, *_cancelled_check(answer, world, order["order_id"])
 
 
 def _change_address_by_name(rng, pools, world, user):
     _only_pending(world, user)
     order = _ensure_order(rng, pools, world, user, "pending")
     oid, new = order["order_id"], pools.address(rng)
+    answer = f"Order {oid} will now ship to {new}."
     solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
-                _call("change_address", order_id=oid, address=new),
-                _call("respond", message=f"Order {oid} will now ship to {new}.")]  # fmt: skip
-    return _request(user, "name", new=new), solution, [new], []
+                _call("change_address", order_id=oid, address=new), _call("respond", message=answer)]  # fmt: skip
+    check = _check(answer, [new], _other_addresses(world, new, order["address"]), [REFUSAL], _other_orders(world, oid))
+    return _request(user, "name", new=new), solution, *check
 
 
 def _cancel_pending_by_email(rng, pools, world, user):
     _only_pending(world, user)
     order = _ensure_order(rng, pools, world, user, "pending")
     oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
+    answer = f"Order {oid} is now cancelled."
     solution = [_call("find_user_by_email", email=user["email"]), _call("list_orders", user_id=user["user_id"]),
-                _call("cancel_order", order_id=oid, reason=reason),
-                _call("respond", message=f"Order {oid} is now cancelled.")]  # fmt: skip
-    return _request(user, "email_or_both", reason=reason), solution, ["cancelled"], []
+                _call("cancel_order", order_id=oid, reason=reason), _call("respond", message=answer)]  # fmt: skip
+    return _request(user, "email_or_both", reason=reason), solution, *_cancelled_check(answer, world, oid)
 
 
 def _cancel_and_return(rng, pools, world, user):
@@ -312,7 +374,10 @@ def _cancel_and_return(rng, pools, world, user):
                 _call("get_order", order_id=b), _call("return_items", order_id=b, item_ids=[item["item_id"]]),
                 _call("respond", message=f"Order {a} is now cancelled and the {item['name']} from order {b} is returned.")]  # fmt: skip
     request = _request(user, "email_or_both", oid=a, oid2=b, item=item["name"], reason=reason)
-    return request, solution, ["cancelled", "returned"], []
+    wrong = _other_statuses("pending", "cancelled", "delivered")  # only "processed": neither order ever was
+    check = _check(solution[-1]["params"]["message"], ["cancelled", "returned"], wrong, [REFUSAL],
+                   _other_items(delivered, item), _other_orders(world, a, b))  # fmt: skip
+    return request, solution, *check
 
 
 TEMPLATES: dict[str, Template] = {

@@ -109,9 +109,9 @@ FRAMES: dict[str, dict[str, list[str]]] = {
                      "could you {v} {oid} as well as {oid2}? {why}. {Me}."],
     },
     "cancel_reasons": {
-        "train": ["what reasons can I give when I cancel an order?", "which cancellation reasons do you accept?"],
-        "held_out": ["if I want to call off a purchase, what reason do I have to pick?",
-                     "what are the allowed grounds for voiding an order?"],
+        "train": ["why was my order {oid} cancelled?", "{Me}. What reason was recorded when order {oid} was cancelled?"],
+        "held_out": ["{Me}. I see {oid} got cancelled; on what grounds?",
+                     "could you look up the cancellation reason on file for order {oid}?"],
     },
     "email_on_file": {
         "train": ["{Me}. Which email address is on my account?", "{Me}. What email do you have for me?"],
