@@ -3,7 +3,7 @@ policy suite, plus what the SDK path adds (request options, tools, collect()).""
 
 import pytest
 
-from knowlyrcore import AgentEnv, TimeStep
+from knowlyrcore import AgentEnv, TimeStep, write_trajectories
 from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.testing import PolicyConformance, ScriptedChatServer, require_module
 from trajectoryhub.policy import OpenAIPolicy
@@ -84,3 +84,18 @@ def test_collect_records_the_policy_actions_with_call_ids(chat_server):
     assert steps == [("note", {"text": "a"}, "call_1"), ("note", {}, "call_2"), ("finish", {"message": "Done."}, None)]
     third = chat_server.requests[2]["body"]["messages"]
     assert third[-1] == {"role": "tool", "tool_call_id": "call_2", "content": "noted {}"}
+
+
+def test_hostile_a_reply_with_a_lone_surrogate_is_graded_not_fatal(chat_server, tmp_path):
+    # JSON can carry "\ud800"; UTF-8 cannot. Kept as is, the next request (which resends the
+    # reply) and the trajectory writer both failed, ending the whole run.
+    chat_server.replies += [
+        PolicyConformance.tool_call("note", '{"text": "a\\ud800"}', call_id="call_1"),
+        {"content": "Done \udfff."},
+    ]
+    tools = [{"type": "function", "function": {"name": name}} for name in ("note", "finish")]
+    factory = lambda: OpenAIPolicy("m", base_url=chat_server.base_url, tools=tools)  # noqa: E731
+    (trajectory,) = collect(NoteEnv, agent_factory=factory, progress=False)
+    assert [s.tool_call.parameters for s in trajectory.steps] == [{"text": "a\ufffd"}, {"message": "Done \ufffd."}]
+    assert chat_server.requests[1]["body"]["messages"][-1]["content"] == "noted {'text': 'a\ufffd'}"
+    write_trajectories(tmp_path / "out.jsonl", [trajectory])

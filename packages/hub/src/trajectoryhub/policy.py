@@ -17,6 +17,20 @@ from knowlyrcore.policy import ChatTranscript
 from knowlyrcore.tool_parsing import action_from_message
 
 
+def _valid_text(value: Any) -> Any:
+    """``value`` with every lone surrogate (``"\\ud800"``, which JSON can carry but UTF-8 cannot)
+    replaced by U+FFFD. The endpoint's reply goes back to it in the next request and into the
+    trajectory file, so unencodable text would end the whole evaluation; replaced, it is just a
+    wrong answer the environment grades."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_valid_text(key): _valid_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(item) for item in value]
+    return value
+
+
 class OpenAIPolicy:
     """``policy(observation) -> {"tool", "params", "thought"[, "id", "format_error"]}`` over chat
     completions; a knowlyr ``Policy`` (``reset(task=None)`` starts an episode)."""
@@ -61,6 +75,8 @@ class OpenAIPolicy:
         if self.tools:
             request["tools"] = self.tools
         message = self.client.chat.completions.create(**request).choices[0].message.model_dump(exclude_none=True)
-        action = action_from_message(message, self.tools, closing_tool=self.fallback_tool)
+        message = _valid_text(message)
+        # arguments are a JSON string inside the reply: their escapes decode only here
+        action = _valid_text(action_from_message(message, self.tools, closing_tool=self.fallback_tool))
         self.transcript.add_reply(message, action)
         return action
