@@ -107,7 +107,9 @@ def test_cli_evaluate_records_an_episode_whose_env_raised_and_goes_on(tmp_path, 
                      "--report-dir", str(report_dir), "--batch-size", "3"])  # fmt: skip
     finally:
         unregister(FRAGILE_ENV)
-    assert code == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "1 episode(s) ended because the environment raised on the policy's action" in err
     runs = list(read_trajectories(out))
     assert [t.task.id for t in runs] == ["t0", "t1", "t2"]
     assert [t.outcome.success for t in runs] == [True, False, True]

@@ -32,11 +32,30 @@ import click
 from knowlyrcore import TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
 from knowlyrcore.clikit import Group, mcp_command, run
 from knowlyrcore.errors import DataFormatError, InputError
+from knowlyrcore.jsonl import iter_json_lines
 from trajectoryhub.export import MissingExtraError
 
+# C0 controls, DEL and C1 controls (ESC starts the sequences that clear the screen, retitle the
+# window or worse; C1 CSI 0x9b is ESC [ on some terminals), and lone surrogates, which cannot be
+# printed at all: each is written as a Python-style escape.
+_UNPRINTABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_UNPRINTABLE.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+_UNPRINTABLE.update({c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)})
 
-def _read_all(paths: list[str]) -> list:
-    """Trajectories of every file (folders: their *.jsonl); an input without any is an error."""
+
+def shown(value: Any) -> str:
+    """``value`` as text safe to print on a terminal: control characters escaped (``\\x1b``).
+
+    Every human-facing listing of data that came from trajectories or models goes through this
+    (JSON output is escaped by ``json.dumps`` already)."""
+    return str(value).translate(_UNPRINTABLE)
+
+
+def _read_all(paths: list[str], *, check: Any = None) -> list:
+    """Trajectories of every file (folders: their *.jsonl); an input without any is an error.
+
+    ``check(trajectory)`` returns ``(field, problem)`` for a trajectory to refuse, as
+    ``path:line: field: problem``."""
     items: list = []
     for given in paths:
         files = sorted(Path(given).glob("*.jsonl")) if Path(given).is_dir() else [Path(given)]
@@ -46,8 +65,20 @@ def _read_all(paths: list[str]) -> list:
             found = list(read_trajectories(path))
             if not found:
                 raise DataFormatError(str(path), None, "no trajectories (empty file)")
+            for position, trajectory in enumerate(found if check else ()):
+                problem = check(trajectory)
+                if problem:
+                    raise DataFormatError(str(path), _line_of(path, position), problem[1], field=problem[0])
             items.extend(found)
     return items
+
+
+def _line_of(path: Path, position: int) -> int | None:
+    """The line of the file's ``position``-th record (0-based; blank lines hold none)."""
+    for index, (number, _) in enumerate(iter_json_lines(path)):
+        if index == position:
+            return number
+    return None
 
 
 FILES_HELP = "Trajectory JSONL files or folders (-t a.jsonl b.jsonl, or -t a.jsonl -t b.jsonl)."
@@ -191,7 +222,10 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
                    "AVX512-BF16, many times slower on CPUs without native bf16).")  # fmt: skip
 @click.option("--executor", type=click.Choice(["batched", "ray"]), default="batched", show_default=True,
               help="Play episodes in lockstep here, or on Ray actors (extra: ray; not for local model policies).")  # fmt: skip
-@click.option("--address", help="Ray cluster address (default: start a local Ray runtime).")
+@click.option(
+    "--address",
+    help="Ray cluster address (default: start a local Ray runtime listening on 127.0.0.1 only; RAY_ADDRESS is honoured).",
+)
 @click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True,
               help="Ray actors (with --executor ray).")  # fmt: skip
 @click.option("--report-dir", help="Write report.json, report.md, report.html and PNG plots here.")
@@ -312,6 +346,7 @@ def _seed_sampling(seed: int) -> None:
 
 
 def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    header, rows = [shown(cell) for cell in header], [[shown(cell) for cell in row] for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     for row in [header, *rows]:
         click.echo(
@@ -360,6 +395,12 @@ def _evaluate_policy(args: Any) -> None:
         click.echo(f"pass@1 {sampled['pass@1']:.1%}  pass@{args.samples} {sampled['pass@k']:.1%}  "
                    f"({sampled['n_tasks']} tasks x {args.samples} samples)")  # fmt: skip
     click.echo(f"{summary['n']} episodes on {env_id} in {seconds:.1f}s", err=True)
+    if summary.get("env_errors"):
+        click.echo(f"{summary['env_errors']} episode(s) ended because the environment raised on the policy's "
+                   "action (counted as failures; see metadata.env_error)", err=True)  # fmt: skip
+    if summary.get("infrastructure_failures"):
+        click.echo(f"{summary['infrastructure_failures']} episode(s) failed for infrastructure reasons "
+                   "(counted as failures; see metadata.infrastructure_failure)", err=True)  # fmt: skip
     if args.output:
         write_trajectories(args.output, trajectories)
         click.echo(f"trajectories -> {args.output}", err=True)
@@ -426,11 +467,11 @@ def compare_command(trajectories: tuple[str, ...], alpha: float, as_json: bool) 
     for row in result["leaderboard"]:
         success = "-" if row["success_rate"] is None else f"{row['success_rate']:.1%}"
         mark = " *" if row["beats_next"] else ""
-        click.echo(
-            f"{row['rank']:>4}  {row['agent']:24} {row['avg_reward']:8.3f} {success:>8} {row['episodes']:>5}{mark}"
-        )
+        click.echo(f"{row['rank']:>4}  {shown(row['agent']):24} {row['avg_reward']:8.3f} {success:>8} "
+                   f"{row['episodes']:>5}{mark}")  # fmt: skip
     for c in result["comparisons"]:
-        click.echo(f"{c['a']} vs {c['b']}: diff {c['diff']:+.3f}, Welch p={c['welch_p_bonferroni']:.3g}, "
+        click.echo(f"{shown(c['a'])} vs {shown(c['b'])}: diff {c['diff']:+.3f}, "
+                   f"Welch p={c['welch_p_bonferroni']:.3g}, "
                    f"Mann-Whitney p={c['mannwhitney_p_bonferroni']:.3g} (Bonferroni)")  # fmt: skip
     click.echo("* lead over the next agent is significant (Welch, Bonferroni-corrected)")
 
@@ -489,7 +530,10 @@ def _formats(value: str) -> tuple[str, ...]:
 @click.option("--reward-domain", help="Score steps with knowlyr-reward's rules for this domain.")
 @click.option("--executor", type=click.Choice(["thread", "ray"]), default="thread", show_default=True,
               help="Run episodes in threads, or as Ray actors (extra: ray).")  # fmt: skip
-@click.option("--address", help="Ray cluster address (default: start a local Ray runtime).")
+@click.option(
+    "--address",
+    help="Ray cluster address (default: start a local Ray runtime listening on 127.0.0.1 only; RAY_ADDRESS is honoured).",
+)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def collect_command(**options: Any) -> None:
     """Roll out an OpenAI-compatible policy in an environment."""
@@ -559,8 +603,12 @@ def _open_store(db: str, gdi_weights: str | None):
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
 @store_options
 def store_add_command(files: tuple[str, ...], db: str, gdi_weights: str | None) -> None:
-    """Add trajectory JSONL files (or folders) to the store; duplicates are skipped."""
-    items = _read_all(list(files))
+    """Add trajectory JSONL files (or folders) to the store; duplicates are skipped. A bad record
+    (including text a store cannot hold: NUL in an id, agent or model, a lone surrogate) is
+    refused as file:line: field, and nothing is stored."""
+    from trajectoryhub.store import text_problem
+
+    items = _read_all(list(files), check=text_problem)
     with _open_store(db, gdi_weights) as store:
         report = store.add(items)
         total = len(store)
@@ -579,9 +627,8 @@ def store_list_command(db: str, gdi_weights: str | None, **query: Any) -> None:
         t = r.trajectory
         ok = "-" if t.outcome is None else "yes" if t.outcome.success else "no"
         reward = "-" if r.reward is None else f"{r.reward:.3f}"
-        click.echo(
-            f"{r.hash[:12]} {r.gdi:6.3f} {reward:>7} {ok:>3} {r.exports:4d}  {(t.agent or '-')[:16]:16} {t.task.id}"
-        )
+        agent = shown(t.agent or "-")[:16]
+        click.echo(f"{r.hash[:12]} {r.gdi:6.3f} {reward:>7} {ok:>3} {r.exports:4d}  {agent:16} {shown(t.task.id)}")
 
 
 @store_group.command("export")

@@ -11,7 +11,16 @@ One API over two engines:
 ``add`` stores trajectories in one transaction and skips those whose content hash
 (``trajectoryhub.dedup.content_hash``: same task and same calls and observations) is already
 there; when it returns, the batch is committed — nothing acknowledged is lost if the process
-dies afterwards, and a process killed mid-batch leaves none of that batch behind.
+dies afterwards, and a process killed mid-batch leaves none of that batch behind. Text either
+engine cannot hold is refused before anything is written, the same on both (``text_problem``):
+a NUL character in a field the store keeps as its own column (id, task.id, task.domain, agent,
+model — PostgreSQL text cannot hold NUL; elsewhere the trajectory's JSON escapes it as
+``\\u0000``), and a lone UTF-16 surrogate anywhere (it is not Unicode text).
+
+Several processes may open a new PostgreSQL store at once: the schema is created under a
+transaction-scoped advisory lock, and a creation that still collides with another is retried.
+A store file that is damaged, not SQLite, or holds a foreign ``trajectories`` table is refused
+with one line naming the file.
 
 **GDI** (seed 004): a weighted sum of four signals, each in [0, 1]:
 
@@ -38,15 +47,19 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from knowlyrcore import Trajectory
-from knowlyrcore.errors import InputError
+from knowlyrcore.errors import InputError, KnowlyrError
 from trajectoryhub.dedup import content_hash
 
 FRESHNESS_DECAY = 0.05  # per day, as in seed 004's GDI
@@ -56,7 +69,12 @@ _SECONDS_PER_DAY = 86400.0
 
 
 class StoreError(InputError):
-    """A bad store URL, query or weight, or a hash that is not in the store."""
+    """A bad store URL, query or weight, a hash that is not in the store, a damaged or foreign
+    store file, or text no store can hold."""
+
+
+class StoreBusyError(KnowlyrError):
+    """Another writer held the SQLite write lock past the 60 s wait (a failure, not bad input)."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,7 @@ class AddReport:
 
 _COLUMNS = ("hash", "id", "task_id", "domain", "agent", "model", "success", "reward", "intrinsic", "created_at",
             "exports", "feedback", "record")  # fmt: skip
-_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS trajectories (
+_TABLE = """CREATE TABLE IF NOT EXISTS trajectories (
         hash TEXT PRIMARY KEY,
         id TEXT NOT NULL,
         task_id TEXT NOT NULL,
@@ -145,12 +162,44 @@ _SCHEMA = [
         created_at DOUBLE PRECISION NOT NULL,
         exports INTEGER NOT NULL DEFAULT 0,
         feedback DOUBLE PRECISION NOT NULL DEFAULT 0.5,
-        record TEXT NOT NULL)""",
-    *(
-        f"CREATE INDEX IF NOT EXISTS trajectories_{c} ON trajectories ({c})"
-        for c in ("task_id", "domain", "agent", "reward", "created_at")
-    ),
+        record TEXT NOT NULL)"""
+_INDEXES = [
+    f"CREATE INDEX IF NOT EXISTS trajectories_{c} ON trajectories ({c})"
+    for c in ("task_id", "domain", "agent", "reward", "created_at")
 ]
+# Any constant shared by every process creating the schema; pg_advisory_xact_lock takes a bigint.
+_SCHEMA_LOCK = 0x6B6E6F776C7972  # "knowlyr"
+_SCHEMA_ATTEMPTS = 5
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def text_problem(trajectory: Trajectory) -> tuple[str, str] | None:
+    """``(field, problem)`` for the first text of ``trajectory`` that no store can hold, or None.
+
+    Checked before anything reaches a database so SQLite and PostgreSQL accept exactly the same
+    trajectories: PostgreSQL text refuses NUL (SQLite would store it), and a lone surrogate cannot
+    be encoded as UTF-8 at all."""
+    # the fields kept as their own columns; the rest lives only in the JSON record, which escapes NUL
+    columns = {"id": trajectory.id, "task.id": trajectory.task.id, "task.domain": trajectory.task.domain,
+               "agent": trajectory.agent, "model": trajectory.model}  # fmt: skip
+    for field, value in columns.items():
+        if value and "\x00" in value:
+            return field, "contains a NUL character (\\x00), which a store column cannot hold"
+    stack: list[tuple[Any, str]] = [(trajectory.model_dump(), "")]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str) and _SURROGATE.search(item):
+            return at, "contains a lone UTF-16 surrogate, which is not Unicode text"
+        if isinstance(item, dict):
+            for key, value in reversed(list(item.items())):
+                # the path is printed in the error: a key that is not printable is shown by repr()
+                name = (f"{at}.{key}" if at else key) if key.isprintable() else f"{at}[{key!r}]"
+                if _SURROGATE.search(key):
+                    return name, "the key contains a lone UTF-16 surrogate, which is not Unicode text"
+                stack.append((value, name))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 class TrajectoryStore:
@@ -162,13 +211,48 @@ class TrajectoryStore:
     def __init__(self, url: str | os.PathLike = "trajectories.db", *, weights: GDIWeights | None = None):
         self.url = str(url)
         self.weights = weights or GDIWeights()
+        self._transient: tuple[type[Exception], ...] = ()  # schema-creation errors worth another try
         if self.url.startswith(("postgresql://", "postgres://")):
+            self.name = _redact(self.url)
             self._connect_postgres()
         else:
-            self._connect_sqlite(self.url.removeprefix("sqlite:///").removeprefix("sqlite://"))
-        with self._transaction() as cur:
-            for statement in _SCHEMA:
-                cur.execute(statement)
+            self.name = self.url.removeprefix("sqlite:///").removeprefix("sqlite://")
+            self._connect_sqlite(self.name)
+        try:
+            self._create_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _create_schema(self) -> None:
+        for attempt in range(1, _SCHEMA_ATTEMPTS + 1):
+            try:
+                with self._transaction() as cur:
+                    if self.dialect == "postgres":
+                        # without it, two first writers both find no table and one dies on a
+                        # duplicate key in pg_type; the lock is released at commit
+                        cur.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+                    cur.execute(_TABLE)
+                    self._check_columns(cur)
+                    for statement in _INDEXES:
+                        cur.execute(statement)
+                return
+            except self._transient:
+                # a creator that took no lock (an older version) committed first: it is there now
+                if attempt == _SCHEMA_ATTEMPTS:
+                    raise
+
+    def _check_columns(self, cur: _Cursor) -> None:
+        """Refuse a ``trajectories`` table someone else made: CREATE ... IF NOT EXISTS kept it."""
+        if self.dialect == "sqlite":
+            cur.execute("SELECT name FROM pragma_table_info('trajectories')")
+        else:
+            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'trajectories'::regclass "
+                        "AND attnum > 0 AND NOT attisdropped")  # fmt: skip
+        missing = sorted(set(_COLUMNS) - {row[0] for row in cur.fetchall()})
+        if missing:
+            raise StoreError(f"{self.name}: its table 'trajectories' is not a trajectory store's "
+                             f"(no column {', '.join(missing)})")  # fmt: skip
 
     # --- connections ---------------------------------------------------------------------------
 
@@ -196,9 +280,32 @@ class TrajectoryStore:
             self._conn = psycopg.connect(self.url, autocommit=False, connect_timeout=10)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to {_redact(self.url)}: {str(exc).strip().splitlines()[0]}") from None
+        errors = psycopg.errors
+        self._transient = (errors.UniqueViolation, errors.DuplicateTable, errors.SerializationFailure,
+                           errors.DeadlockDetected)  # fmt: skip
 
     def _sql(self, statement: str) -> str:
         return statement.replace("?", "%s") if self.dialect == "postgres" else statement
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """SQLite's errors as one line naming the file: a damaged page surfaces at whichever
+        statement first reads it, so every statement goes through here."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreBusyError(f"{self.name}: {exc}") from None
+            raise StoreError(f"{self.name}: {exc}") from None
+        except sqlite3.DatabaseError as exc:  # malformed pages, not a database
+            raise StoreError(f"{self.name}: not a usable SQLite database ({exc})") from None
+
+    def _load(self, key: str, record: str) -> Trajectory:
+        try:
+            return Trajectory.model_validate_json(record)
+        except ValidationError as err:
+            problem = err.errors()[0]["msg"]
+            raise StoreError(f"{self.name}: stored trajectory {key[:12]} is damaged ({problem})") from None
 
     class _Tx:
         def __init__(self, store: TrajectoryStore):
@@ -208,16 +315,20 @@ class TrajectoryStore:
             conn = self.store._conn
             self.cursor = conn.cursor()
             if self.store.dialect == "sqlite":
-                self.cursor.execute("BEGIN IMMEDIATE")  # take the write lock now, not at the first write
-            return _Cursor(self.cursor, self.store._sql)
+                with self.store._errors():
+                    self.cursor.execute("BEGIN IMMEDIATE")  # take the write lock now, not at the first write
+            return _Cursor(self.cursor, self.store._sql, self.store._errors)
 
         def __exit__(self, exc_type, exc, tb) -> None:
             conn = self.store._conn
             try:
-                if exc_type is None:
-                    conn.commit() if self.store.dialect == "postgres" else self.cursor.execute("COMMIT")
-                else:
-                    conn.rollback() if self.store.dialect == "postgres" else self.cursor.execute("ROLLBACK")
+                with self.store._errors():
+                    if exc_type is None:
+                        conn.commit() if self.store.dialect == "postgres" else self.cursor.execute("COMMIT")
+                    elif self.store.dialect == "postgres":
+                        conn.rollback()
+                    elif conn.in_transaction:  # SQLite may have rolled back already (a damaged page)
+                        self.cursor.execute("ROLLBACK")
             finally:
                 self.cursor.close()
 
@@ -242,6 +353,10 @@ class TrajectoryStore:
         stamp = time.time() if now is None else float(now)
         insert = (f"INSERT INTO trajectories ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
                   "ON CONFLICT (hash) DO NOTHING")  # fmt: skip
+        for position, t in enumerate(batch, start=1):  # the whole batch, before the transaction
+            problem = text_problem(t)
+            if problem:
+                raise StoreError(f"trajectory {position} of the batch: {problem[0]}: {problem[1]}")
         added, hashes = 0, []
         with self._transaction() as cur:
             for t in batch:
@@ -276,7 +391,7 @@ class TrajectoryStore:
         rows = self._select("SELECT record FROM trajectories WHERE hash = ?", (key,))
         if not rows:
             raise StoreError(f"no trajectory with hash {key[:80]!r} in the store")
-        return Trajectory.model_validate_json(rows[0][0])
+        return self._load(key, rows[0][0])
 
     def __len__(self) -> int:
         return int(self._select("SELECT COUNT(*) FROM trajectories", ())[0][0])
@@ -322,7 +437,7 @@ class TrajectoryStore:
                      f"{where} ORDER BY {order}, hash{' LIMIT ?' if limit else ''}")  # fmt: skip
         rows = self._select(statement, (*gdi_params, *params, *([limit] if limit else [])))
         for key, record, reward, exports, feedback, created_at, score in rows:
-            yield StoredTrajectory(hash=key, trajectory=Trajectory.model_validate_json(record), reward=reward,
+            yield StoredTrajectory(hash=key, trajectory=self._load(key, record), reward=reward,
                                    exports=int(exports), feedback=float(feedback), created_at=float(created_at),
                                    gdi=float(score))  # fmt: skip
 
@@ -389,8 +504,9 @@ class TrajectoryStore:
     def _select(self, statement: str, params: Sequence[Any]) -> list[tuple]:
         cursor = self._conn.cursor()
         try:
-            cursor.execute(self._sql(statement), tuple(params))
-            rows = cursor.fetchall()
+            with self._errors():
+                cursor.execute(self._sql(statement), tuple(params))
+                rows = cursor.fetchall()
         finally:
             cursor.close()
         if self.dialect == "postgres":
@@ -424,11 +540,16 @@ class TrajectoryStore:
 class _Cursor:
     """A cursor that writes ``?`` placeholders in the engine's own style."""
 
-    def __init__(self, cursor: Any, translate: Any):
-        self._cursor, self._translate = cursor, translate
+    def __init__(self, cursor: Any, translate: Any, errors: Any):
+        self._cursor, self._translate, self._errors = cursor, translate, errors
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
-        self._cursor.execute(self._translate(statement), tuple(params))
+        with self._errors():
+            self._cursor.execute(self._translate(statement), tuple(params))
+
+    def fetchall(self) -> list[tuple]:
+        with self._errors():
+            return self._cursor.fetchall()
 
     @property
     def rowcount(self) -> int:
