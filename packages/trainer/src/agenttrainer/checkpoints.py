@@ -6,14 +6,23 @@ form, so every checkpoint is also a model directory. Weights are stored once: a 
 trainable weights are read back from the model's safetensors, and ``trainable.pt`` keeps only
 what the model files do not hold (a PPO value head; a LoRA adapter, which is small). Writes are
 atomic (temp directory, fsync, rename); ``save_total_limit`` prunes the oldest.
+
+A checkpoint may come from elsewhere (a download, a shared drive, an MCP client's
+``resume_from_checkpoint``), and unpickling a file runs whatever code it names. So every file is
+read with ``torch.load(weights_only=True)``: tensors and plain values (dicts, lists, tuples,
+numbers, strings) only, which is all a checkpoint written here holds. Anything else is refused
+in one line naming the file (``CheckpointError``), before any of it runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
+import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +30,7 @@ import torch
 from torch import nn
 
 from agenttrainer.config import TrainConfig
+from agenttrainer.errors import CheckpointError
 from agenttrainer.models.saving import save_model
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -136,26 +146,64 @@ def _weights_from_model_files(path: Path, names: list[str]) -> dict[str, torch.T
     return found
 
 
+def load_plain(file: Path) -> Any:
+    """``torch.load`` of tensors and plain values only; a file holding any other object (which
+    unpickling would build, running its code) or a corrupt one is a one-line ``CheckpointError``."""
+    try:
+        with warnings.catch_warnings():  # torch warns about a foreign pickle protocol before refusing it
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        named = re.search(r"GLOBAL (\S+) was not an allowed global", str(exc))
+        what = f"it would build {named.group(1)}, not only" if named else "not a torch.save file of"
+        raise CheckpointError(
+            f"{file}: refused: {what} tensors and plain values; unpickling it could run code"
+        ) from None
+    except (RuntimeError, EOFError, ValueError) as exc:  # truncated or not a torch file at all
+        raise CheckpointError(f"{file}: not a readable checkpoint file ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _restore(file: Path, what: str, restore: Any, value: Any) -> None:
+    """``restore(value)``; a value of the wrong shape (another optimizer, an edited file) is named in one line."""
+    try:
+        restore(value)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{file}: does not fit this run's {what} ({_first_line(exc)})") from None
+
+
+def _set_rng_state(rng: Any) -> None:
+    random.setstate(rng["python"])  # a (version, 625-int tuple, gauss_next) tuple, as random.getstate() gives
+    torch.set_rng_state(rng["torch"])
+
+
 def load_checkpoint(path: Path, accelerator: Any, model: nn.Module, optimizer: Any, scheduler: Any) -> dict[str, Any]:
     """Restore what :func:`save_checkpoint` wrote; returns the trainer state."""
-    weights = torch.load(path / "trainable.pt", map_location="cpu")
+    weights = load_plain(path / "trainable.pt")
+    if not isinstance(weights, dict):
+        raise CheckpointError(f"{path / 'trainable.pt'}: not a dict of tensors")
     params = dict(accelerator.unwrap_model(model).named_parameters())
     weights.update(
         _weights_from_model_files(path, [n for n, p in params.items() if p.requires_grad and n not in weights])
     )
     missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
     if missing:
-        raise ValueError(
+        raise CheckpointError(
             f"{path}: checkpoint lacks trainable parameters {missing[:3]} (different model or LoRA setup?)"
         )
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
+
+    def copy_weights(weights: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for name, value in weights.items():
+                params[name].copy_(value)
+
+    _restore(path / "trainable.pt", "trainable weights", copy_weights, weights)
+    for name, what, target in (("optimizer.pt", "optimizer", optimizer), ("scheduler.pt", "schedule", scheduler)):
+        _restore(path / name, what, target.load_state_dict, load_plain(path / name))
     rng_file = path / f"rng-{accelerator.process_index}.pt"
     if rng_file.exists():
-        rng = torch.load(rng_file, weights_only=False)
-        random.setstate(rng["python"])
-        torch.set_rng_state(rng["torch"])
+        _restore(rng_file, "RNG", _set_rng_state, load_plain(rng_file))
     return json.loads((path / "trainer_state.json").read_text())

@@ -18,3 +18,10 @@ class MissingExtraError(TrainerError, ImportError):
     """An optional dependency the run needs is not installed; the message names the extra."""
 
     exit_code = 1  # the input is fine; the installation lacks something (as `serve` without its extra)
+
+
+class CheckpointError(TrainerError, ValueError):
+    """A checkpoint file that cannot be resumed from: it holds more than tensors and plain values
+    (loading it could run code), it is corrupt, or it does not fit this run; the message names it."""
+
+    exit_code = 2  # wrong input: the command exits 2 (knowlyrcore.clikit)

@@ -22,13 +22,17 @@ Two implementations share the interface:
   id lists). ``push_weights`` sends updated weights between iterations.
 
 An endpoint that is down or times out raises ``GenerationError``, an ``InfrastructureError``:
-the episodes waiting on it did not fail on their merits and are masked out of the update.
+the episodes waiting on it did not fail on their merits and are masked out of the update. A
+server's answers are not trusted either: ``check_sample`` (which ``collect_rollouts`` applies to
+every answer of every generator) refuses token ids outside ``[0, vocab_size)`` or not integers
+and log-probs that are not finite numbers, as a ``GenerationError`` for that episode.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -70,6 +74,29 @@ class Generator(Protocol):
 
     def weights_updated(self, model: Any = None, path: str | None = None) -> None:
         """The policy's weights changed: drop caches (local) or load the weights saved at ``path`` (server)."""
+
+
+def check_sample(sample: TokenSample, vocab_size: int) -> None:
+    """Raise ``GenerationError`` unless ``sample`` holds token ids in ``[0, vocab_size)`` (ints,
+    not bools) and one finite log-prob per id. Ids from a server are data from elsewhere: one out
+    of range would crash decoding (``OverflowError``) or the embedding lookup (``IndexError``)."""
+    ids, logprobs = sample.token_ids, sample.logprobs
+    if not isinstance(ids, list) or not isinstance(logprobs, list) or len(ids) != len(logprobs):
+        raise GenerationError("the answer needs a list of token ids and one log-prob per id")
+    for position, token in enumerate(ids):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
+            raise GenerationError(f"answer token {position} is {_show(token)}, not a token id in [0, {vocab_size})")
+    for position, value in enumerate(logprobs):
+        finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+        if isinstance(value, bool) or not finite:
+            raise GenerationError(f"answer log-prob {position} is {_show(value)}, not a finite number")
+
+
+def _show(value: Any) -> str:
+    """A short description of an untrusted JSON value (a 10,000-digit integer has no ``repr``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)[:40]
 
 
 def end_token_ids(tokenizer: Any) -> list[int]:
@@ -261,7 +288,7 @@ class ServerGenerator:
             raise GenerationError(f"{self.base_url}{route}: HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as exc:
             raise GenerationError(f"{self.base_url}{route}: endpoint unreachable ({exc!r})") from None
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, not UTF-8, or an integer past Python's 4300 digits
             raise GenerationError(f"{self.base_url}{route}: response is not JSON ({exc})") from None
 
     def generate(
@@ -304,7 +331,8 @@ class ServerGenerator:
                     "(vLLM needs return_token_ids support, >= 0.10.2)"
                 )
             finish = "length" if choice.get("finish_reason") == "length" else "stop"
-            samples[index] = TokenSample([int(i) for i in ids], [float(x) for x in logprobs], finish)
+            # as sent: collect_rollouts' check_sample refuses what is not an id or a log-prob
+            samples[index] = TokenSample(ids, logprobs, finish)
         return samples  # type: ignore[return-value]
 
     def weights_updated(self, model: Any = None, path: str | None = None) -> None:

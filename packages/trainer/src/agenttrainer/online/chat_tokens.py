@@ -49,6 +49,9 @@ class ChatTokens:
         text = self.tokenizer.apply_chat_template(
             messages, tools=self.tools, tokenize=False, add_generation_prompt=generation_prompt
         )
+        # A lone surrogate (a policy's JSON escape an environment echoes, a task file's) is no
+        # Unicode text and tokenizers refuse it: it goes in as its escape, ``\ud800``.
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _probe(self, next_role: str) -> list[Message]:

@@ -13,9 +13,15 @@ smaller, as in evaluation), or before a turn that would not fit in ``max_episode
 
 A malformed tool call is the agent's mistake: the environment's verdict (or, if the
 environment rejects the action outright with ``InvalidActionError``, the error) comes back as
-the observation, and the step is counted in ``format_errors``. A failure that is not the
-agent's (``InfrastructureError``: sandbox crashed, backend timed out, endpoint down; or any
-other exception from the environment) marks the rollout ``infra_error``; the trainer masks it out.
+the observation, and the step is counted in ``format_errors``. Any other exception out of the
+environment's ``step`` is the agent's too, unless it is an infrastructure failure: the action was
+what the environment could not take (a lone surrogate it cannot encode, an argument it chokes
+on), and masking it would let a policy dodge a bad grade by breaking the environment. The
+episode ends there (``finish="action_error"``) with environment reward 0, the step counted as a
+format error, and stays in the update. Only a failure that is not the agent's
+(``InfrastructureError``: sandbox crashed, backend timed out; a dropped connection or a timeout;
+a generation endpoint that failed or answered with ids that are no tokens, see
+``check_sample``) marks the rollout ``infra_error``; the trainer masks it out.
 """
 
 from __future__ import annotations
@@ -24,13 +30,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agenttrainer.generation import Generator, TokenSample
+from agenttrainer.generation import GenerationError, Generator, TokenSample, check_sample
 from agenttrainer.inference import answer_style, observation_message
 from agenttrainer.online.chat_tokens import ChatTokens
 from knowlyrcore import AgentEnv, TaskInfo, Trajectory, make, tool_schemas
-from knowlyrcore.errors import InvalidActionError
+from knowlyrcore.errors import InfrastructureError, InvalidActionError
 from knowlyrcore.tool_parsing import parse_reply
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
+
+# What out of an environment's step is not the agent's doing: the machinery around the episode
+# failed (the sandbox, a remote environment's connection), and the episode is masked.
+INFRASTRUCTURE_ERRORS = (InfrastructureError, ConnectionError, TimeoutError)
 
 
 @dataclass
@@ -47,7 +57,7 @@ class Rollout:
     entropies: list[float] = field(default_factory=list)  # per step: mean sampling entropy (local backend)
     env_reward: float = 0.0
     success: bool | None = None
-    finish: str = ""  # terminated | truncated | max_turns | token_budget | infra_error
+    finish: str = ""  # terminated | truncated | max_turns | token_budget | action_error | infra_error
     infra_error: str | None = None
     trajectory: Trajectory | None = None
     step_rewards: list[float] = field(default_factory=list)  # process rewards, filled by the trainer
@@ -87,6 +97,7 @@ def collect_rollouts(
     seed: int | None = None,
     model_name: str = "",
     on_turn: Callable[[int, int], None] | None = None,
+    vocab_size: int | None = None,
 ) -> list[Rollout]:
     """``group_size`` rollouts of each task, task-major (``[t0, t0, ..., t1, t1, ...]``).
 
@@ -94,10 +105,12 @@ def collect_rollouts(
     ``metadata['system_prompt']``) opens every chat; with ``include_tools`` the environment's
     tool schemas go into the chat template. ``seed`` seeds episode ``i``'s reset with ``seed + i``.
     ``on_turn(turn, live)`` is called after each turn with the number of episodes still running
-    (a progress bar's hook).
+    (a progress bar's hook). Every answer must hold token ids below ``vocab_size`` (default: the
+    tokenizer's length; the trainer passes its model's embedding rows), else its episode is masked.
     """
     if group_size < 1 or max_turns < 1 or max_new_tokens < 1:
         raise ValueError("group_size, max_turns and max_new_tokens must be >= 1")
+    vocab = vocab_size or len(tokenizer)
     task_list = [TaskInfo.coerce(t) for t in tasks]
     rollouts = [Rollout(task=t, group=g) for g, t in enumerate(task_list) for _ in range(group_size)]
     envs: list[RecorderWrapper | None] = [None] * len(rollouts)
@@ -140,12 +153,20 @@ def collect_rollouts(
                     temperature=temperature,
                     top_p=top_p,
                 )
+                if len(samples) != len(active):
+                    raise GenerationError(f"{len(samples)} answers to {len(active)} prompts")
             except Exception as exc:  # the backend failed every episode waiting on it
                 for i in active:
                     _fail(rollouts[i], exc)
                     live[i] = False
                 break
             for i, sample in zip(active, samples):
+                try:
+                    check_sample(sample, vocab)
+                except GenerationError as exc:  # the backend's answer, not the policy's: masked
+                    _fail(rollouts[i], exc)
+                    live[i] = False
+                    continue
                 live[i] = _take_turn(rollouts[i], envs[i], chats[i], sample, tools_of[i], styles, i, closing_tool,
                                      tokenizer, max_new_tokens, max_episode_tokens)  # fmt: skip
             if on_turn is not None:
@@ -195,8 +216,13 @@ def _take_turn(
     except InvalidActionError as exc:  # the environment refused the call: the agent's mistake
         observation, done, ts, malformed = f"Error: {exc}", False, None, True
         env.record_refused(action, str(exc))
-    except Exception as exc:  # the environment broke: not the agent's doing
+    except INFRASTRUCTURE_ERRORS as exc:  # the environment's machinery broke: not the agent's doing
         _fail(rollout, exc)
+        return False
+    except Exception as exc:  # the environment could not take this action: the agent's failure, scored 0
+        env.record_refused(action, f"{type(exc).__name__}: {exc}"[:500])
+        rollout.format_errors.append(True)
+        rollout.env_reward, rollout.success, rollout.finish = 0.0, False, "action_error"
         return False
     rollout.format_errors.append(malformed)
     if ts is not None:
@@ -252,4 +278,20 @@ def _with_tokens(trajectory: Trajectory, rollout: Rollout) -> Trajectory:
             )
         )
     metadata = {**trajectory.metadata, "prompt_token_ids": rollout.token_ids[: spans[0][0]], "finish": rollout.finish}
-    return trajectory.model_copy(update={"steps": steps, "metadata": metadata})
+    recorded = trajectory.model_copy(update={"steps": steps, "metadata": metadata})
+    return Trajectory.model_validate(_unicode_safe(recorded.model_dump()))
+
+
+def _unicode_safe(value: Any) -> Any:
+    """``value`` with each lone UTF-16 surrogate in its strings written as its ``\\udXXX`` escape.
+
+    A policy writes one as a JSON escape in a tool argument (and an environment may echo it);
+    it is no Unicode text, so the trajectory file (UTF-8) and the process reward could not take it.
+    """
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_unicode_safe(k): _unicode_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unicode_safe(v) for v in value]
+    return value

@@ -254,6 +254,7 @@ class OnlineRLTrainer:
             seed=c.seed * 1_000_003 + iteration * 10_000 + refill_round * 1_000,
             model_name=c.model_name_or_path,
             on_turn=on_turn,
+            vocab_size=self.model.get_input_embeddings().num_embeddings,  # ids a server sends are checked against it
         )
 
     def refill(

@@ -118,7 +118,7 @@ class DenseIndex:
         documents = [tool_document(t) for t in self.tools]
         path = embeddings_cache_path(encoder, documents) if cache else None
         if path is not None and path.is_file():
-            self.matrix = torch.load(path)
+            self.matrix = torch.load(path, weights_only=True)  # a cache file holds one tensor, never code
             return
         self.matrix = encoder.encode(documents, batch_size=batch_size, progress=progress)
         if path is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from agenttrainer.checkpoints import load_plain
 from agenttrainer.config import TrainConfig
 from agenttrainer.fingerprint import directory_fingerprint, weights_fingerprint
 from agenttrainer.models.attention import HiddenStates
@@ -45,8 +46,8 @@ def cached_reference_logps(config: TrainConfig, accelerator: Any, policy: Any, n
     key = hashlib.sha256(repr([*token_ids, reference_fingerprint(config, policy)]).encode()).hexdigest()
     cache = Path(config.output_dir) / f"{name}.pt"
     if cache.exists():
-        saved = torch.load(cache)
-        if saved["key"] == key:
+        saved = load_plain(cache)  # a run directory may come from elsewhere: tensors and plain values only
+        if isinstance(saved, dict) and saved.get("key") == key:
             return saved["logps"]
     if getattr(config, "ref_model_name_or_path", None):
         from agenttrainer.models import load_model_and_tokenizer
