@@ -6,17 +6,19 @@ Generation runs in worker threads, so the event loop keeps answering ``/health``
 wait, more get 429. A generation stops between two tokens once its client disconnects, streaming
 or not. Bodies, prompts, ``max_tokens``, JSON nesting and tool schemas are capped, and an API key
 can be required (``serving.limits``). ``GET /metrics`` counts running, waiting and cancelled
-generations and the model's forward passes.
+generations, the model's forward passes and the micro-batches of ``/v1/completions``.
 When the request carries ``tools``, ``<tool_call>`` blocks in the model's answer come back as
 OpenAI ``tool_calls`` (``finish_reason: "tool_calls"``); when streaming, text that could be the
 start of a block is held back until it is known not to be one.
 
 ``/v1/completions`` makes the server a token-in / token-out backend for online RL, speaking vLLM's
 fields so ``agenttrainer.generation.ServerGenerator`` drives it unchanged: prompts as token ids,
-every prompt of a request sampled in one batched ``LocalGenerator`` call, and the sampled
-``token_ids`` with their log-probs in the answer. ``/v1/load_weights`` (off unless
+the prompts of a request sampled in batched ``LocalGenerator`` calls of at most
+``max_batch_tokens`` padded tokens each (a request holds at most ``max_request_tokens``), and the
+sampled ``token_ids`` with their log-probs in the answer. ``/v1/load_weights`` (off unless
 ``allow_weight_updates``: it reads any directory a client names) swaps in the weights the trainer
-just saved, a full checkpoint or a LoRA adapter, between two generations.
+just saved, a full checkpoint or a LoRA adapter, between two generations, once every tensor is
+checked (names, shapes, no NaN or inf).
 
 Build it directly for tests or embedding:
     app = create_app(AgentInference.from_pretrained("smollm2-135m"), "smollm2-135m")
@@ -57,6 +59,7 @@ from agenttrainer.serving.limits import (
     Limits,
     RequireAPIKey,
     error_response,
+    plan_micro_batches,
     read_json_body,
     set_when_disconnected,
 )
@@ -128,11 +131,14 @@ class ChatServer:
         self.generator = LocalGenerator(engine.model, engine.tokenizer)
         self._generator_lock = threading.Lock()  # its cached prefix is shared state
         self.weights_version = 0  # successful /v1/load_weights calls
+        self.micro_batches = 0  # generate calls made for /v1/completions
+        self.largest_micro_batch_tokens = 0  # padded tokens (rows x (longest prompt + max_tokens)) of the largest
         self._adapter: Any = None  # the peft wrapper of the loaded LoRA adapter
-        # The served weights' names and shapes, taken before any adapter renames modules; a
+        # The served weights' names, shapes and dtypes, taken before any adapter renames modules; a
         # checkpoint must match them. Tied weights (one tensor, several names) need one name only.
         state = engine.model.state_dict(keep_vars=True)
         self._weight_shapes = {name: tuple(tensor.shape) for name, tensor in state.items()}
+        self._weight_dtypes = {name: tensor.dtype for name, tensor in state.items()}
         names_of: dict[int, list[str]] = {}
         for name, tensor in state.items():
             names_of.setdefault(id(tensor), []).append(name)
@@ -148,6 +154,8 @@ class ChatServer:
                 "generations_waiting": self.slots.waiting,
                 "generations_cancelled": self.cancellation.cancelled,
                 "model_forward_passes": self.cancellation.forward_passes,
+                "completion_micro_batches": self.micro_batches,
+                "largest_micro_batch_tokens": self.largest_micro_batch_tokens,
             }
         )
 
@@ -354,39 +362,65 @@ class ChatServer:
         return self.engine.tokenizer(text)["input_ids"]
 
     def _completion_budget(self, completion: CompletionRequest) -> int:
-        """max_new_tokens for the request; refuses prompts that do not fit the context.
+        """max_new_tokens for the request; refuses prompts that do not fit the context, a request
+        past ``max_request_tokens`` (413) and a prompt too long for a micro-batch of its own.
 
-        The batch is one ``generate`` call with one ``max_new_tokens``, so it is clipped to the
-        room the longest prompt leaves.
+        Every prompt is sampled with one ``max_new_tokens``, so it is clipped to the room the
+        longest prompt leaves.
         """
-        wanted = completion.max_tokens or self.default_max_tokens
-        if self.context_length is None:
-            return wanted
         longest = max(range(len(completion.prompts)), key=lambda i: len(completion.prompts[i]))
-        prompt_tokens = len(completion.prompts[longest])
-        room = self.context_length - prompt_tokens
-        if room < 1:
+        longest_tokens = len(completion.prompts[longest])
+        max_new_tokens = completion.max_tokens or self.default_max_tokens
+        if self.context_length is not None:
+            room = self.context_length - longest_tokens
+            if room < 1:
+                raise RequestError(
+                    f"{completion.param(longest)} has {longest_tokens} tokens; "
+                    f"the model's context is {self.context_length}",
+                    param=completion.param(longest),
+                    code="context_length_exceeded",
+                )
+            max_new_tokens = min(max_new_tokens, room)
+        prompt_tokens = sum(len(p) for p in completion.prompts)
+        total = prompt_tokens + len(completion.prompts) * max_new_tokens
+        if total > self.limits.max_request_tokens:
             raise RequestError(
-                f"{completion.param(longest)} has {prompt_tokens} tokens; the model's context is {self.context_length}",
-                param=completion.param(longest),
-                code="context_length_exceeded",
+                f"the request needs {total} tokens ({prompt_tokens} in its {len(completion.prompts)} prompts "
+                f"+ {max_new_tokens} max_tokens for each); this server takes up to "
+                f"{self.limits.max_request_tokens} per request (serve --max-request-tokens)",
+                param="prompt",
+                status=413,
+                code="request_tokens_exceeded",
             )
-        return min(wanted, room)
+        if longest_tokens + max_new_tokens > self.limits.max_batch_tokens:
+            raise RequestError(
+                f"{completion.param(longest)} has {longest_tokens} tokens, which with max_tokens={max_new_tokens} "
+                f"need {longest_tokens + max_new_tokens}; one generation batch holds up to "
+                f"{self.limits.max_batch_tokens} (serve --max-batch-tokens)",
+                param=completion.param(longest),
+                code="batch_tokens_exceeded",
+            )
+        return max_new_tokens
 
     def _complete_tokens(self, completion: CompletionRequest, max_new_tokens: int) -> tuple[list[dict[str, Any]], int]:
-        """Sample every prompt in one batched call; the choices and how many tokens they hold."""
+        """Sample every prompt, in micro-batches of at most ``max_batch_tokens`` padded tokens (so
+        memory does not grow with the request); the choices and how many tokens they hold."""
+        lengths = [len(prompt) for prompt in completion.prompts]
+        samples: dict[int, TokenSample] = {}  # by prompt index
         with self._generator_lock, _seeded(completion.seed):
-            samples = self.generator.generate(
-                completion.prompts,
-                max_new_tokens=max_new_tokens,
-                temperature=completion.temperature,
-                top_p=completion.top_p,
-            )
-        choices = [
-            self._text_choice(index, completion, prompt, sample)
-            for index, (prompt, sample) in enumerate(zip(completion.prompts, samples))
-        ]
-        return choices, sum(len(sample.token_ids) for sample in samples)
+            for batch in plan_micro_batches(lengths, max_new_tokens, self.limits.max_batch_tokens):
+                self.micro_batches += 1
+                tokens = len(batch) * (lengths[batch[0]] + max_new_tokens)  # the longest prompt comes first
+                self.largest_micro_batch_tokens = max(self.largest_micro_batch_tokens, tokens)
+                batch_samples = self.generator.generate(
+                    [completion.prompts[i] for i in batch],
+                    max_new_tokens=max_new_tokens,
+                    temperature=completion.temperature,
+                    top_p=completion.top_p,
+                )
+                samples.update(zip(batch, batch_samples))
+        choices = [self._text_choice(i, completion, prompt, samples[i]) for i, prompt in enumerate(completion.prompts)]
+        return choices, sum(len(sample.token_ids) for sample in samples.values())
 
     def _text_choice(
         self, index: int, completion: CompletionRequest, prompt: list[int], sample: TokenSample
@@ -440,10 +474,11 @@ class ChatServer:
             self.engine.model.eval()  # peft may leave modules in training mode (dropout)
 
     def _load_checkpoint(self, directory: Path) -> None:
-        """Copy a ``save_model`` checkpoint's tensors into the served model, after checking them all.
+        """Copy a ``save_model`` checkpoint's tensors into the served model, after checking them all
+        (names, shapes, finite values): a refused checkpoint leaves the served weights as they were.
 
-        Each file is opened once and read from that handle for both the check and the copy, so a
-        trainer overwriting the directory meanwhile cannot slip in tensors that were not checked.
+        Each file is opened once and read from that handle for both the checks and the copy, so a
+        trainer replacing the directory's files meanwhile cannot slip in tensors that were not checked.
         """
         from safetensors import SafetensorError, safe_open
 
@@ -457,6 +492,9 @@ class ChatServer:
                     raise RequestError(f"cannot read {file}: {_first_line(exc)}", param="path") from None
             found = {key: (file, handle) for file, handle in handles.items() for key in handle.keys()}  # noqa: SIM118
             self._check_checkpoint(directory, {key: (f, h.get_slice(key).get_shape()) for key, (f, h) in found.items()})
+            for key in sorted(found):  # one tensor at a time: no second copy of the model in memory
+                file, handle = found[key]
+                _refuse_non_finite(file, key, handle.get_tensor(key), served_dtype=self._weight_dtypes[key])
             if self._adapter is not None:  # the checkpoint is the whole model; an adapter on top would apply twice
                 self._adapter.unload()
                 self._adapter = None
@@ -515,28 +553,31 @@ class ChatServer:
         if config.peft_type != peft.PeftType.LORA:
             # Other adapter kinds (prompt tuning, ...) act in PeftModel.forward, which generation here never calls.
             raise RequestError(f"{directory} holds a {config.peft_type} adapter; only LoRA is supported", param="path")
-        if not (directory / "adapter_model.safetensors").is_file():
+        weights = directory / "adapter_model.safetensors"
+        if not weights.is_file():
             raise RequestError(f"{directory} has adapter_config.json but no adapter_model.safetensors", param="path")
+        # Read and checked before the previous adapter comes off, and attached from this very state.
+        state = _read_safetensors(weights)
+        for key, tensor in state.items():
+            _refuse_non_finite(weights, key, tensor)
         previous = None
         if self._adapter is not None:
             previous = (self._adapter.peft_config[ADAPTER_NAME], peft.get_peft_model_state_dict(self._adapter))
             self._adapter.unload()
             self._adapter = None
         try:
-            self._adapter = self._attach_adapter(peft, config, directory=directory)
+            self._adapter = self._attach_adapter(peft, config, state)
         except Exception as exc:
             if previous is not None:
-                self._adapter = self._attach_adapter(peft, previous[0], state=previous[1])
+                self._adapter = self._attach_adapter(peft, *previous)
             raise RequestError(
                 f"cannot load the LoRA adapter in {directory} onto the served model: {_first_line(exc)}",
                 param="path",
                 code="weights_mismatch",
             ) from None
 
-    def _attach_adapter(
-        self, peft: Any, config: Any, *, directory: Path | None = None, state: dict[str, Any] | None = None
-    ) -> Any:
-        """Inject LoRA layers into ``engine.model`` and fill them from ``directory`` or ``state``.
+    def _attach_adapter(self, peft: Any, config: Any, state: dict[str, Any]) -> Any:
+        """Inject LoRA layers into ``engine.model`` and fill them from ``state`` (an adapter's tensors).
 
         The wrapper is kept only to ``unload`` the layers later: generation calls ``engine.model``
         itself, whose modules now apply the adapter.
@@ -545,10 +586,7 @@ class ChatServer:
         config.inference_mode = True
         wrapper = peft.get_peft_model(self.engine.model, config, adapter_name=ADAPTER_NAME)
         try:
-            if directory is not None:
-                wrapper.load_adapter(str(directory), adapter_name=ADAPTER_NAME)
-            else:
-                peft.set_peft_model_state_dict(wrapper, state, adapter_name=ADAPTER_NAME)
+            peft.set_peft_model_state_dict(wrapper, state, adapter_name=ADAPTER_NAME)
         except BaseException:
             wrapper.unload()
             raise
@@ -594,6 +632,38 @@ def _checkpoint_files(directory: Path) -> list[Path]:
         "nor a LoRA adapter (adapter_config.json + adapter_model.safetensors)",
         param="path",
     )
+
+
+def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file; a 400 naming the file when it cannot be read."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(file))
+    except (OSError, SafetensorError) as exc:
+        raise RequestError(f"cannot read {file}: {_first_line(exc)}", param="path") from None
+
+
+def _refuse_non_finite(file: Path, key: str, tensor: torch.Tensor, served_dtype: torch.dtype | None = None) -> None:
+    """Refuse NaN and inf: served, they make every later answer fail (sampling from NaN probabilities).
+
+    Checked as served: a float32 value past float16's range would become inf in a float16 model.
+    """
+    served = tensor if served_dtype is None else tensor.to(served_dtype)
+    if served.is_floating_point() and not torch.isfinite(served).all():
+        bad = int((~torch.isfinite(served)).sum())
+        cast = (
+            f" once cast to the served {str(served_dtype).removeprefix('torch.')}"
+            if served.dtype != tensor.dtype
+            else ""
+        )
+        raise RequestError(
+            f"{file}: {key!r} has {bad} non-finite values (NaN or inf) among {tensor.numel()}{cast}; "
+            "the served weights are unchanged",
+            param="path",
+            code="weights_not_finite",
+        )
 
 
 def _first_line(exc: BaseException) -> str:

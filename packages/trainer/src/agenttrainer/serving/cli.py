@@ -11,8 +11,10 @@ and so does ``agenttrainer.generation.ServerGenerator("http://127.0.0.1:8000/v1"
 ``--api-key KEY`` (or ``$KNOWLYR_SERVE_API_KEY``) makes every route but ``/health`` require
 ``Authorization: Bearer KEY``; binding anything but loopback without a key is refused unless
 ``--insecure``. Requests are capped (``--max-body-bytes``, ``--max-prompt-tokens``,
-``--max-tokens-limit``, ``--max-json-depth``, ``--max-tools-bytes``) and so is the load
-(``--max-concurrent`` generations run, ``--max-queue`` wait, more get 429).
+``--max-tokens-limit``, ``--max-request-tokens``, ``--max-json-depth``, ``--max-tools-bytes``),
+``/v1/completions`` batches are sampled in micro-batches of ``--max-batch-tokens`` (which bounds
+the memory of a generation), and so is the load (``--max-concurrent`` generations run,
+``--max-queue`` wait, more get 429).
 ``--allow-weight-updates`` enables ``POST /v1/load_weights {"path"}``, which loads a checkpoint or
 LoRA adapter from any directory on the server's disk that a client names: off by default.
 The server binds its socket first (a busy port fails before the model loads), prints ``serving <name> at <url>`` once
@@ -37,6 +39,13 @@ LIMIT_OPTIONS = [
     ("max_tokens_limit", 1, None,
      "Largest max_tokens a request may ask for; above it the request is refused (400), not clamped."),
     ("max_prompt_tokens", 1, None, "Longest prompt in tokens (400 above it) [default: the model's context length]."),
+    ("max_request_tokens", 1, None,
+     "Most tokens one /v1/completions request may need: its prompts' tokens plus max_tokens for each prompt; "
+     "413 above it."),
+    ("max_batch_tokens", 1, None,
+     "Most tokens one generation batch holds, prompts x (longest prompt + max_tokens); memory grows with it, "
+     "not with the request: a larger /v1/completions batch runs in several micro-batches, and a prompt that "
+     "alone needs more is refused (400)."),
     ("max_body_bytes", 1, None, "Largest request body; a larger one is refused (413) before it is read."),
     ("max_json_depth", 1, 500,
      "Deepest nesting of lists and objects in a request body (tool schemas included); 400 beyond."),

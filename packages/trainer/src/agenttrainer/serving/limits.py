@@ -5,6 +5,9 @@ the cancellation of generations whose client went away.
   (compared in constant time), else 401 with an OpenAI-style error body.
 * ``read_json_body``: the body is refused (413) past ``max_body_bytes`` before it is parsed, and a
   body nested deeper than ``max_json_depth`` is a 400, never a ``RecursionError`` (500).
+* ``plan_micro_batches``: a ``/v1/completions`` batch is sampled in micro-batches of at most
+  ``max_batch_tokens`` padded tokens, so the memory of one generation is bounded whatever the
+  request (which is capped in all at ``max_request_tokens``).
 * ``GenerationSlots``: at most ``max_concurrent`` generations run and ``max_queue`` wait; more are
   refused with 429 and ``Retry-After``.
 * ``Cancellation``: a forward pre-hook on the served model counts forward passes and raises
@@ -20,7 +23,7 @@ import hmac
 import ipaddress
 import json
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,6 +52,11 @@ class Limits:
     max_tools_bytes: int = 256 * 1024  # the request's ``tools`` as JSON
     max_prompt_tokens: int | None = None  # None: the model's context length
     max_tokens_limit: int = 4096  # a larger ``max_tokens`` is refused (400), never clamped
+    # /v1/completions: prompt tokens + max_tokens for each prompt, over the whole request (413 above)
+    max_request_tokens: int = 262144
+    # One generate call: rows x (longest prompt + max_tokens). Memory grows with it (KV cache, and a
+    # vocabulary-wide row of logits per sampled token); SmolLM2's whole context (8192) fits one row.
+    max_batch_tokens: int = 16384
     max_concurrent: int = 1
     max_queue: int = 16
 
@@ -153,6 +161,25 @@ def _too_deep(limits: Limits) -> RequestError:
         f"the request body nests deeper than {limits.max_json_depth} levels (serve --max-json-depth)",
         code="json_too_deep",
     )
+
+
+def plan_micro_batches(lengths: Sequence[int], max_new_tokens: int, max_batch_tokens: int) -> list[list[int]]:
+    """Prompt indices grouped into micro-batches of at most ``max_batch_tokens`` padded tokens each.
+
+    A micro-batch of ``rows`` prompts, ``width`` tokens the longest, holds ``rows * (width +
+    max_new_tokens)`` tokens (its KV cache; the shorter prompts are padded to ``width``). Prompts
+    go longest first, so each micro-batch holds prompts of similar length, and each is filled
+    while the next prompt still fits. A prompt too long for a micro-batch of its own gets one
+    anyway: callers refuse such prompts first.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * (lengths[batches[-1][0]] + max_new_tokens) <= max_batch_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 class GenerationSlots:
