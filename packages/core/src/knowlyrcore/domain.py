@@ -87,7 +87,9 @@ class ToolSpec(BaseModel):
         argument is not echoed back into the observation.
         """
         if _depth_exceeds(params, MAX_PARAM_DEPTH):
-            raise InvalidActionError(f"tool {self.name!r}: invalid parameters: nested deeper than {MAX_PARAM_DEPTH} levels")
+            raise InvalidActionError(
+                f"tool {self.name!r}: invalid parameters: nested deeper than {MAX_PARAM_DEPTH} levels"
+            )
         validator = jsonschema.Draft202012Validator(self.parameters)
         try:
             error = jsonschema.exceptions.best_match(validator.iter_errors(params))
