@@ -22,6 +22,7 @@ from agenttrainer.models import build_tiny_model, overfit_tiny_model
 from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.policy import BatchPolicy
 from knowlyrcore.testing import PolicyConformance
+from knowlyrcore.tool_parsing import parse_reply
 
 
 @pytest.fixture(autouse=True)
@@ -206,6 +207,34 @@ def test_act_batch_matches_one_agent_per_episode(fitted_engine):
     assert files[2] == {"role": "user", "content": 'Observation: {"output": "a.py", "exit_code": 0}'}
     assert [m["role"] for m in hello] == ["user", "assistant"]
     assert files[4] == {"role": "user", "content": "done"}  # the model replied without a call at turn 2
+
+
+def test_each_episode_is_prompted_and_parsed_with_its_own_tools(random_engine):
+    """``set_tools_batch`` (an environment whose tools come with the task, e.g. BFCL's functions):
+    each episode acts as one Agent built with its own tools would, prompt and parsing alike; an
+    episode whose entry is None keeps the tools the policy was built with."""
+    policy = LocalBatchPolicy(random_engine, system_prompt="You are terse.", tools=[WEATHER])
+    agents = [random_engine.create_agent("You are terse.", tools) for tools in ([WEATHER], CODING_TOOLS, None)]
+    policy.reset_batch([None] * 3)
+    policy.set_tools_batch([None, CODING_TOOLS, []])
+    for observations in (["Weather?", "List the files.", "hi"], ["ok", "ok", None]):
+        actions = policy.act_batch(observations)
+        expected = [None if obs is None else agent(obs) for agent, obs in zip(agents, observations)]
+        assert [a and {k: v for k, v in a.items() if k != "usage"} for a in actions] == expected
+    assert policy.messages == [agent.messages for agent in agents]
+    with pytest.raises(ValueError, match="2 tool lists for 3 episodes"):
+        policy.set_tools_batch([None, None])
+
+
+def test_tools_not_included_are_still_parsed_with(random_engine):
+    """``include_tools=False``: the prompt shows no tools, the reply is parsed with the episode's."""
+    policy = LocalBatchPolicy(random_engine, include_tools=False)
+    policy.reset_batch([None])
+    policy.set_tools_batch([CODING_TOOLS])
+    (action,) = policy.act_batch(["hi"])
+    alone = random_engine.complete([{"role": "user", "content": "hi"}])
+    assert action["usage"]["prompt_tokens"] == alone.prompt_tokens
+    assert {k: v for k, v in action.items() if k != "usage"} == parse_reply(alone.text, CODING_TOOLS).action
 
 
 def test_actions_carry_thought_and_token_usage(fitted_engine):

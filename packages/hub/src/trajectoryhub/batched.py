@@ -9,6 +9,11 @@ episode through ``act_batch`` (knowlyr-core's ``BatchPolicy``, e.g. agenttrainer
 works too (``as_batch_policy`` calls one fresh agent per episode in turn), and gives the same
 trajectories as ``collect()`` with that factory.
 
+When an episode's environment offers other tools than it did as built (per task, or from a
+later turn on: see ``trajectoryhub.rollout.ToolWatch``), the policy is told before it acts: a
+batch policy through ``set_tools_batch(tools_batch)`` (one entry per episode, None where that
+episode's tools did not change), each per-episode agent through ``set_tools(tools)``.
+
 Environments are built and wrapped as ``collect()`` does (registry id or factory;
 ``MaxStepsWrapper`` -> ``RewardWrapper`` -> ``RecorderWrapper``) and always closed, also when
 a step or the policy raises. Each finished chunk is appended to ``output_path`` atomically, so
@@ -46,8 +51,15 @@ from contextlib import ExitStack
 from typing import Any
 
 from knowlyrcore import AgentEnv, TaskInfo, TimeStep, Trajectory, write_trajectories
-from knowlyrcore.policy import BatchPolicy, as_batch_policy
-from trajectoryhub.rollout import _build_env, _progress_bar, env_error_trajectory, wrap_episode_env
+from knowlyrcore.policy import BatchPolicy, SequentialBatchPolicy, as_batch_policy
+from trajectoryhub.rollout import (
+    ToolWatch,
+    _build_env,
+    _progress_bar,
+    env_error_trajectory,
+    offer_tools,
+    wrap_episode_env,
+)
 
 
 def collect_batched(
@@ -127,6 +139,7 @@ def _run_lockstep(
             instance = _build_env(env, env_kwargs)
             closing.callback(instance.close)
             recorders.append(wrap_episode_env(instance, **options))
+        watches = [ToolWatch(recorder) for recorder in recorders]
         policy.reset_batch(tasks)
         steps = [recorder.reset(task=task, seed=s) for recorder, task, s in zip(recorders, tasks, seeds)]
         ended = sum(ts.done for ts in steps)
@@ -135,6 +148,7 @@ def _run_lockstep(
         while ended < len(steps):
             turn += 1
             show_turn(turn, len(steps) - ended)
+            _offer_tools(policy, [None if ts.done else watch.changed() for ts, watch in zip(steps, watches)])
             actions = policy.act_batch([None if ts.done else ts.observation for ts in steps])
             if len(actions) != len(steps):
                 raise ValueError(f"act_batch returned {len(actions)} actions for {len(steps)} episodes")
@@ -152,4 +166,20 @@ def _run_lockstep(
                     steps[i] = TimeStep(observation="", terminated=True)  # ended: never stepped again
             advance(sum(ts.done for ts in steps) - ended)
             ended = sum(ts.done for ts in steps)
-        return [broken[i] if i in broken else recorder.get_trajectory() for i, recorder in enumerate(recorders)]
+        return [
+            watches[i].record(broken[i] if i in broken else recorder.get_trajectory())
+            for i, recorder in enumerate(recorders)
+        ]
+
+
+def _offer_tools(policy: BatchPolicy, tools_batch: list[list[dict[str, Any]] | None]) -> None:
+    """Tell the policy the tools of the episodes whose tools changed (None: unchanged)."""
+    if all(tools is None for tools in tools_batch):
+        return
+    set_tools_batch = getattr(policy, "set_tools_batch", None)
+    if callable(set_tools_batch):
+        set_tools_batch(tools_batch)
+    elif isinstance(policy, SequentialBatchPolicy):  # per-episode agents, one per episode
+        for agent, tools in zip(policy.policies, tools_batch):
+            if tools is not None:
+                offer_tools(agent, tools)

@@ -275,7 +275,8 @@ def _env_for_domain(tasks: list[TaskInfo]) -> str:
 
 
 def _tool_specs(env_id: str, env_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-    """OpenAI tool schemas of the environment's tools (from its domain profile when it has them)."""
+    """OpenAI tool schemas of the environment's tools (from its domain profile when it has them),
+    as built: the rollout loops hand a policy an episode's own tools when they differ (per task)."""
     from knowlyrcore import make, tool_schemas
 
     with make(env_id, **env_kwargs) as env:
@@ -299,6 +300,7 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
         def factory() -> OpenAIPolicy:
             return OpenAIPolicy(args.model, base_url=args.policy, api_key=args.api_key, system_prompt=system_prompt,
                                 tools=None if args.include_tools is False else tools,
+                                include_tools=args.include_tools is not False,
                                 max_tokens=args.max_new_tokens, temperature=temperature)  # fmt: skip
 
         return factory, args.model
@@ -326,6 +328,7 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
 
         policy = LocalBatchPolicy.from_pretrained(args.policy, system_prompt=system_prompt,
                                                   tools=tools if include_tools else None,
+                                                  include_tools=include_tools,
                                                   max_new_tokens=args.max_new_tokens, temperature=temperature,
                                                   torch_dtype=getattr(torch, args.dtype))  # fmt: skip
     except ModelLoadError as exc:

@@ -86,11 +86,15 @@ def messages_of(t: Trajectory, *, include_task: bool = True) -> list[dict[str, A
 
 
 def tools_of(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
-    """OpenAI tool specs for every tool used: from the domain profile when it declares the tool."""
+    """OpenAI tool specs: every tool a trajectory's episode was offered when that depends on the
+    task (``_offered_tools``), then every other tool used: from the domain profile when it declares
+    the tool."""
     from knowlyrcore import get_domain_profile
 
     specs: dict[str, dict[str, Any]] = {}
     for t in trajectories:
+        for schema in _offered_tools(t):
+            specs.setdefault(schema["function"]["name"], schema)
         try:
             profile = get_domain_profile(t.task.domain)
         except DomainError:
@@ -106,6 +110,26 @@ def tools_of(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
                 specs[name] = {"type": "function", "function": {"name": name, "description": "",
                                "parameters": {"type": "object", "properties": props}}}  # fmt: skip
     return list(specs.values())
+
+
+def _offered_tools(t: Trajectory) -> list[dict[str, Any]]:
+    """The tools of an episode whose environment offered the task's own: as the rollout recorded
+    them (``metadata["tools"]``, see ``trajectoryhub.rollout.ToolWatch``), else, for a BFCL task
+    recorded elsewhere, its functions as knowlyr-sandbox's ``knowlyr/bfcl`` offers them."""
+    recorded = t.metadata.get("tools")
+    if isinstance(recorded, list):
+        return [s for s in recorded if isinstance(s, dict) and isinstance(s.get("function"), dict)
+                and isinstance(s["function"].get("name"), str)]  # fmt: skip
+    functions = t.task.metadata.get("functions")
+    if t.task.domain != "bfcl" or not isinstance(functions, list):
+        return []
+    try:  # lazily: the hub works without knowlyr-sandbox, and only BFCL tasks need it
+        from agentsandbox.bfcl import tool_specs
+        from agentsandbox.bfcl.env import RESPOND
+
+        return [spec.to_openai_tool() for spec in [*tool_specs(functions), RESPOND]]
+    except (ImportError, KeyError, TypeError, ValueError, AttributeError):  # no sandbox, or malformed functions
+        return []
 
 
 def _metadata(t: Trajectory) -> dict[str, Any]:

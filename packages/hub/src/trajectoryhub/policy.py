@@ -7,6 +7,10 @@ the rules every knowlyr policy shares (``knowlyrcore.action_from_message``): the
 (unusable arguments give ``params == {}`` and a ``format_error``), else a call written in the
 text, else the closing tool with the text (``respond``, or the first of ``finish``/``submit``/
 ``respond`` among ``tools``).
+
+An environment whose tools differ per task (or change during an episode) hands them over by
+``set_tools`` (the rollout loops of ``trajectoryhub`` do); with ``include_tools=False`` the
+requests never carry tools, and replies are still parsed with the ones set.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class OpenAIPolicy:
         temperature: float = 0.0,
         max_tokens: int = 256,
         fallback_tool: str | None = None,
+        include_tools: bool = True,
     ):
         try:
             from openai import OpenAI
@@ -53,7 +58,8 @@ class OpenAIPolicy:
             raise ImportError("OpenAIPolicy needs the openai SDK: pip install 'knowlyr-hub[llm]'") from exc
         self.client = OpenAI(base_url=base_url, api_key=api_key or "not-needed")
         self.model = model
-        self.tools = tools
+        self.tools = self._built_tools = tools
+        self.include_tools = include_tools
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.fallback_tool = fallback_tool
@@ -65,14 +71,19 @@ class OpenAIPolicy:
         return self.transcript.messages
 
     def reset(self, task: Any = None) -> None:
-        """Start a new episode (the task arrives as the first observation)."""
+        """Start a new episode (the task arrives as the first observation) with the tools it was built with."""
         self.transcript.reset()
+        self.tools = self._built_tools
+
+    def set_tools(self, tools: list[dict[str, Any]]) -> None:
+        """The episode's environment offers ``tools`` (OpenAI schemas) from now on."""
+        self.tools = list(tools)
 
     def __call__(self, observation: Any) -> dict[str, Any]:
         self.transcript.add_observation(observation)
         request: dict[str, Any] = {"model": self.model, "messages": self.transcript.messages,
                                    "temperature": self.temperature, "max_tokens": self.max_tokens}  # fmt: skip
-        if self.tools:
+        if self.tools and self.include_tools:
             request["tools"] = self.tools
         message = self.client.chat.completions.create(**request).choices[0].message.model_dump(exclude_none=True)
         message = _valid_text(message)

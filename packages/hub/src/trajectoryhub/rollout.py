@@ -12,6 +12,13 @@ An agent is a callable ``agent(observation) -> {"tool", "params"[, "thought"]}``
 callable returning a fresh agent) unless the agent is stateless. ``collect_batched``
 (``trajectoryhub.batched``) runs episodes in lockstep instead, for policies that act in batches.
 
+Some environments offer each task its own tools (BFCL: the task's functions), and some change
+them during an episode (BFCL multi-turn adds withheld functions at a later turn). A policy is
+built with the tools of a fresh environment, so whenever the episode's environment offers
+different ones (after ``reset`` or a step) an agent with ``set_tools(tools)`` is handed their
+OpenAI schemas (``ToolWatch``), and the trajectory's ``metadata["tools"]`` keeps every tool
+offered in the episode, for export. Environments whose tools never change see neither.
+
 Examples:
     >>> from knowlyrcore import AgentEnv, TimeStep
     >>> class Coin(AgentEnv):
@@ -31,7 +38,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from knowlyrcore import AgentEnv, InfrastructureError, TaskInfo, Trajectory, make, write_trajectories
+from knowlyrcore import AgentEnv, InfrastructureError, TaskInfo, Trajectory, make, tool_schemas, write_trajectories
 from knowlyrcore.policy import reset_policy
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper, RewardWrapper
 from trajectoryhub.ray_executor import INFRASTRUCTURE_FAILURE
@@ -62,6 +69,58 @@ def wrap_episode_env(
     if reward_fn is not None:
         wrapped = RewardWrapper(wrapped, reward_fn=reward_fn)
     return RecorderWrapper(wrapped, agent_name=agent_name, model_name=model_name)
+
+
+class ToolWatch:
+    """The tools an episode's environment offers, watched so a policy hears when they change.
+
+    It starts from the tools of the environment as built (before ``reset``), the ones a policy
+    is built with (``knowlyr-hub evaluate`` does so); ``changed()`` gives the OpenAI schemas of
+    the tools offered now when they differ from the last ones seen, else None. ``offered`` keeps
+    every tool reported in the episode, by name in order of arrival.
+    """
+
+    def __init__(self, env: AgentEnv) -> None:
+        self.env = env
+        self._key = self._names()
+        self._schemas: list[dict[str, Any]] | None = None  # of _key, computed once it changes
+        self.offered: dict[str, dict[str, Any]] = {}
+
+    def _names(self) -> tuple[str, list[Any]] | None:
+        try:
+            return self.env.domain, list(self.env.available_tools)
+        except Exception:  # an environment that cannot tell (yet): no tools
+            return None
+
+    def changed(self) -> list[dict[str, Any]] | None:
+        key = self._names()
+        if key == self._key:  # the same names in the same domain: cheap to compare at every step
+            return None
+        before = self._schemas if self._schemas is not None else _schemas_of(self._key)
+        self._key, self._schemas = key, _schemas_of(key)
+        if self._schemas == before:
+            return None
+        for schema in self._schemas:
+            self.offered.setdefault(schema["function"]["name"], schema)
+        return self._schemas
+
+    def record(self, trajectory: Trajectory) -> Trajectory:
+        """``trajectory`` with ``metadata["tools"]`` when the episode offered other tools than the
+        environment as built (unchanged otherwise)."""
+        if not self.offered:
+            return trajectory
+        return trajectory.model_copy(update={"metadata": {**trajectory.metadata, "tools": list(self.offered.values())}})
+
+
+def _schemas_of(key: tuple[str, list[Any]] | None) -> list[dict[str, Any]]:
+    return [] if key is None else tool_schemas(key[1], key[0])
+
+
+def offer_tools(agent: Any, tools: list[dict[str, Any]]) -> None:
+    """Tell a per-episode agent the tools its environment offers now (when it can take them)."""
+    set_tools = getattr(agent, "set_tools", None)
+    if callable(set_tools):
+        set_tools(tools)
 
 
 #: ``outcome.exit_status`` and ``metadata`` key of an episode whose environment raised on an action.
@@ -111,17 +170,20 @@ def run_episode(
     recorder = wrap_episode_env(
         env, max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name
     )
+    watch = ToolWatch(recorder)
     reset_policy(agent, None if task is None else TaskInfo.coerce(task))
     ts = recorder.reset(task=task, seed=seed)
     while not ts.done:
+        if (tools := watch.changed()) is not None:
+            offer_tools(agent, tools)
         action = agent(ts.observation)
         try:
             ts = recorder.step(action)
         except Exception as exc:
             if not record_env_errors:
                 raise
-            return env_error_trajectory(recorder, action, exc)
-    return recorder.get_trajectory()
+            return watch.record(env_error_trajectory(recorder, action, exc))
+    return watch.record(recorder.get_trajectory())
 
 
 def collect(

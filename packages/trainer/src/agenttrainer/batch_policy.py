@@ -25,6 +25,11 @@ and values of its prompt alone and its new tokens at the right edge. Greedy batc
 equal one-at-a-time answers up to float rounding in the batched matmuls (tested equal on tiny
 fp32 models and on SmolLM2-135M).
 
+An environment whose tools differ per task (BFCL: the task's functions) or change during an
+episode hands them over by ``set_tools_batch``: each episode is then prompted (unless
+``include_tools`` is false) and parsed with its own tools, and the shared prefix shrinks to what
+the prompts still share.
+
 Simplifications: beyond the shared prefix there is no caching across turns (each turn prefills
 the episode's whole history, as ``Agent`` does), and a chunk keeps decoding until its longest
 answer ends.
@@ -64,15 +69,18 @@ class LocalBatchPolicy:
         tools: list[Any] | None = None,
         batch_size: int | None = None,
         fallback_tool: str | None = None,
+        include_tools: bool = True,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None (one batch), got {batch_size}")
         self.engine = engine
         self.system_prompt = system_prompt
         self.tools = tool_schemas(tools)
+        self.include_tools = include_tools
         self.batch_size = batch_size
         self.fallback_tool = fallback_tool
         self.messages: list[list[Message]] = []
+        self.episode_tools: list[list[dict[str, Any]] | None] = []  # per episode: its tools (``tools`` until set)
         self._last_styles: list[str | None] = []  # per episode: style of the last answer, None before any
         self._generator: LocalGenerator | None = None
 
@@ -88,13 +96,15 @@ class LocalBatchPolicy:
         batch_size: int | None = None,
         fallback_tool: str | None = None,
         torch_dtype: Any = None,
+        include_tools: bool = True,
     ) -> LocalBatchPolicy:
         """Load a checkpoint directory, alias (``smollm2-135m``) or Hub id; temperature 0 = greedy;
         ``torch_dtype`` (e.g. ``torch.bfloat16``: about 2x faster generation on a CPU with AMX)."""
         engine = AgentInference.from_pretrained(
             path_or_alias, torch_dtype=torch_dtype, max_new_tokens=max_new_tokens, temperature=temperature
         )
-        return cls(engine, system_prompt=system_prompt, tools=tools, batch_size=batch_size, fallback_tool=fallback_tool)
+        return cls(engine, system_prompt=system_prompt, tools=tools, batch_size=batch_size, fallback_tool=fallback_tool,
+                   include_tools=include_tools)  # fmt: skip
 
     # -- the BatchPolicy protocol ----------------------------------------------------------
 
@@ -103,6 +113,7 @@ class LocalBatchPolicy:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         self.messages = [list(system) for _ in tasks]
         self._last_styles = [None] * len(tasks)
+        self.episode_tools = [self.tools] * len(tasks)
         if self._generator is not None:
             self._generator.weights_updated()  # cached prefix keys/values: the weights may have been trained since
 
@@ -113,11 +124,22 @@ class LocalBatchPolicy:
         live = [i for i, observation in enumerate(observations) if observation is not None]
         for i in live:
             self._add_observation(i, observations[i])
-        completions = self.generate_batch([self.messages[i] for i in live])
+        chats, tools = [self.messages[i] for i in live], [self.episode_tools[i] for i in live]
+        # the tools passed only when some episode has its own: generate_batch(chats) stays the call otherwise
+        own = any(t is not self.tools for t in tools)
+        completions = self.generate_batch(chats, tools) if own else self.generate_batch(chats)
         actions: list[dict[str, Any] | None] = [None] * len(observations)
         for i, completion in zip(live, completions):
             actions[i] = self._answer(i, completion)
         return actions
+
+    def set_tools_batch(self, tools_batch: Sequence[list[Any] | None]) -> None:
+        """Episode ``i``'s environment offers ``tools_batch[i]`` from now on (None: its tools are unchanged)."""
+        if len(tools_batch) != len(self.messages):
+            raise ValueError(f"set_tools_batch got {len(tools_batch)} tool lists for {len(self.messages)} episodes")
+        for i, tools in enumerate(tools_batch):
+            if tools is not None:
+                self.episode_tools[i] = tool_schemas(list(tools))
 
     # -- generation -------------------------------------------------------------------------
 
@@ -130,10 +152,19 @@ class LocalBatchPolicy:
             )
         return self._generator
 
-    def generate_batch(self, chats: Sequence[list[Message]]) -> list[Completion]:
-        """One assistant answer per chat (as ``AgentInference.complete`` would give, batched)."""
+    def generate_batch(
+        self, chats: Sequence[list[Message]], tools_batch: Sequence[list[Any] | None] | None = None
+    ) -> list[Completion]:
+        """One assistant answer per chat (as ``AgentInference.complete`` would give, batched), each
+        prompted with its tools (``tools_batch``, default ``tools``) unless ``include_tools`` is false."""
         engine = self.engine
-        prompts = [engine.encode(chat, self.tools)[0].tolist() for chat in chats]
+        tools_batch = [self.tools] * len(chats) if tools_batch is None else tools_batch
+        if len(tools_batch) != len(chats):
+            raise ValueError(f"generate_batch got {len(tools_batch)} tool lists for {len(chats)} chats")
+        prompts = [
+            engine.encode(chat, tools if self.include_tools else None)[0].tolist()
+            for chat, tools in zip(chats, tools_batch)
+        ]
         samples = self.generator.generate(
             prompts, max_new_tokens=engine.max_new_tokens, temperature=engine.temperature, top_p=engine.top_p
         )
@@ -153,7 +184,7 @@ class LocalBatchPolicy:
         self.messages[i].append(observation_message(observation, self._last_styles[i]))
 
     def _answer(self, i: int, completion: Completion) -> dict[str, Any]:
-        reply = parse_reply(completion.text, self.tools, closing_tool=self.fallback_tool)
+        reply = parse_reply(completion.text, self.episode_tools[i], closing_tool=self.fallback_tool)
         style = answer_style(reply)
         self.messages[i].append(Agent._assistant_message(completion.text, reply.action, style))
         self._last_styles[i] = style
