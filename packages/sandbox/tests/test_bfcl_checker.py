@@ -114,6 +114,9 @@ CASES = [
     ("no call where one is expected", [], FACTORIAL_TRUTH, [FACTORIAL], False),
     ("irrelevance without a call", [], [], [WEATHER], True),
     ("irrelevance with a call", [call("get_weather", city="Paris")], [], [WEATHER], False),
+    # BFCL decodes the whole answer; one that does not decode counts as no call (a pass here)
+    ("irrelevance with an undecodable call", [{"tool": "get_weather", "params": {}, "format_error": "not JSON"}],
+     [], [WEATHER], True),
     ("arguments that did not parse", [{"tool": "get_weather", "params": {}, "format_error": "not JSON"}],
      [{"get_weather": {"unit": ["celsius", ""]}}], [WEATHER], False),
 ]

@@ -217,6 +217,9 @@ def check(calls: list[dict[str, Any]], ground_truth: list[dict[str, dict[str, li
     """Judge ``calls`` (``{"tool", "params"}`` each, in the order made) against a BFCL entry's
     ``ground_truth`` (empty for irrelevance) and its ``functions`` (the documents)."""
     if not ground_truth:
+        if any(call.get("format_error") for call in calls):
+            # BFCL's relevance rule: an answer that does not decode into calls counts as no call
+            return Verdict(True, "no call decodes (BFCL counts an undecodable answer as no call)")
         if calls:
             return Verdict(
                 False, f"no call was expected, {len(calls)} made (first: {show_value(calls[0].get('tool'))})"
