@@ -31,3 +31,14 @@ SUPPORT_TASK = {
     "expected_answer": "processing",
     "user_instructions": "You want to know the status of order A101.",
 }
+
+#: A two-order shop: one delivered order, one pending (the retail rule and hostile-input tests).
+RETAIL_WORLD = {
+    "users": [{"user_id": "u1", "name": "A B", "email": "a@b.c", "address": "1 X St"}],
+    "orders": [
+        {"order_id": "#W1", "user_id": "u1", "status": "delivered", "address": "1 X St",
+         "items": [{"item_id": "I1", "name": "lamp", "price": 10.0}]},
+        {"order_id": "#W2", "user_id": "u1", "status": "pending", "address": "1 X St",
+         "items": [{"item_id": "I2", "name": "mug", "price": 5.5}]},
+    ],
+}  # fmt: skip

@@ -9,19 +9,12 @@ import json
 import math
 
 import pytest
+from sandbox_tasks import RETAIL_WORLD
 
 from agentsandbox.retail import RETAIL_PROFILE, RetailEnv
 from agentsandbox.retail.db import MAX_ERROR_CHARS, state_digest
 
-WORLD = {
-    "users": [{"user_id": "u1", "name": "A B", "email": "a@b.c", "address": "1 X St"}],
-    "orders": [
-        {"order_id": "#W1", "user_id": "u1", "status": "delivered", "address": "1 X St",
-         "items": [{"item_id": "I1", "name": "lamp", "price": 10.0}]},
-        {"order_id": "#W2", "user_id": "u1", "status": "pending", "address": "1 X St",
-         "items": [{"item_id": "I2", "name": "mug", "price": 5.5}]},
-    ],
-}  # fmt: skip
+WORLD = RETAIL_WORLD
 TASK = {"id": "hostile", "description": "help", "metadata": {"world": WORLD}}
 
 #: Arguments that reach the shop's business rules, so a bad value in one of them is the only fault.

@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+from sandbox_tasks import RETAIL_WORLD
 
 from agentsandbox.retail import CANCEL_REASONS, RetailEnv
 from agentsandbox.retail.db import open_shop, state_digest
@@ -294,15 +295,7 @@ def test_every_task_needs_a_tool_the_answer_is_never_in_the_request():
 
 
 def test_business_rules_are_enforced_as_error_observations():
-    world = {
-        "users": [{"user_id": "u1", "name": "A B", "email": "a@b.c", "address": "1 X St"}],
-        "orders": [
-            {"order_id": "#W1", "user_id": "u1", "status": "delivered", "address": "1 X St",
-             "items": [{"item_id": "I1", "name": "lamp", "price": 10.0}]},
-            {"order_id": "#W2", "user_id": "u1", "status": "pending", "address": "1 X St",
-             "items": [{"item_id": "I2", "name": "mug", "price": 5.5}]},
-        ],
-    }  # fmt: skip
+    world = RETAIL_WORLD
     task = {"id": "rules", "description": "help", "metadata": {"world": world}}
     env = RetailEnv()
     env.reset(task=task)
