@@ -97,6 +97,13 @@ JSON_TYPES = {"string": "string", "integer": "integer", "float": "number", "bool
 _KEPT = ("description", "enum", "default", "format", "minimum", "maximum", "minItems", "maxItems")
 
 _NAME_CHARS = 100  # a policy's tool name in info: it may be any length
+
+
+def printable_name(text: str) -> str:
+    """A policy's tool name as ``info`` shows it: cut to ``_NAME_CHARS``, lone surrogates escaped."""
+    return text[:_NAME_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 _RECORDED = "ok: {} call recorded (calls are not executed); make any other call, or reply in text when done"
 
 
@@ -200,7 +207,7 @@ class BFCLEnv(AgentEnv):
             return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
         if self._done:
             return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": tool[:_NAME_CHARS], "error": "episode over"})  # fmt: skip
+                            info={"tool": printable_name(tool), "error": "episode over"})  # fmt: skip
         if tool == "respond":
             return self._finish()
         call = {"tool": tool, "params": params}
@@ -215,7 +222,7 @@ class BFCLEnv(AgentEnv):
             return TimeStep(observation=_RECORDED.format(tool), reward=reward, info={"tool": tool})
         error = f"unknown function {show_value(tool)} (the call is recorded and counts as a wrong call)"
         return TimeStep(
-            observation=f"[error] {error}", reward=reward, info={"tool": tool[:_NAME_CHARS], "error": error}
+            observation=f"[error] {error}", reward=reward, info={"tool": printable_name(tool), "error": error}
         )
 
     def _finish(self) -> TimeStep:

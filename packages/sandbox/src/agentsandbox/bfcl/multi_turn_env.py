@@ -36,7 +36,7 @@ from typing import Any
 
 from agentsandbox.bfcl.checker import show_value
 from agentsandbox.bfcl.data import data_dir
-from agentsandbox.bfcl.env import RESPOND, tool_specs
+from agentsandbox.bfcl.env import RESPOND, printable_name, tool_specs
 from agentsandbox.bfcl.multi_turn import (
     BACKENDS,
     Backends,
@@ -78,8 +78,6 @@ SYSTEM_PROMPT = (
     "text; the user may then ask for more."
 )
 
-_NAME_CHARS = 100  # a policy's tool name in info: it may be any length
-
 
 @functools.lru_cache(maxsize=1024)
 def _profile(functions_json: str) -> DomainProfile:
@@ -89,10 +87,6 @@ def _profile(functions_json: str) -> DomainProfile:
                                                     "tools": [*tool_specs(functions), RESPOND]})  # fmt: skip
     register_domain_profile(profile, replace=True)
     return profile
-
-
-def _printable(text: str) -> str:
-    return text[:_NAME_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _episode(info: TaskInfo) -> dict[str, Any]:
@@ -187,10 +181,10 @@ class BFCLMultiTurnEnv(AgentEnv):
             return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
         if self._done:
             return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": _printable(tool), "error": "episode over"})  # fmt: skip
+                            info={"tool": printable_name(tool), "error": "episode over"})  # fmt: skip
         if tool == RESPOND.name:
             return self._end_turn()
-        info: dict[str, Any] = {"tool": _printable(tool), "turn": self._turn}
+        info: dict[str, Any] = {"tool": printable_name(tool), "turn": self._turn}
         if action.get("format_error"):
             error = f"the arguments of {show_value(tool)} did not parse, so nothing ran; call it again"
             return TimeStep(observation=f"[error] {error}", info={**info, "error": error})
