@@ -28,7 +28,16 @@ import pytest
 
 _SNAPSHOT = pytest.StashKey[dict[str, Any]]()
 #: Variables libraries set for themselves on first import or use; they change no test's outcome.
-_ENV_IGNORED = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "TOKENIZERS_PARALLELISM", "PYTEST_CURRENT_TEST"})
+#: (gymnasium writes PYGAME_HIDE_SUPPORT_PROMPT the first time anything imports it.)
+_ENV_IGNORED = frozenset(
+    {
+        "KMP_DUPLICATE_LIB_OK",
+        "KMP_INIT_AT_FORK",
+        "TOKENIZERS_PARALLELISM",
+        "PYTEST_CURRENT_TEST",
+        "PYGAME_HIDE_SUPPORT_PROMPT",
+    }
+)
 _ENV_IGNORED_PREFIXES = ("RAY_", "COV_CORE_", "TORCHINDUCTOR_", "TRITON_", "WANDB_SERVICE")
 
 

@@ -9,13 +9,6 @@ import pytest
 import knowlyrcore
 from knowlyrcore.testing import require_module
 
-# gymnasium sets PYGAME_HIDE_SUPPORT_PROMPT in os.environ on its first import; importing it here,
-# at collection, keeps that one-time side effect out of the leaked-state check around the doctest.
-try:
-    import gymnasium  # noqa: F401
-except ImportError:
-    pass
-
 MODULES = sorted(
     m.name for m in pkgutil.walk_packages(knowlyrcore.__path__, "knowlyrcore.") if m.name != "knowlyrcore.testing"
 )

@@ -52,7 +52,7 @@ from typing import Any
 from agentsandbox.bfcl.checker import show_value
 from agentsandbox.bfcl.data import INSTALL_STEP, ROLES, BFCLError, _records, _schema_problem, data_dir
 from knowlyrcore.domain import ToolSpec
-from knowlyrcore.errors import DataFormatError, InvalidActionError
+from knowlyrcore.errors import DataFormatError, InputError, InvalidActionError
 
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 #: Categories whose backends load their long-context extras (BFCL: "long_context" in the category).
@@ -81,11 +81,11 @@ MAX_PRECISION = 1000  # digits: MathAPI's precision arguments set decimal's and 
 MAX_POWER_BITS = 10_000  # an integer power's size; its text must stay under Python's 4,300-digit limit
 
 
-class CallSyntaxError(ValueError):
+class CallSyntaxError(InvalidActionError):
     """A ground-truth call that is not ``name(literal, key=literal, ...)``."""
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError, ValueError):
     """An initial config a backend cannot load."""
 
 

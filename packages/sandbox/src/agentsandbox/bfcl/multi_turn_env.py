@@ -151,7 +151,7 @@ class BFCLMultiTurnEnv(AgentEnv):
         try:
             self._model, self._truth = Backends(*args), Backends(*args)
         except ScenarioError as exc:
-            raise ValueError(f"BFCL multi-turn task {info.id!r}: metadata.{exc}") from None
+            raise ScenarioError(f"BFCL multi-turn task {info.id!r}: metadata.{exc}") from None
         self._task, self._episode = info, episode
         self._turn, self._turn_calls, self._results, self._verdicts, self._done = 0, [], [], [], False
         self._offer(0)
