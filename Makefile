@@ -84,10 +84,15 @@ docs: install ## build the documentation site into site/
 	$(BIN)/pip install --quiet -r docs/requirements.txt
 	$(BIN)/mkdocs build --strict
 
+BFCL_ARGS ?=
+
+bench-bfcl: install ## BFCL (a benchmark nobody here wrote): SmolLM2-135M base vs SFT vs online RL on its non-live categories -> runs/bfcl/report.html
+	$(BIN)/python examples/bfcl.py --workdir runs/bfcl $(BFCL_ARGS)
+
 bench: install ## run the benchmarks (one JSON line each; trainer_vs_trl takes ~25 min)
 	@for b in bench/*.py; do $(BIN)/python $$b; done
 
 clean: ## remove virtual environments and caches
 	rm -rf $(VENV) .venv-isolated .pytest_cache .ruff_cache site
 
-.PHONY: help install install-dev lint format test test-unit test-integration test-slow test-isolated demo demo-loop demo-quickstart docs bench clean
+.PHONY: help install install-dev lint format test test-unit test-integration test-slow test-isolated demo demo-loop demo-quickstart docs bench bench-bfcl clean

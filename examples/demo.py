@@ -269,11 +269,13 @@ def train_sft(model: str, root: Path, args, meter) -> tuple[str, list[tuple[int,
     return result["output_dir"], curve
 
 
-def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, root: Path, args, meter):
+def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, root: Path, args, meter,
+                 *, include_tools: bool = False):  # fmt: skip
     """Online training from the SFT checkpoint in the live environment: ``rl`` (GRPO with the
     verifiable partial-credit reward, dynamic sampling, pass-rate task sampling, clip-higher,
     token-mean loss, no KL) or ``rft`` (rejection fine-tuning: the same rollouts budget, the
-    successful episodes imitated). Both draw tasks from the same pool SFT never saw."""
+    successful episodes imitated). Both draw tasks from the same pool SFT never saw.
+    ``include_tools`` puts each episode's tool schemas in its prompt (as SFT saw them)."""
     out = root / name
     shutil.rmtree(out, ignore_errors=True)
     rl = algorithm != "rft"
@@ -281,7 +283,7 @@ def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, r
         model_name_or_path=checkpoint, env_id=suite.env_id,
         env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"} if rl and args.rl_partial_credit else suite.env_kwargs or None,
         tasks_file=str(root / "tasks" / "rl.jsonl"), output_dir=str(out), system_prompt=suite.system_prompt,
-        include_tools=False, algorithm=algorithm, group_size=args.rl_group_size,
+        include_tools=include_tools, algorithm=algorithm, group_size=args.rl_group_size,
         tasks_per_iteration=args.rl_tasks_per_iteration, num_iterations=args.rl_iterations,
         max_turns=suite.max_steps, max_new_tokens=args.max_new_tokens, max_episode_tokens=2048,
         learning_rate=args.rl_lr if rl else args.rft_lr, warmup_ratio=0.0, lr_scheduler="constant",
@@ -292,7 +294,7 @@ def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, r
     )  # fmt: skip
     command = (
         f"knowlyr-trainer grpo --online --env {suite.env_id} --tasks {config.tasks_file} --model {checkpoint} "
-        f"--output-dir {out} --no-include-tools --algorithm {algorithm} --group-size {config.group_size} "
+        f"--output-dir {out}{'' if include_tools else ' --no-include-tools'} --algorithm {algorithm} --group-size {config.group_size} "
         f"--tasks-per-iteration {config.tasks_per_iteration} --num-iterations {config.num_iterations} "
         f"--max-turns {config.max_turns} --max-new-tokens {config.max_new_tokens} --learning-rate {config.learning_rate} "
         f"--warmup-ratio 0 --lr-scheduler constant --kl-coef {config.kl_coef} --loss-normalization token "

@@ -449,23 +449,27 @@ def compare_sampled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any
 
 
 def template_table(
-    runs: Mapping[str, Mapping[str, Sequence[Trajectory]]], *, seen_templates: Sequence[str] = ()
+    runs: Mapping[str, Mapping[str, Sequence[Trajectory]]],
+    *,
+    seen_templates: Sequence[str] = (),
+    key: str = "template",
 ) -> tuple[list[str], list[list[str]]]:
     """Success per task template: one row per (split, template), one column per stage.
 
     ``runs`` maps a stage name to ``{split: trajectories}``; a template is read from the task's
-    ``metadata.template`` (``"?"`` without one). ``seen_templates`` (those training used) mark
-    each row as seen or unseen. Cells read ``successes/episodes``.
+    ``metadata[key]`` (``"?"`` without one; ``key="category"`` groups BFCL tasks by category).
+    ``seen_templates`` (those training used) mark each row as seen or unseen. Cells read
+    ``successes/episodes``.
     """
     stages = list(runs)
     cells: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for stage, by_split in runs.items():
         for split, trajectories in by_split.items():
             for t in trajectories:
-                template = str((t.task.metadata or {}).get("template", "?"))
+                template = str((t.task.metadata or {}).get(key, "?"))
                 cells[split, template][stage].append(succeeded(t))
     seen = set(seen_templates)
-    header = ["split", "template", "template in train", *stages]
+    header = ["split", key, f"{key} in train", *stages]
     rows = []
     for (split, template), by_stage in sorted(cells.items()):
         marks = ["yes" if template in seen else "no"] if seen else ["?"]
