@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the demo's stage helpers, beside this file
 
-from demo import StageMeter, evaluate, rollout_speed, section, train_online, train_sft
+from demo import StageMeter, evaluate, print_stage_table, rollout_speed, section, train_online, train_sft
 
 from agentsandbox.bfcl.env import BFCLEnv
 from agentsandbox.suites import get_suite
@@ -56,7 +56,7 @@ from knowlyrcore import write_jsonl, write_trajectories
 from knowlyrcore.domain import tool_schemas
 from trajectoryhub import DatasetExporter, collect_batched
 from trajectoryhub.evaluate import compare_stages, succeeded, template_table
-from trajectoryhub.report import stage_table, write_report
+from trajectoryhub.report import write_report
 
 #: The categories the SFT target is stated on (BFCL's two largest single-call categories).
 TARGET_CATEGORIES = ("simple_python", "multiple")
@@ -303,10 +303,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     examples = {f"{s['name']} ({s['split']})": runs_by_stage[s["name"]][s["split"]][:1]
                 for s in stages if s["split"] == "test"}  # fmt: skip
     written = write_report(report, root, trajectories_by_stage=examples, curves=curves or None)
-    header, rows = stage_table(stages)
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
-    for row in [header, *rows]:
-        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
+    print_stage_table(stages)
     for c in comparisons:
         print(f"{c['b']} vs {c['a']} on {c['split']}: accuracy {c['diff']:+.0%} (McNemar p = {c['p_value']:.2g})")
     print(f"targets: {json.dumps(targets)}")

@@ -324,6 +324,14 @@ def rollout_speed(out: Path) -> dict[str, float]:
             "rollout_seconds": mean("rollout/seconds"), "informative_groups": mean("rollout/informative_groups")}  # fmt: skip
 
 
+def print_stage_table(stages: list[dict[str, Any]]) -> None:
+    """The report's stage table as aligned text on stdout."""
+    header, rows = stage_table(stages)
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    for row in [header, *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
+
+
 def sampled_table(samples: list[dict[str, Any]], comparisons: list[dict[str, Any]], k: int) -> dict[str, Any]:
     rows = [[s["name"], s["split"], str(s["n_tasks"]), f"{s['pass@1']:.1%}", f"{s['pass@k']:.1%}", "", ""]
             for s in samples]  # fmt: skip
@@ -479,10 +487,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tables.append(meter.table())
     report["tables"] = tables
     written = write_report(report, root, trajectories_by_stage=examples, curves=curves or None)
-    header, rows = stage_table(stages)
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
-    for row in [header, *rows]:
-        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
+    print_stage_table(stages)
     for c in comparisons:
         print(f"{c['b']} vs {c['a']} on {c['split']}: success {c['diff']:+.0%} (McNemar p = {c['p_value']:.2g})")
     for c in sampled_comparisons:
