@@ -1,15 +1,19 @@
-"""Tool retrieval over BFCL's real functions: recall@5 and MRR of BM25, base embeddings and
-fine-tuned embeddings on held-out BFCL questions. One JSON line.
+"""Tool retrieval over BFCL's real functions: recall@5 and MRR of BM25, base embeddings,
+fine-tuned embeddings and the fine-tuned encoder fused with BM25 on held-out BFCL questions. One
+JSON line.
 
 The library is ``agentsandbox.bfcl.library.bfcl_library()``: every distinct function of BFCL's
 single-turn categories (2,573 with bfcl-eval 2026.3.23, user-contributed and curated). The
 encoder (all-MiniLM-L6-v2) is fine-tuned with ``knowlyr-trainer``'s contrastive recipe on the
 ``train`` pairs (questions of the live categories -> the functions their ground truth calls) and
 measured on the ``test`` pairs (the curated non-live categories), whose functions no train pair
-names. Needs bfcl-eval (docs/bfcl.md) and ``knowlyr-trainer[retriever]``.
+names. ``hybrid`` is reciprocal-rank fusion of BM25 and the fine-tuned encoder
+(``agenttrainer.retrieval.FusedIndex``); ``hybrid_base`` the same with the encoder untrained.
+Needs bfcl-eval (docs/bfcl.md) and ``knowlyr-trainer[retriever]``. The defaults are the best of
+the configurations tried (docs/bfcl.md lists them).
 
-    python bench/bfcl_retrieval.py [--steps 100] [--batch-size 32] [--learning-rate 3e-5] [--seed 0]
-                                   [--max-train-pairs N]
+    python bench/bfcl_retrieval.py [--steps 100] [--batch-size 32] [--learning-rate 1e-4]
+                                   [--hard-negatives 0] [--max-length 256] [--seed 0] [--max-train-pairs N]
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import random
 import tempfile
 
 from agentsandbox.bfcl.library import bfcl_library, query_pairs
-from agenttrainer.retrieval import DenseIndex, Encoder, RetrieverConfig, train_retriever
+from agenttrainer.retrieval import DenseIndex, Encoder, FusedIndex, RetrieverConfig, train_retriever
 from agenttrainer.retrieval.contrastive import recall_at
 from knowlyrcore.tool_library import ToolLibrary
 
@@ -29,9 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=3e-5)
-    parser.add_argument("--hard-negatives", type=int, default=2, help="BM25-mined confusable tools per query")
-    parser.add_argument("--max-length", type=int, default=64, help="tokens of a query or tool text")
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--hard-negatives", type=int, default=0, help="BM25-mined confusable tools per query")
+    parser.add_argument("--max-length", type=int, default=256, help="tokens of a query or tool text")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-train-pairs", type=int, default=None, help="a random subset (default: all)")
     args = parser.parse_args()
@@ -59,8 +63,9 @@ def main() -> None:
         report = train_retriever(config, progress=False)
         base = DenseIndex(library, Encoder(max_length=args.max_length))
         finetuned = DenseIndex(library, Encoder(f"{tmp}/finetuned", max_length=args.max_length))
-    scores = {"bm25": recall_at(library, test), "base": recall_at(base, test),
-              "finetuned": recall_at(finetuned, test)}  # fmt: skip
+    indexes = {"bm25": library, "base": base, "finetuned": finetuned,
+               "hybrid_base": FusedIndex(library, base), "hybrid": FusedIndex(library, finetuned)}  # fmt: skip
+    scores = {name: recall_at(index, test, desc=name) for name, index in indexes.items()}
     print(json.dumps({
         "bench": "bfcl_retrieval",
         "tools": len(library),

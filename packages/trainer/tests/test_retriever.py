@@ -178,3 +178,35 @@ def test_the_library_embeddings_are_cached_on_disk_by_content(tiny_encoder, tmp_
     DenseIndex(library, second, cache=True)
     assert second.embedded == len(library) + 1  # the query above, then the library
     assert len(list((tmp_path / "cache" / "embeddings").iterdir())) == 2 and cached.exists()
+
+
+def test_retriever_search_hybrid_fuses_bm25_with_the_encoder(tiny_encoder, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from agenttrainer.cli import cli
+
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    tools = tmp_path / "tools.jsonl"
+    tools.write_text("".join(json.dumps({"name": n, "description": d}) + "\n" for n, d in [
+        ("shop_cancel_order", "Cancel an order"), ("shop_get_order", "Show an order"),
+        ("weather_get_forecast", "Weather forecast for a city")]))  # fmt: skip
+    args = ["retriever-search", "cancel my order", "--library", str(tools), "--model", tiny_encoder, "-k", "3"]
+    dense = CliRunner().invoke(cli, args)
+    fused = CliRunner().invoke(cli, [*args, "--hybrid"])
+    assert dense.exit_code == 0 and fused.exit_code == 0, (dense.output, fused.output)
+
+    def rows(output):
+        return [json.loads(line) for line in output.splitlines() if line.startswith("{")]  # stdout only
+
+    # the fused scores, by hand from the two rankings: BM25's (from the library) and the encoder's (the plain run)
+    from knowlyrcore.tool_library import ToolLibrary
+
+    expected: dict[str, float] = {}
+    bm25 = [t.name for t, _ in ToolLibrary.load(tools).search("cancel my order", k=50)]
+    for ranking in (bm25, [r["tool"] for r in rows(dense.stdout)]):
+        for rank, name in enumerate(ranking, start=1):
+            expected[name] = expected.get(name, 0.0) + 1 / (60 + rank)
+    assert bm25[0] == "shop_cancel_order" and len(rows(fused.stdout)) == 3
+    assert {r["tool"]: r["score"] for r in rows(fused.stdout)} == {n: round(s, 4) for n, s in expected.items()}
+    scores = [r["score"] for r in rows(fused.stdout)]
+    assert scores == sorted(scores, reverse=True)

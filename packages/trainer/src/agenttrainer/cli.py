@@ -212,12 +212,18 @@ def retriever_command(config_file: str | None, **flags: Any) -> None:
 @click.option("--model", "model_name_or_path", default="all-minilm-l6-v2", show_default=True,
               help="Encoder: the packaged all-MiniLM-L6-v2 or a `retriever` output directory.")  # fmt: skip
 @click.option("-k", type=click.IntRange(min=1), default=5, show_default=True)
-def retriever_search_command(query: str, library: str, model_name_or_path: str, k: int) -> None:
-    """Search a tool library with a dense encoder; one JSON line per tool, best first."""
-    from agenttrainer.retrieval import DenseIndex, Encoder
+@click.option("--hybrid", is_flag=True, help="Fuse the encoder's ranking with BM25's (reciprocal rank); "
+              "the score printed is then the fused one.")  # fmt: skip
+def retriever_search_command(query: str, library: str, model_name_or_path: str, k: int, hybrid: bool) -> None:
+    """Search a tool library with a dense encoder (or, --hybrid, the encoder and BM25 fused);
+    one JSON line per tool, best first."""
+    from agenttrainer.retrieval import DenseIndex, Encoder, FusedIndex
     from agenttrainer.retrieval.contrastive import load_library
 
-    index = DenseIndex(load_library(library), Encoder(model_name_or_path), cache=True, progress=True)
+    tools = load_library(library)
+    index = DenseIndex(tools, Encoder(model_name_or_path), cache=True, progress=True)
+    if hybrid:
+        index = FusedIndex(tools, index)
     for tool, score in index.search(query, k=k):
         click.echo(json.dumps({"tool": tool.name, "score": round(score, 4), "description": tool.description}))
 
