@@ -60,7 +60,8 @@ from trajectoryhub.report import write_report
 
 #: The categories the SFT target is stated on (BFCL's two largest single-call categories).
 TARGET_CATEGORIES = ("simple_python", "multiple")
-DEFAULT_PER_CATEGORY = "simple_python=50,multiple=50,parallel=12,parallel_multiple=12,irrelevance=16"
+#: 100 test tasks: three greedy evaluations of them fit the 40-minute budget on 2 CPU cores.
+DEFAULT_PER_CATEGORY = "simple_python=36,multiple=36,parallel=8,parallel_multiple=8,irrelevance=12"
 #: The SFT mix leans to the single-call live categories; live_irrelevance (40% of the live entries)
 #: is kept small so that "no function fits" does not become the model's default answer.
 DEFAULT_TRAIN = "live_simple=40,live_multiple=32,live_parallel=8,live_parallel_multiple=4,live_irrelevance=12"
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="train and RL tasks whose first prompt is longer are not drawn (no SFT example is cut)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (the same seed draws the same tasks)")
     parser.add_argument("--epochs", type=int, default=2, help="SFT epochs")
-    parser.add_argument("--max-steps", type=int, default=-1, help="stop SFT after this many steps (-1: all epochs)")
+    parser.add_argument("--max-steps", type=int, default=16,
+                        help="stop SFT after this many steps (-1: all epochs; 16 = 1.33 epochs of the default 96 examples)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
     parser.add_argument("--sft-micro-batch", type=int, default=2, help="SFT examples per forward pass")
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT peak learning rate")
@@ -184,9 +186,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="train and generate in fp32 (bf16 is used only where it is native)")  # fmt: skip
     parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per model turn")
     parser.add_argument("--eval-batch", type=int, default=16, help="episodes per generation batch")
-    parser.add_argument("--rl-iterations", type=int, default=4, help="online RL iterations; 0 skips RL")
+    parser.add_argument("--rl-iterations", type=int, default=2, help="online RL iterations; 0 skips RL")
     parser.add_argument("--rl-tasks-per-iteration", type=int, default=4, help="tasks per RL iteration")
-    parser.add_argument("--rl-group-size", type=int, default=8, help="episodes per task per iteration")
+    parser.add_argument("--rl-group-size", type=int, default=6, help="episodes per task per iteration")
     parser.add_argument("--rl-lr", type=float, default=1e-5, help="online RL learning rate")
     parser.add_argument("--rl-kl", type=float, default=0.0, help="k3 KL coefficient to the SFT model")
     parser.add_argument("--rl-micro-batch", type=int, default=4, help="episodes per training forward pass")
