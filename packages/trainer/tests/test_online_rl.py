@@ -161,6 +161,26 @@ def test_a_cut_answer_is_closed_with_the_end_token_and_tool_results_use_the_tool
 # -- rollouts --------------------------------------------------------------------------------
 
 
+def test_a_shared_prefix_is_prefilled_once_without_deprecation_warnings(tiny):
+    """Prompts sharing >= 16 tokens start from one prefilled KV cache, passed under the keyword this
+    transformers takes (``cache`` in 5.x, where ``past_key_values`` warns on every call); the greedy
+    answers equal a plain argmax loop over full forward passes."""
+    import warnings
+
+    model, tokenizer = tiny
+    prefix = list(range(100, 140))
+    prompts = [prefix + [7, 8, 9], prefix + [11]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        samples = LocalGenerator(model, tokenizer, logprobs=False).generate(prompts, max_new_tokens=5, temperature=0.0)
+    for prompt, sample in zip(prompts, samples):
+        ids = list(prompt)
+        with torch.no_grad():
+            for _ in range(len(sample.token_ids)):
+                ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+        assert sample.token_ids == ids[len(prompt) :]
+
+
 def test_rollouts_keep_the_sampled_ids_and_the_trainer_scores_exactly_those(tiny, tmp_path):
     model, tokenizer = tiny
     torch.manual_seed(0)

@@ -31,6 +31,7 @@ and log-probs that are not finite numbers, as a ``GenerationError`` for that epi
 from __future__ import annotations
 
 import http.client
+import inspect
 import json
 import math
 import urllib.error
@@ -45,6 +46,14 @@ from knowlyrcore.errors import InfrastructureError
 
 # Shorter common prefixes are not worth a separate forward pass and a cache copy.
 MIN_SHARED_PREFIX_TOKENS = 16
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword ``model``'s forward and ``generate`` take a KV cache under: ``cache`` where
+    transformers has renamed it (5.x, where ``past_key_values`` warns on every call), else
+    ``past_key_values`` (4.x, which has no ``cache``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 class GenerationError(InfrastructureError):
@@ -190,7 +199,7 @@ class LocalGenerator:
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if shared:
-            kwargs["past_key_values"] = self._prefilled_cache(prompts[0][:shared], len(prompts), width + max_new_tokens)
+            kwargs[cache_keyword(self.model)] = self._prefilled_cache(prompts[0][:shared], len(prompts), width + max_new_tokens)
         with torch.no_grad():
             out = self.model.generate(**kwargs)
             new = out.sequences[:, width:]  # (B, new)
@@ -224,7 +233,7 @@ class LocalGenerator:
             cache = DynamicCache(config=base.config)
             ids = torch.tensor([prefix], device=next(self.model.parameters()).device)
             with torch.no_grad():
-                self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+                self.model(input_ids=ids, use_cache=True, **{cache_keyword(self.model): cache})
             self._prefix = (key, [(layer.keys, layer.values) for layer in cache.layers])
         static = StaticCache(config=base.config, max_cache_len=max_len)
         for layer, (keys, values) in enumerate(self._prefix[1]):
