@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         comparisons += compare_stages({a: runs_by_stage[a]["test"], b: runs_by_stage[b]["test"]}, split="test")
         comparisons += compare_stages({a: only(runs_by_stage[a]["test"], TARGET_CATEGORIES),
                                        b: only(runs_by_stage[b]["test"], TARGET_CATEGORIES)}, split=f"test:{target}")  # fmt: skip
-    header, rows = template_table(runs_by_stage, key="category")
+    header, rows = template_table(runs_by_stage, key="category",
+                                  seen_templates=sorted({t["metadata"]["category"] for t in train}))  # fmt: skip
     tables = [{"title": "Accuracy per BFCL category (greedy; successes/tasks)", "header": header, "rows": rows,
                "note": "BFCL's AST rules; test categories are non-live, training saw only live ones."}]  # fmt: skip
     target_rates = {name: sum(succeeded(t) for t in only(runs["test"], TARGET_CATEGORIES))
