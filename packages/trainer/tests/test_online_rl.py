@@ -169,7 +169,7 @@ def test_a_shared_prefix_is_prefilled_once_without_deprecation_warnings(tiny):
 
     model, tokenizer = tiny
     prefix = list(range(100, 140))
-    prompts = [prefix + [7, 8, 9], prefix + [11]]
+    prompts = [[*prefix, 7, 8, 9], [*prefix, 11]]
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         samples = LocalGenerator(model, tokenizer, logprobs=False).generate(prompts, max_new_tokens=5, temperature=0.0)

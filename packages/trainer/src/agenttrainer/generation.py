@@ -199,7 +199,9 @@ class LocalGenerator:
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if shared:
-            kwargs[cache_keyword(self.model)] = self._prefilled_cache(prompts[0][:shared], len(prompts), width + max_new_tokens)
+            kwargs[cache_keyword(self.model)] = self._prefilled_cache(
+                prompts[0][:shared], len(prompts), width + max_new_tokens
+            )
         with torch.no_grad():
             out = self.model.generate(**kwargs)
             new = out.sequences[:, width:]  # (B, new)
