@@ -43,10 +43,10 @@ def test_weights_and_depth():
 
 def test_bad_arguments_are_one_line_errors():
     a = Ranked("x")
-    for kwargs, message in [({}, "at least two"), ({"weights": [1.0]}, "weights"), ({"weights": [1.0, -1.0]}, "weights"),
-                            ({"depth": 0}, "depth")]:  # fmt: skip
+    for indexes, kwargs, message in [((a,), {}, "at least two"), ((a, a), {"weights": [1.0]}, "weights"),
+                                     ((a, a), {"weights": [1.0, -1.0]}, "weights"), ((a, a), {"depth": 0}, "depth")]:  # fmt: skip
         with pytest.raises(RetrieverError, match=message):
-            FusedIndex(a, **kwargs) if message == "at least two" else FusedIndex(a, a, **kwargs)
+            FusedIndex(*indexes, **kwargs)
     with pytest.raises(RetrieverError, match="k must be"):
         FusedIndex(a, a).search("q", k=0)
 

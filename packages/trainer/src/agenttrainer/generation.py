@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import torch
 
+from agenttrainer.models.attention import base_model
 from knowlyrcore.errors import InfrastructureError
 
 # Shorter common prefixes are not worth a separate forward pass and a cache copy.
@@ -52,8 +53,7 @@ def cache_keyword(model: Any) -> str:
     """The keyword ``model``'s forward and ``generate`` take a KV cache under: ``cache`` where
     transformers has renamed it (5.x, where ``past_key_values`` warns on every call), else
     ``past_key_values`` (4.x, which has no ``cache``)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
 
 
 class GenerationError(InfrastructureError):
@@ -230,7 +230,7 @@ class LocalGenerator:
         from transformers import DynamicCache, StaticCache
 
         key = tuple(prefix)
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft
+        base = base_model(self.model)  # under a peft wrapper
         if self._prefix is None or self._prefix[0] != key:
             cache = DynamicCache(config=base.config)
             ids = torch.tensor([prefix], device=next(self.model.parameters()).device)
