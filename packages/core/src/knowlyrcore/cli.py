@@ -143,8 +143,13 @@ def load_tool_library(spec: str):
 
 @tools_group.command("index")
 @click.argument("sources", nargs=-1)
-@click.option("--from-data", "data_files", multiple=True, type=click.Path(dir_okay=False),
-              help="Also harvest the tools an agent-run data file describes or calls (repeatable).")  # fmt: skip
+@click.option(
+    "--from-data",
+    "data_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Also harvest the tools an agent-run data file describes or calls (repeatable).",
+)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Library JSONL to write.")
 def tools_index_command(sources: tuple[str, ...], data_files: tuple[str, ...], output: str) -> None:
     """Merge tool specs (JSONL, OpenAI tools arrays, MCP tools/list results, or 'generated') into one

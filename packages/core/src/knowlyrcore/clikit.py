@@ -73,8 +73,7 @@ def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name:
     A command returning an int returns that code.
     """
     try:
-        result = command.main(args=list(argv) if argv is not None else None, prog_name=prog_name,
-                              standalone_mode=False)  # fmt: skip
+        result = command.main(args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Exit as exc:  # --help, --version, ctx.exit(n)
         return exc.exit_code
     except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: its help, as click prints it
@@ -103,8 +102,14 @@ class Group(click.Group):
     """A click group whose standalone runs (``cli()``, click's ``CliRunner``) also go through
     :func:`run`, so they print and exit exactly as ``main([...])`` does."""
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:  # fmt: skip
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         sys.exit(run(self, args, prog_name=prog_name))

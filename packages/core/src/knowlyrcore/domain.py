@@ -109,8 +109,9 @@ class ToolSpec(BaseModel):
         }
 
 
-def tool_spec(name: str, category: ToolCategory, description: str, required: Sequence[str] = (), /,
-              **properties: dict[str, Any]) -> ToolSpec:  # fmt: skip
+def tool_spec(
+    name: str, category: ToolCategory, description: str, required: Sequence[str] = (), /, **properties: dict[str, Any]
+) -> ToolSpec:
     """A ``ToolSpec`` whose parameters are a closed JSON Schema object: ``properties`` maps each
     parameter to its schema (a parameter may be called ``name`` or ``category`` too), ``required``
     names the ones a call must give.

@@ -230,8 +230,9 @@ def iter_json_lines(
                 raise DataFormatError(str(path), 1, "the file is UTF-16 text; convert it to UTF-8")
             try:
                 if raw is None:
-                    raise DataFormatError(str(path), number, f"line longer than {limit} bytes "
-                                          f"(limit: {MAX_LINE_BYTES_ENV})")  # fmt: skip
+                    raise DataFormatError(
+                        str(path), number, f"line longer than {limit} bytes (limit: {MAX_LINE_BYTES_ENV})"
+                    )
                 if not raw.strip():
                     continue
                 yield number, _record_of_line(raw, path, number)
@@ -260,8 +261,9 @@ def _record_of_line(raw: bytes, path: Path, number: int) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataFormatError(str(path), number, f"not UTF-8 text (byte {exc.start}); "
-                              "is it a binary, Latin-1 or UTF-16 file?") from None  # fmt: skip
+        raise DataFormatError(
+            str(path), number, f"not UTF-8 text (byte {exc.start}); is it a binary, Latin-1 or UTF-16 file?"
+        ) from None
     if number == 1:
         text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark
     record = loads_record(text, path, number)

@@ -72,8 +72,12 @@ def build_server() -> Any:
     def domains() -> dict[str, Any]:
         """The domain profiles (built-in and registered): name, description and tool names."""
         profiles = [get_domain_profile(name) for name in list_domain_profiles()]
-        return {"domains": [{"name": p.name, "display_name": p.display_name, "description": p.description,
-                             "tools": p.tool_names} for p in profiles]}  # fmt: skip
+        return {
+            "domains": [
+                {"name": p.name, "display_name": p.display_name, "description": p.description, "tools": p.tool_names}
+                for p in profiles
+            ]
+        }
 
     @server.tool()
     def domain(name: str) -> dict[str, Any]:
@@ -91,8 +95,9 @@ def build_server() -> Any:
         return {"tools": openai_tool_schemas(names, domain)}
 
     @server.tool()
-    async def search_tools(query: str, library: str = "generated", k: int = 5,
-                           ctx: Context | None = None) -> dict[str, Any]:  # fmt: skip
+    async def search_tools(
+        query: str, library: str = "generated", k: int = 5, ctx: Context | None = None
+    ) -> dict[str, Any]:
         """The `k` (1-50) tools of `library` (a tools JSONL / OpenAI tools / MCP tools/list file, or
         "generated") that best match `query`, best first, with their parameter schemas."""
         if not isinstance(k, int) or not 1 <= k <= 50:
@@ -120,8 +125,10 @@ def _search_tools(query: str, library: str, k: int) -> list[dict[str, Any]]:
     import os
 
     mtime = os.stat(library).st_mtime if library != "generated" else 0.0
-    return [{"name": tool.name, "description": tool.description, "parameters": tool.parameters,
-             "score": round(score, 4)} for tool, score in _library(library, mtime).search(query, k=k)]  # fmt: skip
+    return [
+        {"name": tool.name, "description": tool.description, "parameters": tool.parameters, "score": round(score, 4)}
+        for tool, score in _library(library, mtime).search(query, k=k)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

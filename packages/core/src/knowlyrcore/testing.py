@@ -120,11 +120,17 @@ class _ChatHandler(BaseHTTPRequestHandler):
             "message": message,
             "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
         }
-        self._send(200, {
-            "id": f"chatcmpl-{len(owner.requests)}", "object": "chat.completion", "created": int(time.time()),
-            "model": (body or {}).get("model", ""), "choices": [choice],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        })  # fmt: skip
+        self._send(
+            200,
+            {
+                "id": f"chatcmpl-{len(owner.requests)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": (body or {}).get("model", ""),
+                "choices": [choice],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            },
+        )
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -465,8 +471,15 @@ MALFORMED_KINDS = {
 }
 
 
-def malformed_corpus(folder: str | os.PathLike, good: dict[str, Any], wrong_types: dict[str, Any], *,
-                     suffix: str = ".jsonl", kinds: Any = None, long_line_mb: int = 200) -> dict[str, Any]:  # fmt: skip
+def malformed_corpus(
+    folder: str | os.PathLike,
+    good: dict[str, Any],
+    wrong_types: dict[str, Any],
+    *,
+    suffix: str = ".jsonl",
+    kinds: Any = None,
+    long_line_mb: int = 200,
+) -> dict[str, Any]:
     """Write one file per ``MALFORMED_KINDS`` entry (or per name in ``kinds``) into ``folder``;
     return ``{kind: Path}``.
 
@@ -508,8 +521,9 @@ def malformed_corpus(folder: str | os.PathLike, good: dict[str, Any], wrong_type
     return paths
 
 
-def check_refusal(code: int, stdout: str, stderr: str, path: str | os.PathLike, *,
-                  outputs: dict[Any, bytes] | None = None) -> str:  # fmt: skip
+def check_refusal(
+    code: int, stdout: str, stderr: str, path: str | os.PathLike, *, outputs: dict[Any, bytes] | None = None
+) -> str:
     """Assert a command refused a malformed ``path`` the knowlyr way; return the error line.
 
     Exit code 2, exactly one ``error:`` line on stderr naming the file, no traceback, nothing on

@@ -39,7 +39,48 @@ from knowlyrcore.jsonl import default_max_line_bytes, iter_json_lines, loads_rec
 
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 # words that say nothing about which tool is meant
-_STOP = frozenset(["a", "an", "the", "of", "to", "for", "in", "on", "at", "by", "with", "and", "or", "is", "are", "be", "this", "that", "it", "its", "from", "as", "your", "my", "me", "i", "you", "please", "can", "could", "would", "should", "do", "does", "what", "which", "who", "how"])  # fmt: skip
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "to",
+        "for",
+        "in",
+        "on",
+        "at",
+        "by",
+        "with",
+        "and",
+        "or",
+        "is",
+        "are",
+        "be",
+        "this",
+        "that",
+        "it",
+        "its",
+        "from",
+        "as",
+        "your",
+        "my",
+        "me",
+        "i",
+        "you",
+        "please",
+        "can",
+        "could",
+        "would",
+        "should",
+        "do",
+        "does",
+        "what",
+        "which",
+        "who",
+        "how",
+    ]
+)
 
 
 def tokenize(text: str) -> list[str]:

@@ -106,8 +106,17 @@ def collect_batched(
             def show_turn(turn: int, live: int, where: str = where) -> None:
                 bar.set_postfix_str(f"{where}turn {turn}/{max_steps}, {live} live, {bar.n} finished", refresh=True)
 
-            trajectories = _run_lockstep(env, kwargs, batch_policy, chunk, seeds, options, advance=bar.update,
-                                         show_turn=show_turn, record_env_errors=record_env_errors)  # fmt: skip
+            trajectories = _run_lockstep(
+                env,
+                kwargs,
+                batch_policy,
+                chunk,
+                seeds,
+                options,
+                advance=bar.update,
+                show_turn=show_turn,
+                record_env_errors=record_env_errors,
+            )
             if output_path is not None:
                 write_trajectories(output_path, trajectories, append=True)
             results.extend(trajectories)

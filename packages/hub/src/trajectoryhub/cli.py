@@ -130,17 +130,43 @@ def cli() -> None:
 @click.option("-p", "--preferences", help="DPO: preference pairs from `knowlyr-reward pairs`.")
 @click.option("--sft-format", type=click.Choice(["steps", "messages"]), default="steps", show_default=True)
 @click.option("--min-reward", type=float, help="SFT, ATIF, ADP: keep trajectories with at least this reward.")
-@click.option("--include-failures", is_flag=True,
-              help="SFT: keep failed and unjudged trajectories too (default: successful ones only).")  # fmt: skip
-@click.option("--success-only", is_flag=True,
-              help="ATIF, ADP: keep only successful trajectories. SFT: the default (accepted for old commands).")  # fmt: skip
-@click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True,
-              help="DPO: minimum reward gap of a pair.")  # fmt: skip
-@click.option("--min-group-size", type=click.IntRange(min=1), default=2, show_default=True,
-              help="GRPO: minimum attempts per task.")  # fmt: skip
-def export_command(fmt: str, trajectories: tuple[str, ...], more_files: tuple[str, ...], output: str,
-                   preferences: str | None, sft_format: str, min_reward: float | None, include_failures: bool,
-                   success_only: bool, min_margin: float, min_group_size: int) -> None:  # fmt: skip
+@click.option(
+    "--include-failures",
+    is_flag=True,
+    help="SFT: keep failed and unjudged trajectories too (default: successful ones only).",
+)
+@click.option(
+    "--success-only",
+    is_flag=True,
+    help="ATIF, ADP: keep only successful trajectories. SFT: the default (accepted for old commands).",
+)
+@click.option(
+    "--min-margin",
+    type=click.FloatRange(min=0),
+    default=0.1,
+    show_default=True,
+    help="DPO: minimum reward gap of a pair.",
+)
+@click.option(
+    "--min-group-size",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="GRPO: minimum attempts per task.",
+)
+def export_command(
+    fmt: str,
+    trajectories: tuple[str, ...],
+    more_files: tuple[str, ...],
+    output: str,
+    preferences: str | None,
+    sft_format: str,
+    min_reward: float | None,
+    include_failures: bool,
+    success_only: bool,
+    min_margin: float,
+    min_group_size: int,
+) -> None:
     """Export trajectories as an SFT, DPO or GRPO dataset, or as ATIF / ADP documents.
 
     SFT keeps successful trajectories only unless --include-failures; DPO and GRPO use failed
@@ -152,8 +178,9 @@ def export_command(fmt: str, trajectories: tuple[str, ...], more_files: tuple[st
         raise click.UsageError("--include-failures is for --format sft, without --success-only")
     exporter = DatasetExporter(trajectories=_read_all(_files(trajectories, more_files)))
     if fmt == "sft":
-        report = exporter.export_sft(output, format=sft_format, min_reward=min_reward,
-                                     include_failures=include_failures)  # fmt: skip
+        report = exporter.export_sft(
+            output, format=sft_format, min_reward=min_reward, include_failures=include_failures
+        )
     elif fmt in ("atif", "adp"):
         report = exporter.export_interchange(output, to=fmt, min_reward=min_reward, success_only=success_only)
     elif fmt == "dpo":
@@ -194,40 +221,69 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
 
 @cli.command("evaluate")
 @click.option("-t", "--trajectories", multiple=True, help="Summarise a recorded run (repeatable).")
-@click.option("--policy", help="'expert', a local checkpoint or alias (smollm2-135m), or an http(s) OpenAI-compatible "
-                               "base URL.")  # fmt: skip
+@click.option(
+    "--policy", help="'expert', a local checkpoint or alias (smollm2-135m), or an http(s) OpenAI-compatible base URL."
+)
 @click.option("--tasks", type=click.Path(dir_okay=False), help="JSONL of tasks, e.g. from `knowlyr-hub tasks`.")
 @click.option("--env", help="Environment id (default: the tasks' suite's, else the one of their domain).")
 @click.option(
     "--max-steps", type=click.IntRange(min=1), help="Step budget per episode (default: the suite's, else 30)."
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Episodes played in lockstep.")  # fmt: skip
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Episodes played in lockstep."
+)
 @click.option("--name", help="Stage name in the summary and report (default: the model's).")
 @click.option("--split", help="Split label (default: the tasks' metadata.split).")
 @click.option("--model", help="Endpoint policies: the served model name.")
 @click.option("--api-key")
 @click.option("--system-prompt", help="Default: a checkpoint's prompt contract, else the suite's.")
-@click.option("--include-tools/--no-include-tools", default=None,
-              help="Show the tool schemas in the prompt (default: a checkpoint's prompt contract, else yes).")  # fmt: skip
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Model policies: tokens per answer.")  # fmt: skip
+@click.option(
+    "--include-tools/--no-include-tools",
+    default=None,
+    help="Show the tool schemas in the prompt (default: a checkpoint's prompt contract, else yes).",
+)
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Model policies: tokens per answer.",
+)
 @click.option("--seed", type=int, help="Episode i is reset with seed + i (and sampling is seeded with it).")
-@click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Episodes per task; above 1 the summary gives pass@1 and pass@k (k = samples).")  # fmt: skip
-@click.option("--temperature", type=click.FloatRange(min=0, max=2),
-              help="Model policies' sampling temperature (default 0 = greedy; 1 with --samples above 1).")  # fmt: skip
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True,
-              help="Local checkpoints: weights' dtype for generation (bfloat16: ~2x faster on CPUs with AMX or "
-                   "AVX512-BF16, many times slower on CPUs without native bf16).")  # fmt: skip
-@click.option("--executor", type=click.Choice(["batched", "ray"]), default="batched", show_default=True,
-              help="Play episodes in lockstep here, or on Ray actors (extra: ray; not for local model policies).")  # fmt: skip
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Episodes per task; above 1 the summary gives pass@1 and pass@k (k = samples).",
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0, max=2),
+    help="Model policies' sampling temperature (default 0 = greedy; 1 with --samples above 1).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "bfloat16"]),
+    default="float32",
+    show_default=True,
+    help="Local checkpoints: weights' dtype for generation (bfloat16: ~2x faster on CPUs with AMX or "
+    "AVX512-BF16, many times slower on CPUs without native bf16).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["batched", "ray"]),
+    default="batched",
+    show_default=True,
+    help="Play episodes in lockstep here, or on Ray actors (extra: ray; not for local model policies).",
+)
 @click.option(
     "--address",
     help="Ray cluster address (default: start a local Ray runtime listening on 127.0.0.1 only; RAY_ADDRESS is honoured).",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Ray actors (with --executor ray).")  # fmt: skip
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=2, show_default=True, help="Ray actors (with --executor ray)."
+)
 @click.option("--report-dir", help="Write report.json, report.md, report.html and PNG plots here.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the trajectories here.")
 def evaluate_command(trajectories: tuple[str, ...], **options: Any) -> None:
@@ -257,8 +313,10 @@ def _suite_of(tasks: list[TaskInfo], *, env_given: bool) -> Any:
     except ImportError as exc:
         if env_given:
             return None
-        raise MissingExtraError(f"the tasks come from suite {name!r}, which needs knowlyr-sandbox: "
-                                "pip install 'knowlyr-hub[sandbox]' (or pass --env)") from exc  # fmt: skip
+        raise MissingExtraError(
+            f"the tasks come from suite {name!r}, which needs knowlyr-sandbox: "
+            "pip install 'knowlyr-hub[sandbox]' (or pass --env)"
+        ) from exc
     return get_suite(name)
 
 
@@ -269,8 +327,10 @@ def _env_for_domain(tasks: list[TaskInfo]) -> str:
     candidates = list_envs(domain=domains[0]) if len(domains) == 1 else []
     if len(candidates) != 1:
         found = ", ".join(candidates) or "none"
-        raise InputError(f"cannot tell which environment runs tasks of domain {', '.join(domains)} "
-                         f"(registered for it: {found}): pass --env")  # fmt: skip
+        raise InputError(
+            f"cannot tell which environment runs tasks of domain {', '.join(domains)} "
+            f"(registered for it: {found}): pass --env"
+        )
     return candidates[0]
 
 
@@ -298,18 +358,26 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
         from trajectoryhub.policy import OpenAIPolicy
 
         def factory() -> OpenAIPolicy:
-            return OpenAIPolicy(args.model, base_url=args.policy, api_key=args.api_key, system_prompt=system_prompt,
-                                tools=None if args.include_tools is False else tools,
-                                include_tools=args.include_tools is not False,
-                                max_tokens=args.max_new_tokens, temperature=temperature)  # fmt: skip
+            return OpenAIPolicy(
+                args.model,
+                base_url=args.policy,
+                api_key=args.api_key,
+                system_prompt=system_prompt,
+                tools=None if args.include_tools is False else tools,
+                include_tools=args.include_tools is not False,
+                max_tokens=args.max_new_tokens,
+                temperature=temperature,
+            )
 
         return factory, args.model
     try:
         from agenttrainer.batch_policy import LocalBatchPolicy
         from agenttrainer.models.errors import ModelLoadError
     except ImportError as exc:
-        raise MissingExtraError(f"--policy {args.policy!r} names a local checkpoint or alias, which needs "
-                                f"knowlyr-trainer ({exc}); or pass an http(s) endpoint or 'expert'") from exc  # fmt: skip
+        raise MissingExtraError(
+            f"--policy {args.policy!r} names a local checkpoint or alias, which needs "
+            f"knowlyr-trainer ({exc}); or pass an http(s) endpoint or 'expert'"
+        ) from exc
     from agenttrainer.cli import quiet_library_warnings
 
     quiet_library_warnings()  # a command's output, not transformers' deprecation notices
@@ -319,18 +387,25 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
         saved = read_contract(path) if Path(path := resolve_model_path(args.policy)).is_dir() else None
         if saved is not None:  # prompt the checkpoint as it was trained, unless told otherwise
             system_prompt = args.system_prompt or saved.system_prompt
-            click.echo(f"prompting {args.policy} by its prompt contract ({saved.describe()}); "
-                       "--system-prompt / --include-tools override it", err=True)  # fmt: skip
+            click.echo(
+                f"prompting {args.policy} by its prompt contract ({saved.describe()}); "
+                "--system-prompt / --include-tools override it",
+                err=True,
+            )
         include_tools = (
             args.include_tools if args.include_tools is not None else (saved.include_tools if saved else True)
         )
         import torch
 
-        policy = LocalBatchPolicy.from_pretrained(args.policy, system_prompt=system_prompt,
-                                                  tools=tools if include_tools else None,
-                                                  include_tools=include_tools,
-                                                  max_new_tokens=args.max_new_tokens, temperature=temperature,
-                                                  torch_dtype=getattr(torch, args.dtype))  # fmt: skip
+        policy = LocalBatchPolicy.from_pretrained(
+            args.policy,
+            system_prompt=system_prompt,
+            tools=tools if include_tools else None,
+            include_tools=include_tools,
+            max_new_tokens=args.max_new_tokens,
+            temperature=temperature,
+            torch_dtype=getattr(torch, args.dtype),
+        )
     except ModelLoadError as exc:
         raise InputError(f"--policy {args.policy!r}: {exc}") from exc
     return policy, args.model or args.policy.rstrip("/")
@@ -383,11 +458,21 @@ def _evaluate_policy(args: Any) -> None:
     if args.samples > 1 or args.seed is not None:
         _seed_sampling(args.seed or 0)
     summary, trajectories = evaluate_policy(
-        policy, [t for t in tasks for _ in range(args.samples)], env=env_id, name=name, split=split,
-        max_steps=max_steps, env_kwargs=env_kwargs, batch_size=args.batch_size, seed=args.seed,
-        model_name=model_name, progress=True, executor=args.executor, ray_address=args.address,
+        policy,
+        [t for t in tasks for _ in range(args.samples)],
+        env=env_id,
+        name=name,
+        split=split,
+        max_steps=max_steps,
+        env_kwargs=env_kwargs,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        model_name=model_name,
+        progress=True,
+        executor=args.executor,
+        ray_address=args.address,
         concurrency=args.concurrency,
-    )  # fmt: skip
+    )
     seconds = time.perf_counter() - started
     _print_table(*stage_table([summary]))
     if args.samples > 1:
@@ -395,23 +480,38 @@ def _evaluate_policy(args: Any) -> None:
 
         sampled = summarize_samples(trajectories, name=name, split=split, k=args.samples)
         summary["sampled"] = {k: v for k, v in sampled.items() if k != "per_task"}
-        click.echo(f"pass@1 {sampled['pass@1']:.1%}  pass@{args.samples} {sampled['pass@k']:.1%}  "
-                   f"({sampled['n_tasks']} tasks x {args.samples} samples)")  # fmt: skip
+        click.echo(
+            f"pass@1 {sampled['pass@1']:.1%}  pass@{args.samples} {sampled['pass@k']:.1%}  "
+            f"({sampled['n_tasks']} tasks x {args.samples} samples)"
+        )
     click.echo(f"{summary['n']} episodes on {env_id} in {seconds:.1f}s", err=True)
     if summary.get("env_errors"):
-        click.echo(f"{summary['env_errors']} episode(s) ended because the environment raised on the policy's "
-                   "action (counted as failures; see metadata.env_error)", err=True)  # fmt: skip
+        click.echo(
+            f"{summary['env_errors']} episode(s) ended because the environment raised on the policy's "
+            "action (counted as failures; see metadata.env_error)",
+            err=True,
+        )
     if summary.get("infrastructure_failures"):
-        click.echo(f"{summary['infrastructure_failures']} episode(s) failed for infrastructure reasons "
-                   "(counted as failures; see metadata.infrastructure_failure)", err=True)  # fmt: skip
+        click.echo(
+            f"{summary['infrastructure_failures']} episode(s) failed for infrastructure reasons "
+            "(counted as failures; see metadata.infrastructure_failure)",
+            err=True,
+        )
     if args.output:
         write_trajectories(args.output, trajectories)
         click.echo(f"trajectories -> {args.output}", err=True)
     if args.report_dir:
         from trajectoryhub.report import write_report
 
-        report = {"stages": [summary], "comparisons": [], "seconds": seconds, "policy": args.policy,
-                  "env": env_id, "tasks": str(args.tasks), "max_steps": max_steps}  # fmt: skip
+        report = {
+            "stages": [summary],
+            "comparisons": [],
+            "seconds": seconds,
+            "policy": args.policy,
+            "env": env_id,
+            "tasks": str(args.tasks),
+            "max_steps": max_steps,
+        }
         written = write_report(report, args.report_dir, trajectories_by_stage={name: trajectories})
         click.echo(f"report -> {written['html']}", err=True)
 
@@ -470,45 +570,80 @@ def compare_command(trajectories: tuple[str, ...], alpha: float, as_json: bool) 
     for row in result["leaderboard"]:
         success = "-" if row["success_rate"] is None else f"{row['success_rate']:.1%}"
         mark = " *" if row["beats_next"] else ""
-        click.echo(f"{row['rank']:>4}  {shown(row['agent']):24} {row['avg_reward']:8.3f} {success:>8} "
-                   f"{row['episodes']:>5}{mark}")  # fmt: skip
+        click.echo(
+            f"{row['rank']:>4}  {shown(row['agent']):24} {row['avg_reward']:8.3f} {success:>8} "
+            f"{row['episodes']:>5}{mark}"
+        )
     for c in result["comparisons"]:
-        click.echo(f"{shown(c['a'])} vs {shown(c['b'])}: diff {c['diff']:+.3f}, "
-                   f"Welch p={c['welch_p_bonferroni']:.3g}, "
-                   f"Mann-Whitney p={c['mannwhitney_p_bonferroni']:.3g} (Bonferroni)")  # fmt: skip
+        click.echo(
+            f"{shown(c['a'])} vs {shown(c['b'])}: diff {c['diff']:+.3f}, "
+            f"Welch p={c['welch_p_bonferroni']:.3g}, "
+            f"Mann-Whitney p={c['mannwhitney_p_bonferroni']:.3g} (Bonferroni)"
+        )
     click.echo("* lead over the next agent is significant (Welch, Bonferroni-corrected)")
 
 
 @cli.command("pipeline")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output-dir", required=True,
-              help="Each run writes a new run-<time>-<id>/ here; latest/ points to the newest.")  # fmt: skip
+@click.option(
+    "-o",
+    "--output-dir",
+    required=True,
+    help="Each run writes a new run-<time>-<id>/ here; latest/ points to the newest.",
+)
 @click.option("--domain", help="Rubric weights of this domain (default: each task's domain).")
 @click.option("--log-format", default="auto", show_default=True, help="A knowlyr-recorder format name, or auto.")
-@click.option("--formats", default="sft,dpo,grpo", show_default=True, callback=lambda c, p, v: _formats(v),
-              help="Datasets to export, comma-separated: sft, dpo, grpo.")  # fmt: skip
+@click.option(
+    "--formats",
+    default="sft,dpo,grpo",
+    show_default=True,
+    callback=lambda c, p, v: _formats(v),
+    help="Datasets to export, comma-separated: sft, dpo, grpo.",
+)
 @click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True)
-@click.option("--include-failures", is_flag=True,
-              help="SFT: keep failed and unjudged trajectories too (default: successful ones only).")  # fmt: skip
-@click.option("--skip-invalid", is_flag=True,
-              help="Report bad files and records (file:line) and keep the good ones; default: stop at the first.")  # fmt: skip
-def pipeline_command(inputs: tuple[str, ...], output_dir: str, domain: str | None, log_format: str,
-                     formats: tuple[str, ...], min_margin: float, include_failures: bool,
-                     skip_invalid: bool) -> None:  # fmt: skip
+@click.option(
+    "--include-failures",
+    is_flag=True,
+    help="SFT: keep failed and unjudged trajectories too (default: successful ones only).",
+)
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Report bad files and records (file:line) and keep the good ones; default: stop at the first.",
+)
+def pipeline_command(
+    inputs: tuple[str, ...],
+    output_dir: str,
+    domain: str | None,
+    log_format: str,
+    formats: tuple[str, ...],
+    min_margin: float,
+    include_failures: bool,
+    skip_invalid: bool,
+) -> None:
     """Agent logs -> trajectories -> scored -> deduplicated -> SFT/DPO/GRPO (INPUTS: log or
     trajectory files, folders or globs)."""
     from dataclasses import asdict
 
     from trajectoryhub.pipeline import Pipeline
 
-    pipeline = Pipeline(domain=domain, log_format=log_format, skip_invalid=skip_invalid, formats=formats,
-                        min_margin=min_margin, include_failures=include_failures)  # fmt: skip
+    pipeline = Pipeline(
+        domain=domain,
+        log_format=log_format,
+        skip_invalid=skip_invalid,
+        formats=formats,
+        min_margin=min_margin,
+        include_failures=include_failures,
+    )
     report = pipeline.run(list(inputs), output_dir)
     for error in report.errors:
         click.echo(f"warning: skipped {error}", err=True)
     click.echo(json.dumps(asdict(report), indent=2))
-    click.echo(f"{report.trajectories} trajectories -> {report.run_dir} (also {Path(output_dir) / 'latest'})"
-               + (f"; {len(report.errors)} bad record(s) skipped" if report.errors else ""), err=True)  # fmt: skip
+    click.echo(
+        f"{report.trajectories} trajectories -> {report.run_dir} (also {Path(output_dir) / 'latest'})"
+        + (f"; {len(report.errors)} bad record(s) skipped" if report.errors else ""),
+        err=True,
+    )
 
 
 def _formats(value: str) -> tuple[str, ...]:
@@ -531,8 +666,13 @@ def _formats(value: str) -> tuple[str, ...]:
 @click.option("--system-prompt")
 @click.option("--agent-name")
 @click.option("--reward-domain", help="Score steps with knowlyr-reward's rules for this domain.")
-@click.option("--executor", type=click.Choice(["thread", "ray"]), default="thread", show_default=True,
-              help="Run episodes in threads, or as Ray actors (extra: ray).")  # fmt: skip
+@click.option(
+    "--executor",
+    type=click.Choice(["thread", "ray"]),
+    default="thread",
+    show_default=True,
+    help="Run episodes in threads, or as Ray actors (extra: ray).",
+)
 @click.option(
     "--address",
     help="Ray cluster address (default: start a local Ray runtime listening on 127.0.0.1 only; RAY_ADDRESS is honoured).",
@@ -553,12 +693,21 @@ def collect_command(**options: Any) -> None:
 
         reward_fn = make_reward_fn(args.reward_domain)
     trajectories = collect(
-        args.env_id, agent_factory=lambda: OpenAIPolicy(model=args.model, base_url=args.endpoint, api_key=args.api_key,
-                                                        system_prompt=args.system_prompt),
-        n_episodes=args.n_episodes, tasks=tasks, max_steps=args.max_steps, reward_fn=reward_fn,
-        concurrency=args.concurrency, agent_name=args.agent_name or args.model, model_name=args.model,
-        output_path=args.output, executor=args.executor, ray_address=args.address,
-    )  # fmt: skip
+        args.env_id,
+        agent_factory=lambda: OpenAIPolicy(
+            model=args.model, base_url=args.endpoint, api_key=args.api_key, system_prompt=args.system_prompt
+        ),
+        n_episodes=args.n_episodes,
+        tasks=tasks,
+        max_steps=args.max_steps,
+        reward_fn=reward_fn,
+        concurrency=args.concurrency,
+        agent_name=args.agent_name or args.model,
+        model_name=args.model,
+        output_path=args.output,
+        executor=args.executor,
+        ray_address=args.address,
+    )
     click.echo(f"collected {len(trajectories)} trajectories -> {args.output}", err=True)
 
 
@@ -573,8 +722,13 @@ def store_options(fn: Any) -> Any:
     fn = click.option(
         "--gdi-weights", help="GDI weights, e.g. intrinsic=0.35,utility=0.3,feedback=0.2,freshness=0.15."
     )(fn)
-    return click.option("--db", envvar="KNOWLYR_STORE", default="trajectories.db", show_default=True,
-                        help="SQLite file or postgresql:// URL (env KNOWLYR_STORE).")(fn)  # fmt: skip
+    return click.option(
+        "--db",
+        envvar="KNOWLYR_STORE",
+        default="trajectories.db",
+        show_default=True,
+        help="SQLite file or postgresql:// URL (env KNOWLYR_STORE).",
+    )(fn)
 
 
 def query_options(fn: Any) -> Any:
@@ -587,10 +741,11 @@ def query_options(fn: Any) -> Any:
         click.option("--max-reward", type=float),
         click.option("--since", type=float, help="Stored at or after this unix time."),
         click.option("--until", type=float, help="Stored at or before this unix time."),
-        click.option("--order", "order_by", type=click.Choice(["gdi", "reward", "time"]), default="gdi",
-                     show_default=True),
+        click.option(
+            "--order", "order_by", type=click.Choice(["gdi", "reward", "time"]), default="gdi", show_default=True
+        ),
         click.option("--limit", type=click.IntRange(min=1)),
-    ]  # fmt: skip
+    ]
     for option in reversed(options):
         fn = option(fn)
     return fn
@@ -635,8 +790,13 @@ def store_list_command(db: str, gdi_weights: str | None, **query: Any) -> None:
 
 
 @store_group.command("export")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="File to write: .parquet for Parquet, anything else trajectory JSONL.")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="File to write: .parquet for Parquet, anything else trajectory JSONL.",
+)
 @store_options
 @query_options
 def store_export_command(output: str, db: str, gdi_weights: str | None, **query: Any) -> None:

@@ -95,8 +95,13 @@ def evaluate_agent(trajectories: list[Trajectory], *, agent: str | None = None, 
     rewards = _rewards(trajectories)
     judged = [t.outcome.success for t in trajectories if t.outcome.success is not None]
     if len(set(rewards)) > 1:
-        ci = stats.bootstrap((np.array(rewards),), np.mean, confidence_level=0.95, n_resamples=2000,
-                             random_state=np.random.default_rng(seed)).confidence_interval  # fmt: skip
+        ci = stats.bootstrap(
+            (np.array(rewards),),
+            np.mean,
+            confidence_level=0.95,
+            n_resamples=2000,
+            random_state=np.random.default_rng(seed),
+        ).confidence_interval
         interval = (float(ci.low), float(ci.high))
     else:
         interval = (rewards[0], rewards[0])
@@ -152,8 +157,11 @@ def compare_agents(runs: dict[str, list[Trajectory]], *, alpha: float = 0.05) ->
                 row[key + "_bonferroni"] = min(1.0, row[key] * len(pairs))
         row["significant"] = row["welch_p_bonferroni"] < alpha
         comparisons.append(row)
-    return {"reports": {k: v.to_dict() for k, v in reports.items()}, "comparisons": comparisons,
-            "leaderboard": leaderboard(reports, comparisons)}  # fmt: skip
+    return {
+        "reports": {k: v.to_dict() for k, v in reports.items()},
+        "comparisons": comparisons,
+        "leaderboard": leaderboard(reports, comparisons),
+    }
 
 
 def leaderboard(reports: dict[str, AgentReport], comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -163,16 +171,29 @@ def leaderboard(reports: dict[str, AgentReport], comparisons: list[dict[str, Any
     rows = []
     for rank, report in enumerate(order, start=1):
         nxt = order[rank] if rank < len(order) else None
-        rows.append({"rank": rank, "agent": report.agent, "avg_reward": report.avg_reward,
-                     "success_rate": report.success_rate, "episodes": report.episodes,
-                     "beats_next": bool(nxt and significant.get(frozenset((report.agent, nxt.agent))))})  # fmt: skip
+        rows.append(
+            {
+                "rank": rank,
+                "agent": report.agent,
+                "avg_reward": report.avg_reward,
+                "success_rate": report.success_rate,
+                "episodes": report.episodes,
+                "beats_next": bool(nxt and significant.get(frozenset((report.agent, nxt.agent)))),
+            }
+        )
     return rows
 
 
 # --- stages: a policy on a task split (seed 003, Stage 4) ---------------------------------------
 
-STAGE_METRICS = ("tool_selection_accuracy", "plan_success_rate", "step_efficiency", "timing_precision", "timing",
-                 "end_to_end_success")  # fmt: skip
+STAGE_METRICS = (
+    "tool_selection_accuracy",
+    "plan_success_rate",
+    "step_efficiency",
+    "timing_precision",
+    "timing",
+    "end_to_end_success",
+)
 
 
 def expert_tools(task: TaskInfo) -> list[str] | None:
@@ -314,17 +335,37 @@ def evaluate_policy(
         if isinstance(policy, BatchPolicy) or not callable(policy):
             raise ValueError("executor='ray' needs a factory of per-episode policies, not a batch policy")
         trajectories = collect(
-            env, agent_factory=policy, tasks=list(tasks), n_episodes=len(tasks), max_steps=max_steps,
-            reward_fn=reward_fn, agent_name=name, model_name=model_name, env_kwargs=env_kwargs, seed=seed,
-            concurrency=concurrency, progress=progress, executor="ray", ray_address=ray_address,
+            env,
+            agent_factory=policy,
+            tasks=list(tasks),
+            n_episodes=len(tasks),
+            max_steps=max_steps,
+            reward_fn=reward_fn,
+            agent_name=name,
+            model_name=model_name,
+            env_kwargs=env_kwargs,
+            seed=seed,
+            concurrency=concurrency,
+            progress=progress,
+            executor="ray",
+            ray_address=ray_address,
             record_env_errors=True,
-        )  # fmt: skip
+        )
     elif executor == "batched":
         trajectories = collect_batched(
-            env, policy, list(tasks), max_steps=max_steps, reward_fn=reward_fn, agent_name=name,
-            model_name=model_name, env_kwargs=env_kwargs, seed=seed, batch_size=batch_size, progress=progress,
+            env,
+            policy,
+            list(tasks),
+            max_steps=max_steps,
+            reward_fn=reward_fn,
+            agent_name=name,
+            model_name=model_name,
+            env_kwargs=env_kwargs,
+            seed=seed,
+            batch_size=batch_size,
+            progress=progress,
             record_env_errors=True,
-        )  # fmt: skip
+        )
     else:
         raise ValueError(f"executor must be 'batched' or 'ray', got {executor!r}")
     return summarize_stage(trajectories, name=name, split=split), trajectories
@@ -354,18 +395,27 @@ def compare_stages(
         reward_a = [episode_reward(x) for x, _ in pairs]
         reward_b = [episode_reward(y) for _, y in pairs]
         mcnemar = mcnemar_exact(success_a, success_b)
-        rows.append({
-            "a": a, "b": b, "split": split, "n_pairs": len(pairs),
-            "success_a": float(np.mean(success_a)), "success_b": float(np.mean(success_b)),
-            "diff": float(np.mean(success_b) - np.mean(success_a)),
-            "a_only": mcnemar["a_only"], "b_only": mcnemar["b_only"],
-            "p_value": mcnemar["p_value"], "test": "mcnemar",
-            "reward_a": float(np.mean(reward_a)), "reward_b": float(np.mean(reward_b)),
-            "reward_diff": float(np.mean(reward_b) - np.mean(reward_a)),
-            "reward_p_ttest": paired_ttest(reward_a, reward_b),
-            "reward_p_wilcoxon": wilcoxon_signed_rank(reward_a, reward_b),
-            "reward_diffs_equal": bool(np.ptp(np.subtract(reward_b, reward_a)) < 1e-12),
-        })  # fmt: skip
+        rows.append(
+            {
+                "a": a,
+                "b": b,
+                "split": split,
+                "n_pairs": len(pairs),
+                "success_a": float(np.mean(success_a)),
+                "success_b": float(np.mean(success_b)),
+                "diff": float(np.mean(success_b) - np.mean(success_a)),
+                "a_only": mcnemar["a_only"],
+                "b_only": mcnemar["b_only"],
+                "p_value": mcnemar["p_value"],
+                "test": "mcnemar",
+                "reward_a": float(np.mean(reward_a)),
+                "reward_b": float(np.mean(reward_b)),
+                "reward_diff": float(np.mean(reward_b) - np.mean(reward_a)),
+                "reward_p_ttest": paired_ttest(reward_a, reward_b),
+                "reward_p_wilcoxon": wilcoxon_signed_rank(reward_a, reward_b),
+                "reward_diffs_equal": bool(np.ptp(np.subtract(reward_b, reward_a)) < 1e-12),
+            }
+        )
     for key in ("p_value", "reward_p_ttest", "reward_p_wilcoxon"):
         for row, adjusted in zip(rows, bonferroni([r[key] for r in rows])):
             row[f"{key}_bonferroni"] = adjusted
@@ -439,13 +489,20 @@ def compare_sampled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any
     rate_a = [a["per_task"][t] for t in shared]
     rate_b = [b["per_task"][t] for t in shared]
     return {
-        "a": a["name"], "b": b["name"], "split": a.get("split", ""), "k": a["k"], "n_tasks": len(shared),
-        "pass1_a": float(np.mean(rate_a)), "pass1_b": float(np.mean(rate_b)),
+        "a": a["name"],
+        "b": b["name"],
+        "split": a.get("split", ""),
+        "k": a["k"],
+        "n_tasks": len(shared),
+        "pass1_a": float(np.mean(rate_a)),
+        "pass1_b": float(np.mean(rate_b)),
         "diff": float(np.mean(rate_b) - np.mean(rate_a)),
         "better_tasks": sum(y > x for x, y in zip(rate_a, rate_b)),
         "worse_tasks": sum(y < x for x, y in zip(rate_a, rate_b)),
-        "p_value": wilcoxon_signed_rank(rate_a, rate_b), "test": "wilcoxon", "p_ttest": paired_ttest(rate_a, rate_b),
-    }  # fmt: skip
+        "p_value": wilcoxon_signed_rank(rate_a, rate_b),
+        "test": "wilcoxon",
+        "p_ttest": paired_ttest(rate_a, rate_b),
+    }
 
 
 def template_table(

@@ -75,12 +75,22 @@ def messages_of(t: Trajectory, *, include_task: bool = True) -> list[dict[str, A
     messages: list[dict[str, Any]] = [{"role": "user", "content": t.task.description}] if include_task else []
     for s in t.steps:
         call_id = s.tool_call.id or f"call_{s.index}"
-        messages.append({
-            "role": "assistant",
-            "content": s.thought,
-            "tool_calls": [{"id": call_id, "type": "function", "function": {
-                "name": s.tool_call.name, "arguments": json.dumps(s.tool_call.parameters, ensure_ascii=False)}}],
-        })  # fmt: skip
+        messages.append(
+            {
+                "role": "assistant",
+                "content": s.thought,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": s.tool_call.name,
+                            "arguments": json.dumps(s.tool_call.parameters, ensure_ascii=False),
+                        },
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": _observation(s)})
     return messages
 
@@ -107,8 +117,14 @@ def tools_of(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
                 specs[name] = profile.get_tool(name).to_openai_tool()
             else:
                 props = {k: {} for k in s.tool_call.parameters}
-                specs[name] = {"type": "function", "function": {"name": name, "description": "",
-                               "parameters": {"type": "object", "properties": props}}}  # fmt: skip
+                specs[name] = {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": "",
+                        "parameters": {"type": "object", "properties": props},
+                    },
+                }
     return list(specs.values())
 
 
@@ -118,8 +134,13 @@ def _offered_tools(t: Trajectory) -> list[dict[str, Any]]:
     recorded elsewhere, its functions as knowlyr-sandbox's ``knowlyr/bfcl`` offers them."""
     recorded = t.metadata.get("tools")
     if isinstance(recorded, list):
-        return [s for s in recorded if isinstance(s, dict) and isinstance(s.get("function"), dict)
-                and isinstance(s["function"].get("name"), str)]  # fmt: skip
+        return [
+            s
+            for s in recorded
+            if isinstance(s, dict)
+            and isinstance(s.get("function"), dict)
+            and isinstance(s["function"].get("name"), str)
+        ]
     functions = t.task.metadata.get("functions")
     if t.task.domain != "bfcl" or not isinstance(functions, list):
         return []
@@ -133,8 +154,14 @@ def _offered_tools(t: Trajectory) -> list[dict[str, Any]]:
 
 
 def _metadata(t: Trajectory) -> dict[str, Any]:
-    return {"trajectory_id": t.id, "agent": t.agent, "model": t.model, "domain": t.task.domain,
-            "success": t.outcome.success, "source": t.source}  # fmt: skip
+    return {
+        "trajectory_id": t.id,
+        "agent": t.agent,
+        "model": t.model,
+        "domain": t.task.domain,
+        "success": t.outcome.success,
+        "source": t.source,
+    }
 
 
 #: what each ``ExportReport.skipped`` reason means, for people
@@ -216,10 +243,16 @@ class DatasetExporter:
                 yield t
 
     def export_sft(
-        self, output: str | os.PathLike, *, format: str = "steps", min_reward: float | None = None,
-        include_failures: bool = False, success_only: bool = False, system_prompt: str | None = None,
+        self,
+        output: str | os.PathLike,
+        *,
+        format: str = "steps",
+        min_reward: float | None = None,
+        include_failures: bool = False,
+        success_only: bool = False,
+        system_prompt: str | None = None,
         include_tools: bool = True,
-    ) -> ExportReport:  # fmt: skip
+    ) -> ExportReport:
         """One SFT record per kept trajectory, in ``steps`` or ``messages`` format.
 
         Kept: trajectories with steps whose outcome says success (``include_failures`` drops
@@ -236,12 +269,18 @@ class DatasetExporter:
         report = ExportReport()
         records = []
         for t in self._kept(report, min_reward=min_reward, success_only=not include_failures):
-            record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "task_id": t.task.id,
-                                      "reward": trajectory_reward(t)}  # fmt: skip
+            record: dict[str, Any] = {
+                "schema_version": SCHEMA_VERSION,
+                "task_id": t.task.id,
+                "reward": trajectory_reward(t),
+            }
             if format == "steps":
                 context = {k: v for k, v in {"repo": t.task.repo, "domain": t.task.domain}.items() if v}
-                record |= {"instruction": t.task.description, "input": json.dumps(context) if context else "",
-                           "steps": steps_of(t)}  # fmt: skip
+                record |= {
+                    "instruction": t.task.description,
+                    "input": json.dumps(context) if context else "",
+                    "steps": steps_of(t),
+                }
             else:
                 system = [{"role": "system", "content": system_prompt}] if system_prompt else []
                 record["messages"] = system + messages_of(t)
@@ -324,12 +363,21 @@ class DatasetExporter:
                 report.skip("equal_rewards")
                 continue
             first = group[0][1]
-            records.append({
-                "schema_version": SCHEMA_VERSION, "task_id": task_id, "prompt": first.task.description,
-                "trajectories": [{"messages": messages_of(t, include_task=False), "reward": r,
-                                  "step_rewards": [s.reward if s.reward is not None else r for s in t.steps]}
-                                 for r, t in group],
-            })  # fmt: skip
+            records.append(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "task_id": task_id,
+                    "prompt": first.task.description,
+                    "trajectories": [
+                        {
+                            "messages": messages_of(t, include_task=False),
+                            "reward": r,
+                            "step_rewards": [s.reward if s.reward is not None else r for s in t.steps],
+                        }
+                        for r, t in group
+                    ],
+                }
+            )
         report.written = write_jsonl(output, records)
         return report
 
@@ -346,8 +394,9 @@ def _read_preferences(path: str | os.PathLike) -> Iterator[tuple[Trajectory, Tra
                 sides.append(Trajectory.model_validate(record[key]))
             except ValidationError as err:
                 inner = validation_error(path, number, err)
-                raise DataFormatError(str(path), number, inner.problem,
-                                      field=f"{key}.{inner.field}" if inner.field else key) from None  # fmt: skip
+                raise DataFormatError(
+                    str(path), number, inner.problem, field=f"{key}.{inner.field}" if inner.field else key
+                ) from None
         margin = record.get("margin", 0.0)
         if isinstance(margin, bool) or not isinstance(margin, (int, float)):
             raise DataFormatError(str(path), number, "must be a number", field="margin")

@@ -66,9 +66,16 @@ class Pipeline:
     """Convert -> score -> deduplicate -> export. ``domain=None`` uses each task's own domain;
     ``include_failures`` puts failed and unjudged trajectories into the SFT file too."""
 
-    def __init__(self, *, domain: str | None = None, log_format: str = "auto", skip_invalid: bool = False,
-                 formats: tuple[str, ...] = ("sft", "dpo", "grpo"), min_margin: float = 0.1,
-                 include_failures: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        domain: str | None = None,
+        log_format: str = "auto",
+        skip_invalid: bool = False,
+        formats: tuple[str, ...] = ("sft", "dpo", "grpo"),
+        min_margin: float = 0.1,
+        include_failures: bool = False,
+    ):
         unknown = set(formats) - {"sft", "dpo", "grpo"}
         if unknown:
             raise ValueError(f"unknown export format(s) {sorted(unknown)}; use sft, dpo, grpo")

@@ -81,8 +81,12 @@ class OpenAIPolicy:
 
     def __call__(self, observation: Any) -> dict[str, Any]:
         self.transcript.add_observation(observation)
-        request: dict[str, Any] = {"model": self.model, "messages": self.transcript.messages,
-                                   "temperature": self.temperature, "max_tokens": self.max_tokens}  # fmt: skip
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": self.transcript.messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
         if self.tools and self.include_tools:
             request["tools"] = self.tools
         message = self.client.chat.completions.create(**request).choices[0].message.model_dump(exclude_none=True)

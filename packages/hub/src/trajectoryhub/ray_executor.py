@@ -68,8 +68,9 @@ def start_local_runtime(ray: Any) -> None:
 class EpisodeWorker:
     """The body of a Ray actor: one environment, reused for every episode the actor runs."""
 
-    def __init__(self, env: Any, env_kwargs: dict[str, Any], agent: Any, agent_factory: Callable | None,
-                 options: dict[str, Any]):  # fmt: skip
+    def __init__(
+        self, env: Any, env_kwargs: dict[str, Any], agent: Any, agent_factory: Callable | None, options: dict[str, Any]
+    ):
         from trajectoryhub.rollout import _build_env
 
         self.env = _build_env(env, env_kwargs)

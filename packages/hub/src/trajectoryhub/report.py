@@ -86,15 +86,21 @@ def write_report(
         by_metric.setdefault(key.rsplit("/", 1)[-1], {})[key] = points
     for metric, lines in by_metric.items():
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", metric)
-        pngs[f"plot-curve-{slug}"] = (f"curve_{slug}.png", _curve_png(metric, lines),
-                                      f"{metric} per training step: {', '.join(lines)}")  # fmt: skip
+        pngs[f"plot-curve-{slug}"] = (
+            f"curve_{slug}.png",
+            _curve_png(metric, lines),
+            f"{metric} per training step: {', '.join(lines)}",
+        )
 
     written: dict[str, Path] = {}
     for plot_id, (filename, data, _) in pngs.items():
         written[plot_id] = write_bytes_atomic(out / filename, data)
-    full = {**report, "comparisons": list(report.get("comparisons", [])),
-            "plots": {plot_id: filename for plot_id, (filename, _, _) in pngs.items()},
-            "curves": {key: [list(p) for p in points] for key, points in series.items()}}  # fmt: skip
+    full = {
+        **report,
+        "comparisons": list(report.get("comparisons", [])),
+        "plots": {plot_id: filename for plot_id, (filename, _, _) in pngs.items()},
+        "curves": {key: [list(p) for p in points] for key, points in series.items()},
+    }
     written["json"] = write_bytes_atomic(out / "report.json", (json.dumps(full, indent=2) + "\n").encode())
     written["markdown"] = write_bytes_atomic(out / "report.md", _markdown(full, pngs).encode())
     written["html"] = write_bytes_atomic(out / "report.html", _html(full, pngs, trajectories_by_stage or {}).encode())
@@ -171,9 +177,17 @@ def stage_table(stages: list[dict[str, Any]]) -> tuple[list[str], list[list[str]
     for s in stages:
         metrics = s.get("metrics", {})
         reward = s.get("mean_reward")
-        rows.append([str(s["name"]), str(s.get("split", "")), str(s["n"]), f"{s['success_rate']:.1%}",
-                     f"[{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}]", "–" if reward is None else f"{reward:.3f}",
-                     *(_metric_cell(metrics.get(key)) for key in METRIC_LABELS)])  # fmt: skip
+        rows.append(
+            [
+                str(s["name"]),
+                str(s.get("split", "")),
+                str(s["n"]),
+                f"{s['success_rate']:.1%}",
+                f"[{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}]",
+                "–" if reward is None else f"{reward:.3f}",
+                *(_metric_cell(metrics.get(key)) for key in METRIC_LABELS),
+            ]
+        )
     return header, rows
 
 
@@ -181,9 +195,18 @@ def _comparison_table(comparisons: list[dict[str, Any]]) -> tuple[list[str], lis
     header = ["a → b", "pairs", "Δ success", "McNemar p", "Δ reward", "t-test p", "Wilcoxon p", "significant"]
     rows = []
     for c in comparisons:
-        rows.append([f"{c['a']} → {c['b']}", str(c["n_pairs"]), f"{c['diff']:+.1%}",
-                     _p(c, "p_value"), f"{c['reward_diff']:+.3f}", _ttest_cell(c),
-                     _p(c, "reward_p_wilcoxon"), "yes" if c.get("significant") else "no"])  # fmt: skip
+        rows.append(
+            [
+                f"{c['a']} → {c['b']}",
+                str(c["n_pairs"]),
+                f"{c['diff']:+.1%}",
+                _p(c, "p_value"),
+                f"{c['reward_diff']:+.3f}",
+                _ttest_cell(c),
+                _p(c, "reward_p_wilcoxon"),
+                "yes" if c.get("significant") else "no",
+            ]
+        )
     return header, rows
 
 
@@ -217,8 +240,10 @@ def headline(report: Mapping[str, Any]) -> str:
     if not comparisons:
         s = report["stages"][0]
         where = f" {s['split']}" if s.get("split") else ""
-        return (f"{s['name']} solves {round(s['success_rate'] * s['n'])} of {s['n']}{where} tasks "
-                f"({s['success_rate']:.1%}, 95% CI {s['ci95'][0]:.1%}–{s['ci95'][1]:.1%}); no comparison was run.")  # fmt: skip
+        return (
+            f"{s['name']} solves {round(s['success_rate'] * s['n'])} of {s['n']}{where} tasks "
+            f"({s['success_rate']:.1%}, 95% CI {s['ci95'][0]:.1%}–{s['ci95'][1]:.1%}); no comparison was run."
+        )
     c = comparisons[0]
     a, b, points = c["a"], c["b"], 100 * c["diff"]
     tasks = f"{c['n_pairs']} paired{' ' + c['split'] if c.get('split') else ''} tasks"
@@ -233,8 +258,10 @@ def headline(report: Mapping[str, Any]) -> str:
         verb = "beats" if points > 0 else "is worse than"
         return f"{b} {verb} {a} by {points:+.1f} points ({rates}) on {tasks} ({test})."
     direction = "ahead of" if points > 0 else "behind"
-    return (f"{b} is {direction} {a} by {points:+.1f} points ({rates}) on {tasks}, but the difference is "
-            f"not significant ({evidence}): it may be chance.")  # fmt: skip
+    return (
+        f"{b} is {direction} {a} by {points:+.1f} points ({rates}) on {tasks}, but the difference is "
+        f"not significant ({evidence}): it may be chance."
+    )
 
 
 _GLOSSARY = {
@@ -294,8 +321,10 @@ def glossary(report: Mapping[str, Any], *, examples: bool = False) -> list[tuple
     return list(terms.items())
 
 
-_COMPARISON_NOTE = ("Δ is b − a on episodes paired by task id; p-values are two-sided, Bonferroni-corrected "
-                    "over all pairs in parentheses; significant means corrected McNemar p < alpha.")  # fmt: skip
+_COMPARISON_NOTE = (
+    "Δ is b − a on episodes paired by task id; p-values are two-sided, Bonferroni-corrected "
+    "over all pairs in parentheses; significant means corrected McNemar p < alpha."
+)
 
 
 def _markdown(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]]) -> str:
@@ -337,19 +366,25 @@ def _html_trajectory(name: str, trajectory: Trajectory) -> str:
     items = []
     for step in trajectory.steps:
         # a string argument (a reply, a patch) as the text it is, its line breaks real, not JSON's \\n
-        params = "\n".join(f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-                           for key, value in step.tool_call.parameters.items())  # fmt: skip
+        params = "\n".join(
+            f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+            for key, value in step.tool_call.parameters.items()
+        )
         output = step.observation.output
         if len(output) > OBSERVATION_CHARS:
             output = output[:OBSERVATION_CHARS] + f"… [{len(step.observation.output) - OBSERVATION_CHARS} more chars]"
         thought = f'<div class="thought">{e(step.thought)}</div>' if step.thought else ""
         error = f'<div class="error">error: {e(step.observation.error)}</div>' if step.observation.error else ""
         arguments = f'<pre class="params">{e(params)}</pre>' if params else ""
-        items.append(f'<li>{thought}<code class="call">{e(step.tool_call.name)}</code>{_step_reward(step)}'
-                     f"{arguments}<pre>{e(output)}</pre>{error}</li>")  # fmt: skip
-    return (f'<section class="example"><h3>{e(name)}: task {e(trajectory.task.id or "?")} ({outcome}, '
-            f'{len(trajectory.steps)} steps)</h3><p class="task">{e(trajectory.task.description)}</p>'
-            f'<ol class="steps">{"".join(items)}</ol></section>')  # fmt: skip
+        items.append(
+            f'<li>{thought}<code class="call">{e(step.tool_call.name)}</code>{_step_reward(step)}'
+            f"{arguments}<pre>{e(output)}</pre>{error}</li>"
+        )
+    return (
+        f'<section class="example"><h3>{e(name)}: task {e(trajectory.task.id or "?")} ({outcome}, '
+        f'{len(trajectory.steps)} steps)</h3><p class="task">{e(trajectory.task.description)}</p>'
+        f'<ol class="steps">{"".join(items)}</ol></section>'
+    )
 
 
 def _step_reward(step: Any) -> str:
@@ -379,9 +414,14 @@ dt{font-weight:bold}dd{margin:0 0 .5rem 1.5rem}"""
 
 def _html(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]], examples: Mapping[str, Any]) -> str:
     e = html.escape
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             "<title>Evaluation report</title>", f"<style>{_CSS}</style></head><body>",
-             "<h1>Evaluation report</h1>", f'<p id="headline">{e(headline(report))}</p><ul>']  # fmt: skip
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<title>Evaluation report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>Evaluation report</h1>",
+        f'<p id="headline">{e(headline(report))}</p><ul>',
+    ]
     parts += [f"<li>{e(k)}: {e(v)}</li>" for k, v in _run_facts(report)]
     parts += ["</ul><h2>Stages</h2>", _html_table(*stage_table(report["stages"]), "stages")]
     parts.append('<p>Metrics are mean ± std (episodes scored); see the <a href="#glossary">glossary</a>.</p>')
@@ -394,8 +434,10 @@ def _html(report: dict[str, Any], pngs: dict[str, tuple[str, bytes, str]], examp
     parts.append("<h2>Plots</h2>")
     for plot_id, (filename, data, alt) in pngs.items():
         encoded = base64.b64encode(data).decode("ascii")
-        parts.append(f'<figure><img id="{plot_id}" alt="{e(alt)}" src="data:image/png;base64,{encoded}">'
-                     f"<figcaption>{e(alt)} ({e(filename)})</figcaption></figure>")  # fmt: skip
+        parts.append(
+            f'<figure><img id="{plot_id}" alt="{e(alt)}" src="data:image/png;base64,{encoded}">'
+            f"<figcaption>{e(alt)} ({e(filename)})</figcaption></figure>"
+        )
     shown = [(name, items[0]) for name, items in examples.items() if items]
     if shown:
         parts.append("<h2>Example trajectories</h2>")

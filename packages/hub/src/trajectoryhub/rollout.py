@@ -238,10 +238,16 @@ def collect(
         instance = _build_env(env, kwargs)
         try:
             return run_episode(
-                instance, episode_agent, task=task_list[i % len(task_list)],
-                seed=None if seed is None else seed + i, max_steps=max_steps, reward_fn=reward_fn,
-                agent_name=agent_name, model_name=model_name, record_env_errors=record_env_errors,
-            )  # fmt: skip
+                instance,
+                episode_agent,
+                task=task_list[i % len(task_list)],
+                seed=None if seed is None else seed + i,
+                max_steps=max_steps,
+                reward_fn=reward_fn,
+                agent_name=agent_name,
+                model_name=model_name,
+                record_env_errors=record_env_errors,
+            )
         finally:
             instance.close()
 
@@ -252,13 +258,23 @@ def collect(
             from trajectoryhub.ray_executor import run_on_ray
 
             results = run_on_ray(
-                env, agent=agent, agent_factory=agent_factory, env_kwargs=kwargs, concurrency=concurrency,
+                env,
+                agent=agent,
+                agent_factory=agent_factory,
+                env_kwargs=kwargs,
+                concurrency=concurrency,
                 tasks=[task_list[i % len(task_list)] for i in range(n_episodes)],
                 seeds=[None if seed is None else seed + i for i in range(n_episodes)],
-                options=dict(max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name,
-                             record_env_errors=record_env_errors),
-                address=ray_address, on_done=lambda: bar.update(1),
-            )  # fmt: skip
+                options=dict(
+                    max_steps=max_steps,
+                    reward_fn=reward_fn,
+                    agent_name=agent_name,
+                    model_name=model_name,
+                    record_env_errors=record_env_errors,
+                ),
+                address=ray_address,
+                on_done=lambda: bar.update(1),
+            )
         elif concurrency == 1:
             for i in range(n_episodes):
                 results.append(one(i))

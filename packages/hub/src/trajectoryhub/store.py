@@ -116,9 +116,14 @@ class GDIWeights:
 
 
 def gdi_score(
-    *, reward: float | None, exports: int, max_exports: int, feedback: float, age_days: float,
+    *,
+    reward: float | None,
+    exports: int,
+    max_exports: int,
+    feedback: float,
+    age_days: float,
     weights: GDIWeights | None = None,
-) -> float:  # fmt: skip
+) -> float:
     """The GDI of one trajectory (the same formula the database evaluates)."""
     w = weights or GDIWeights()
     intrinsic = _clip01(reward or 0.0)
@@ -147,8 +152,21 @@ class AddReport:
     hashes: list[str]
 
 
-_COLUMNS = ("hash", "id", "task_id", "domain", "agent", "model", "success", "reward", "intrinsic", "created_at",
-            "exports", "feedback", "record")  # fmt: skip
+_COLUMNS = (
+    "hash",
+    "id",
+    "task_id",
+    "domain",
+    "agent",
+    "model",
+    "success",
+    "reward",
+    "intrinsic",
+    "created_at",
+    "exports",
+    "feedback",
+    "record",
+)
 _TABLE = """CREATE TABLE IF NOT EXISTS trajectories (
         hash TEXT PRIMARY KEY,
         id TEXT NOT NULL,
@@ -180,8 +198,13 @@ def text_problem(trajectory: Trajectory) -> tuple[str, str] | None:
     trajectories: PostgreSQL text refuses NUL (SQLite would store it), and a lone surrogate cannot
     be encoded as UTF-8 at all."""
     # the fields kept as their own columns; the rest lives only in the JSON record, which escapes NUL
-    columns = {"id": trajectory.id, "task.id": trajectory.task.id, "task.domain": trajectory.task.domain,
-               "agent": trajectory.agent, "model": trajectory.model}  # fmt: skip
+    columns = {
+        "id": trajectory.id,
+        "task.id": trajectory.task.id,
+        "task.domain": trajectory.task.domain,
+        "agent": trajectory.agent,
+        "model": trajectory.model,
+    }
     for field, value in columns.items():
         if value and "\x00" in value:
             return field, "contains a NUL character (\\x00), which a store column cannot hold"
@@ -247,12 +270,15 @@ class TrajectoryStore:
         if self.dialect == "sqlite":
             cur.execute("SELECT name FROM pragma_table_info('trajectories')")
         else:
-            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'trajectories'::regclass "
-                        "AND attnum > 0 AND NOT attisdropped")  # fmt: skip
+            cur.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'trajectories'::regclass "
+                "AND attnum > 0 AND NOT attisdropped"
+            )
         missing = sorted(set(_COLUMNS) - {row[0] for row in cur.fetchall()})
         if missing:
-            raise StoreError(f"{self.name}: its table 'trajectories' is not a trajectory store's "
-                             f"(no column {', '.join(missing)})")  # fmt: skip
+            raise StoreError(
+                f"{self.name}: its table 'trajectories' is not a trajectory store's (no column {', '.join(missing)})"
+            )
 
     # --- connections ---------------------------------------------------------------------------
 
@@ -281,8 +307,12 @@ class TrajectoryStore:
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to {_redact(self.url)}: {str(exc).strip().splitlines()[0]}") from None
         errors = psycopg.errors
-        self._transient = (errors.UniqueViolation, errors.DuplicateTable, errors.SerializationFailure,
-                           errors.DeadlockDetected)  # fmt: skip
+        self._transient = (
+            errors.UniqueViolation,
+            errors.DuplicateTable,
+            errors.SerializationFailure,
+            errors.DeadlockDetected,
+        )
 
     def _sql(self, statement: str) -> str:
         return statement.replace("?", "%s") if self.dialect == "postgres" else statement
@@ -351,8 +381,10 @@ class TrajectoryStore:
         within the batch) are skipped. Returns how many were new and every trajectory's hash."""
         batch = [trajectories] if isinstance(trajectories, Trajectory) else list(trajectories)
         stamp = time.time() if now is None else float(now)
-        insert = (f"INSERT INTO trajectories ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
-                  "ON CONFLICT (hash) DO NOTHING")  # fmt: skip
+        insert = (
+            f"INSERT INTO trajectories ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+            "ON CONFLICT (hash) DO NOTHING"
+        )
         for position, t in enumerate(batch, start=1):  # the whole batch, before the transaction
             problem = text_problem(t)
             if problem:
@@ -363,9 +395,21 @@ class TrajectoryStore:
                 key = content_hash(t)
                 hashes.append(key)
                 success = t.outcome.success if t.outcome is not None else None
-                row = (key, t.id, t.task.id, t.task.domain or "", t.agent or "", t.model or "",
-                       None if success is None else int(success), t.reward, _clip01(t.reward or 0.0), stamp, 0,
-                       DEFAULT_FEEDBACK, t.model_dump_json())  # fmt: skip
+                row = (
+                    key,
+                    t.id,
+                    t.task.id,
+                    t.task.domain or "",
+                    t.agent or "",
+                    t.model or "",
+                    None if success is None else int(success),
+                    t.reward,
+                    _clip01(t.reward or 0.0),
+                    stamp,
+                    0,
+                    DEFAULT_FEEDBACK,
+                    t.model_dump_json(),
+                )
                 cur.execute(insert, row)
                 added += max(cur.rowcount, 0)
         return AddReport(added=added, duplicates=len(batch) - added, hashes=hashes)
@@ -400,19 +444,41 @@ class TrajectoryStore:
         return bool(self._select("SELECT 1 FROM trajectories WHERE hash = ?", (str(key),)))
 
     def query(
-        self, *, task: str | None = None, domain: str | None = None, agent: str | None = None,
-        success: bool | None = None, min_reward: float | None = None, max_reward: float | None = None,
-        since: float | None = None, until: float | None = None, order_by: str = "gdi", limit: int | None = None,
+        self,
+        *,
+        task: str | None = None,
+        domain: str | None = None,
+        agent: str | None = None,
+        success: bool | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        order_by: str = "gdi",
+        limit: int | None = None,
         now: float | None = None,
-    ) -> list[StoredTrajectory]:  # fmt: skip
+    ) -> list[StoredTrajectory]:
         """Trajectories matching every given filter, best first (``order_by``: gdi, reward or
         time — newest first). ``since``/``until`` bound the time stored (unix seconds)."""
-        return list(self.iter_query(task=task, domain=domain, agent=agent, success=success, min_reward=min_reward,
-                                    max_reward=max_reward, since=since, until=until, order_by=order_by, limit=limit,
-                                    now=now))  # fmt: skip
+        return list(
+            self.iter_query(
+                task=task,
+                domain=domain,
+                agent=agent,
+                success=success,
+                min_reward=min_reward,
+                max_reward=max_reward,
+                since=since,
+                until=until,
+                order_by=order_by,
+                limit=limit,
+                now=now,
+            )
+        )
 
-    def iter_query(self, *, order_by: str = "gdi", limit: int | None = None, now: float | None = None,
-                   **filters: Any) -> Iterator[StoredTrajectory]:  # fmt: skip
+    def iter_query(
+        self, *, order_by: str = "gdi", limit: int | None = None, now: float | None = None, **filters: Any
+    ) -> Iterator[StoredTrajectory]:
         if order_by not in ORDERS:
             raise StoreError(f"order_by must be one of {', '.join(ORDERS)}, got {order_by!r}")
         if limit is not None and limit < 1:
@@ -426,34 +492,66 @@ class TrajectoryStore:
             if max_exports > 0
             else "0"
         )
-        gdi = (f"(? * intrinsic + ? * {utility} + ? * feedback "
-               f"+ ? / (1 + {FRESHNESS_DECAY} * (CASE WHEN ? > created_at THEN ? - created_at ELSE 0 END) / "
-               f"{_SECONDS_PER_DAY}))")  # fmt: skip
-        gdi_params: list[Any] = [w.intrinsic, w.utility, *([max_exports] if max_exports > 0 else []), w.feedback,
-                                 w.freshness, stamp, stamp]  # fmt: skip
-        order = {"gdi": "gdi DESC", "reward": "reward DESC NULLS LAST" if self.dialect == "postgres" else
-                 "reward IS NULL, reward DESC", "time": "created_at DESC"}[order_by]  # fmt: skip
-        statement = (f"SELECT hash, record, reward, exports, feedback, created_at, {gdi} AS gdi FROM trajectories"
-                     f"{where} ORDER BY {order}, hash{' LIMIT ?' if limit else ''}")  # fmt: skip
+        gdi = (
+            f"(? * intrinsic + ? * {utility} + ? * feedback "
+            f"+ ? / (1 + {FRESHNESS_DECAY} * (CASE WHEN ? > created_at THEN ? - created_at ELSE 0 END) / "
+            f"{_SECONDS_PER_DAY}))"
+        )
+        gdi_params: list[Any] = [
+            w.intrinsic,
+            w.utility,
+            *([max_exports] if max_exports > 0 else []),
+            w.feedback,
+            w.freshness,
+            stamp,
+            stamp,
+        ]
+        order = {
+            "gdi": "gdi DESC",
+            "reward": "reward DESC NULLS LAST" if self.dialect == "postgres" else "reward IS NULL, reward DESC",
+            "time": "created_at DESC",
+        }[order_by]
+        statement = (
+            f"SELECT hash, record, reward, exports, feedback, created_at, {gdi} AS gdi FROM trajectories"
+            f"{where} ORDER BY {order}, hash{' LIMIT ?' if limit else ''}"
+        )
         rows = self._select(statement, (*gdi_params, *params, *([limit] if limit else [])))
         for key, record, reward, exports, feedback, created_at, score in rows:
-            yield StoredTrajectory(hash=key, trajectory=self._load(key, record), reward=reward,
-                                   exports=int(exports), feedback=float(feedback), created_at=float(created_at),
-                                   gdi=float(score))  # fmt: skip
+            yield StoredTrajectory(
+                hash=key,
+                trajectory=self._load(key, record),
+                reward=reward,
+                exports=int(exports),
+                feedback=float(feedback),
+                created_at=float(created_at),
+                gdi=float(score),
+            )
 
     def stats(self) -> dict[str, Any]:
         """Counts by domain and agent, success rate, mean reward, exports."""
         total, successes, labelled, mean_reward, exports = self._select(
             "SELECT COUNT(*), COALESCE(SUM(success), 0), COUNT(success), AVG(reward), COALESCE(SUM(exports), 0) "
-            "FROM trajectories", ())[0]  # fmt: skip
+            "FROM trajectories",
+            (),
+        )[0]
         by = {}
         for column in ("domain", "agent"):
-            by[column] = {name or "(none)": int(n) for name, n in self._select(
-                f"SELECT {column}, COUNT(*) FROM trajectories GROUP BY {column} ORDER BY COUNT(*) DESC, {column}", ())}  # fmt: skip
-        return {"trajectories": int(total), "success_rate": round(int(successes) / labelled, 4) if labelled else None,
-                "mean_reward": None if mean_reward is None else round(float(mean_reward), 6),
-                "exports": int(exports), "by_domain": by["domain"], "by_agent": by["agent"],
-                "engine": self.dialect}  # fmt: skip
+            by[column] = {
+                name or "(none)": int(n)
+                for name, n in self._select(
+                    f"SELECT {column}, COUNT(*) FROM trajectories GROUP BY {column} ORDER BY COUNT(*) DESC, {column}",
+                    (),
+                )
+            }
+        return {
+            "trajectories": int(total),
+            "success_rate": round(int(successes) / labelled, 4) if labelled else None,
+            "mean_reward": None if mean_reward is None else round(float(mean_reward), 6),
+            "exports": int(exports),
+            "by_domain": by["domain"],
+            "by_agent": by["agent"],
+            "engine": self.dialect,
+        }
 
     # --- exports -------------------------------------------------------------------------------
 
@@ -476,18 +574,20 @@ class TrajectoryStore:
         except ImportError:
             raise StoreError("Parquet export needs pyarrow: pip install 'knowlyr-hub[parquet]'") from None
         rows = self.query(**query)
-        table = pa.table({
-            "hash": [r.hash for r in rows],
-            "id": [r.trajectory.id for r in rows],
-            "task_id": [r.trajectory.task.id for r in rows],
-            "domain": [r.trajectory.task.domain or "" for r in rows],
-            "agent": [r.trajectory.agent or "" for r in rows],
-            "success": [None if r.trajectory.outcome is None else r.trajectory.outcome.success for r in rows],
-            "reward": pa.array([r.reward for r in rows], type=pa.float64()),
-            "gdi": pa.array([r.gdi for r in rows], type=pa.float64()),
-            "exports": pa.array([r.exports for r in rows], type=pa.int64()),
-            "trajectory": [r.trajectory.model_dump_json() for r in rows],
-        })  # fmt: skip
+        table = pa.table(
+            {
+                "hash": [r.hash for r in rows],
+                "id": [r.trajectory.id for r in rows],
+                "task_id": [r.trajectory.task.id for r in rows],
+                "domain": [r.trajectory.task.domain or "" for r in rows],
+                "agent": [r.trajectory.agent or "" for r in rows],
+                "success": [None if r.trajectory.outcome is None else r.trajectory.outcome.success for r in rows],
+                "reward": pa.array([r.reward for r in rows], type=pa.float64()),
+                "gdi": pa.array([r.gdi for r in rows], type=pa.float64()),
+                "exports": pa.array([r.exports for r in rows], type=pa.int64()),
+                "trajectory": [r.trajectory.model_dump_json() for r in rows],
+            }
+        )
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -523,8 +623,12 @@ class TrajectoryStore:
         if filters.get("success") is not None:
             clauses.append("success = ?")
             params.append(int(bool(filters["success"])))
-        for key, clause in (("min_reward", "reward >= ?"), ("max_reward", "reward <= ?"), ("since", "created_at >= ?"),
-                            ("until", "created_at <= ?")):  # fmt: skip
+        for key, clause in (
+            ("min_reward", "reward >= ?"),
+            ("max_reward", "reward <= ?"),
+            ("since", "created_at >= ?"),
+            ("until", "created_at <= ?"),
+        ):
             value = filters.get(key)
             if value is not None:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -70,16 +70,25 @@ def _known_format(ctx: click.Context, param: click.Parameter, value: str) -> str
 
 def _inputs(command: Callable[..., Any]) -> Callable[..., Any]:
     """INPUT... and ``-f/--format``, shared by every command that reads logs."""
-    command = click.option("-f", "--format", "fmt", metavar="FORMAT", default="auto", show_default=True,
-                           callback=_known_format, help="Log format (see `formats`), or auto to detect it.")(command)  # fmt: skip
+    command = click.option(
+        "-f",
+        "--format",
+        "fmt",
+        metavar="FORMAT",
+        default="auto",
+        show_default=True,
+        callback=_known_format,
+        help="Log format (see `formats`), or auto to detect it.",
+    )(command)
     return click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")(command)
 
 
 def _pick_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--index`` / ``--id`` of ``show`` and ``view``."""
     command = click.option("--id", "wanted_id", help="Pick the trajectory with this id instead.")(command)
-    return click.option("--index", type=click.IntRange(min=0), default=0, show_default=True,
-                        help="Which trajectory (0-based).")(command)  # fmt: skip
+    return click.option(
+        "--index", type=click.IntRange(min=0), default=0, show_default=True, help="Which trajectory (0-based)."
+    )(command)
 
 
 def _all_trajectories(inputs: Sequence[str], fmt: str) -> Iterator[Trajectory]:
@@ -143,15 +152,21 @@ def convert_command(inputs: tuple[str, ...], fmt: str, output: str | None, skip_
         lines = [dumps_record(t.model_dump(mode="json"), "<stdout>", n) for n, t in enumerate(collected, start=1)]
         click.echo("".join(line + "\n" for line in lines), nl=False)  # all checked before any is printed
     if not quiet or failed:
-        _note(f"wrote {_plural(report.written, 'trajectory')} from {_plural(len(report.converted), 'file')} to "
-              f"{output or 'stdout'}" + (f"; {_plural(failed, 'file')} skipped" if failed else ""))  # fmt: skip
+        _note(
+            f"wrote {_plural(report.written, 'trajectory')} from {_plural(len(report.converted), 'file')} to "
+            f"{output or 'stdout'}" + (f"; {_plural(failed, 'file')} skipped" if failed else "")
+        )
 
 
 @cli.command("export")
 @_inputs
 @click.option("--to", "target", type=click.Choice(sorted(WRITERS)), required=True, help="The standard to write.")
-@click.option("-o", "--output", required=True,
-              help=".jsonl: one document per line, streamed; .json: one document (written atomically).")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    help=".jsonl: one document per line, streamed; .json: one document (written atomically).",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr [default: when a terminal].")
 @click.option("-q", "--quiet", is_flag=True, help="Report only problems.")
 def export_command(
@@ -195,8 +210,10 @@ def validate_command(inputs: tuple[str, ...], fmt: str) -> int:
                 if result.format == "atif":
                     check_atif_file(path)
                     spec = " (valid ATIF)"
-                click.echo(f"{path}: ok as {result.format} log{spec}, {_plural(result.trajectories, 'trajectory')}, "
-                           f"{_plural(result.steps, 'step')}")  # fmt: skip
+                click.echo(
+                    f"{path}: ok as {result.format} log{spec}, {_plural(result.trajectories, 'trajectory')}, "
+                    f"{_plural(result.steps, 'step')}"
+                )
         except KnowlyrError as exc:
             bad += 1
             print_error(exc)
@@ -217,8 +234,7 @@ def stats_command(inputs: tuple[str, ...], fmt: str, as_json: bool) -> None:
 @cli.command("show")
 @_inputs
 @_pick_options
-@click.option("--max-lines", type=click.IntRange(min=1), default=12, show_default=True,
-              help="Lines shown per text.")  # fmt: skip
+@click.option("--max-lines", type=click.IntRange(min=1), default=12, show_default=True, help="Lines shown per text.")
 def show_command(inputs: tuple[str, ...], fmt: str, index: int, wanted_id: str | None, max_lines: int) -> None:
     """Print one trajectory."""
     from agentrecorder.show import render

@@ -104,9 +104,11 @@ def convert_record(
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConversionError(
-            str(path), line, f"does not fit the trajectory schema: {first['msg']}",
+            str(path),
+            line,
+            f"does not fit the trajectory schema: {first['msg']}",
             field=f"{exc.title}.{format_field_path(first['loc'])}",
-        ) from None  # fmt: skip
+        ) from None
     except RecursionError:
         raise ConversionError(str(path), line, "nesting too deep to convert") from None
 

@@ -118,8 +118,15 @@ def _validate(path: str, format: str) -> dict[str, Any]:
             else:
                 trajectories = list(iter_convert(file, format))
                 kind = "log"
-            results.append({"path": str(file), "valid": True, "kind": kind, "trajectories": len(trajectories),
-                            "steps": sum(len(t.steps) for t in trajectories)})  # fmt: skip
+            results.append(
+                {
+                    "path": str(file),
+                    "valid": True,
+                    "kind": kind,
+                    "trajectories": len(trajectories),
+                    "steps": sum(len(t.steps) for t in trajectories),
+                }
+            )
         except KnowlyrError as exc:
             results.append({"path": str(file), "valid": False, "error": str(exc)})
     return {"valid": all(r["valid"] for r in results), "files": results}

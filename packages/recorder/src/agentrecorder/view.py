@@ -92,9 +92,15 @@ def render_html(trajectory: Trajectory) -> str:
     patch = f"<details><summary>Patch</summary>{_pre(o.patch)}</details>" if o.patch else ""
     title = f"Trajectory {t.id}" if t.id else "Trajectory"
     meta = " · ".join(
-        escape(x) for x in (f"agent {t.agent}" if t.agent else "", f"model {t.model}" if t.model else "",
-                            f"{len(t.steps)} steps", t.source or "") if x
-    )  # fmt: skip
+        escape(x)
+        for x in (
+            f"agent {t.agent}" if t.agent else "",
+            f"model {t.model}" if t.model else "",
+            f"{len(t.steps)} steps",
+            t.source or "",
+        )
+        if x
+    )
     steps_html = "\n".join(_step_html(s) for s in t.steps)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>

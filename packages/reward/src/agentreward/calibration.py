@@ -132,7 +132,11 @@ class Calibrator:
     def load(cls, path: str | os.PathLike) -> Calibrator:
         data = read_json_document(path)  # bounded, UTF-8, strict numbers: one-line errors
         try:
-            return cls(weights=dict(data["weights"]), slope=float(data["slope"]),
-                       intercept=float(data["intercept"]), report=data.get("report", {}))  # fmt: skip
+            return cls(
+                weights=dict(data["weights"]),
+                slope=float(data["slope"]),
+                intercept=float(data["intercept"]),
+                report=data.get("report", {}),
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise CalibrationError(f"{path}: not a calibration file: {exc}") from None

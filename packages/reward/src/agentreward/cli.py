@@ -68,8 +68,13 @@ def _engine(options: dict[str, Any]):
     if options["judge_url"] or options["judge_model"]:
         if not options["judge_model"]:
             raise click.UsageError("--judge-url needs --judge-model (the model name the endpoint serves)")
-        judge = Judge(model=options["judge_model"], base_url=options["judge_url"], api_key=options["judge_api_key"],
-                      provider=options["judge_provider"], mode=options["judge_mode"])  # fmt: skip
+        judge = Judge(
+            model=options["judge_model"],
+            base_url=options["judge_url"],
+            api_key=options["judge_api_key"],
+            provider=options["judge_provider"],
+            mode=options["judge_mode"],
+        )
     weights = load_weights(options["weights"]) if options["weights"] else None  # refuses NaN/Infinity weights
     if options["dimension_weights"] is not None and options["preset"] != "seed-003":
         raise click.UsageError("--dimension-weights weighs the seed-003 preset's dimensions: add --preset seed-003")
@@ -141,26 +146,51 @@ def engine_options(command: Any) -> Any:
 
     options = [
         click.option("--domain", help="Rubric weights of this domain (default: each trajectory's task.domain)."),
-        click.option("--weights", callback=_existing, help="YAML/JSON file of rubric weights, overriding the domain's."),
-        click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True,
-                     help="How the total is composed: the step mean, or seed 003's five weighted dimensions."),
-        click.option("--dimension-weights", callback=_json_mapping, metavar="JSON",
-                     help='seed-003 preset: the five dimensions\' weights, e.g. \'{"task_completion": 0.5, '
-                          '"tool_accuracy": 0.3, "efficiency": 0.2}\' (those left out weigh 0).'),
-        click.option("--outcome-weight", type=click.FloatRange(0, 1), default=0.4, show_default=True,
-                     help="Share of the outcome in the total (default preset)."),
+        click.option(
+            "--weights", callback=_existing, help="YAML/JSON file of rubric weights, overriding the domain's."
+        ),
+        click.option(
+            "--preset",
+            type=click.Choice(PRESETS),
+            default="default",
+            show_default=True,
+            help="How the total is composed: the step mean, or seed 003's five weighted dimensions.",
+        ),
+        click.option(
+            "--dimension-weights",
+            callback=_json_mapping,
+            metavar="JSON",
+            help="seed-003 preset: the five dimensions' weights, e.g. '{\"task_completion\": 0.5, "
+            '"tool_accuracy": 0.3, "efficiency": 0.2}\' (those left out weigh 0).',
+        ),
+        click.option(
+            "--outcome-weight",
+            type=click.FloatRange(0, 1),
+            default=0.4,
+            show_default=True,
+            help="Share of the outcome in the total (default preset).",
+        ),
         click.option("--judge-url", help="OpenAI-compatible (or Anthropic) base URL of the LLM judge."),
         click.option("--judge-model", help="Model name for the judge."),
         click.option("--judge-api-key", help="API key for the judge endpoint."),
-        click.option("--judge-provider", type=click.Choice(["openai", "anthropic"]), default="openai",
-                     show_default=True),
-        click.option("--judge-mode", type=click.Choice(["step", "trajectory", "both"]), default="step",
-                     show_default=True, help="Judge each step, the whole trajectory once, or both."),
+        click.option(
+            "--judge-provider", type=click.Choice(["openai", "anthropic"]), default="openai", show_default=True
+        ),
+        click.option(
+            "--judge-mode",
+            type=click.Choice(["step", "trajectory", "both"]),
+            default="step",
+            show_default=True,
+            help="Judge each step, the whole trajectory once, or both.",
+        ),
         click.option("--calibration", callback=_existing, help="Calibration file from `knowlyr-reward calibrate`."),
-        click.option("--conversation-rules", is_flag=True,
-                     help="Let the conversation rules (unconfirmed or invented-id actions, needless transfers, ...) "
-                          "lower step scores and the total; without it they only flag steps."),
-    ]  # fmt: skip
+        click.option(
+            "--conversation-rules",
+            is_flag=True,
+            help="Let the conversation rules (unconfirmed or invented-id actions, needless transfers, ...) "
+            "lower step scores and the total; without it they only flag steps.",
+        ),
+    ]
     for option in reversed(options):
         command = option(command)
     return command
@@ -168,8 +198,12 @@ def engine_options(command: Any) -> Any:
 
 @cli.command("score")
 @INPUT
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="JSONL file to write (atomically); default: JSON lines on stdout.")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="JSONL file to write (atomically); default: JSON lines on stdout.",
+)
 @engine_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def score_command(input_path: str, output: str | None, quiet: bool, **options: Any) -> None:
@@ -192,8 +226,9 @@ def score_command(input_path: str, output: str | None, quiet: bool, **options: A
 
 
 @cli.command("eval")
-@click.argument("input_paths", metavar="LABELLED...", nargs=-1, required=True, type=click.Path(dir_okay=False),
-                callback=_existing)  # fmt: skip
+@click.argument(
+    "input_paths", metavar="LABELLED...", nargs=-1, required=True, type=click.Path(dir_okay=False), callback=_existing
+)
 @engine_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the report here (JSON).")
 def eval_command(input_paths: tuple[str, ...], output: str | None, **options: Any) -> None:
@@ -210,8 +245,12 @@ def eval_command(input_paths: tuple[str, ...], output: str | None, **options: An
         for path in input_paths:
             yield from _read_all(path)
 
-    report = {"inputs": list(input_paths), "preset": engine.preset, "judge": options["judge_model"],
-              **evaluate(engine, labelled())}  # fmt: skip
+    report = {
+        "inputs": list(input_paths),
+        "preset": engine.preset,
+        "judge": options["judge_model"],
+        **evaluate(engine, labelled()),
+    }
     line = dumps_strict(report, output or "<stdout>")
     if output:
         write_atomically(output, lambda out: out.write(line + "\n"))
@@ -221,8 +260,13 @@ def eval_command(input_paths: tuple[str, ...], output: str | None, **options: An
 @cli.command("pairs")
 @INPUT
 @OUTPUT
-@click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True,
-              help="Smallest reward difference between chosen and rejected.")  # fmt: skip
+@click.option(
+    "--min-margin",
+    type=click.FloatRange(min=0),
+    default=0.1,
+    show_default=True,
+    help="Smallest reward difference between chosen and rejected.",
+)
 @click.option("--max-pairs-per-task", type=click.IntRange(min=1), help="At most this many pairs per task.")
 def pairs_command(input_path: str, output: str, min_margin: float, max_pairs_per_task: int | None) -> None:
     """Build DPO preference pairs from scored trajectories."""
@@ -240,8 +284,12 @@ def pairs_command(input_path: str, output: str, min_margin: float, max_pairs_per
 
 @cli.command("calibrate")
 @INPUT
-@click.option("--labels", type=click.Path(dir_okay=False), callback=_existing,
-              help="JSONL of {trajectory_id, step_index, score}; step metadata labels are used too.")  # fmt: skip
+@click.option(
+    "--labels",
+    type=click.Path(dir_okay=False),
+    callback=_existing,
+    help="JSONL of {trajectory_id, step_index, score}; step metadata labels are used too.",
+)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 def calibrate_command(input_path: str, labels: str | None, output: str) -> None:
     """Fit rubric weights to human step labels (INPUT: scored trajectory JSONL)."""

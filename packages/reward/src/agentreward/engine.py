@@ -83,8 +83,10 @@ class RewardEngine:
         # the seed-003 total's weights (its defaults unless given; names or their seed-003 aliases)
         self.dimension_weights = seed003_weights(dimension_weights)
         # a non-finite weight, penalty or calibration number would make every score NaN
-        numbers = {**{f"weight {k}": v for k, v in (self.weights or {}).items()},
-                   **{f"penalty {k}": v for k, v in self.penalties.items()}}  # fmt: skip
+        numbers = {
+            **{f"weight {k}": v for k, v in (self.weights or {}).items()},
+            **{f"penalty {k}": v for k, v in self.penalties.items()},
+        }
         if calibrator is not None:
             numbers.update({f"calibration weight {k}": v for k, v in calibrator.weights.items()})
             numbers.update({"calibration slope": calibrator.slope, "calibration intercept": calibrator.intercept})

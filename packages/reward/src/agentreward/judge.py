@@ -75,8 +75,10 @@ def build_prompt(trajectory: dict[str, Any], index: int) -> str:
     lines = [*_policy_lines(trajectory), f"TASK: {_clip(task.get('description'), 1500)}", "", "HISTORY:"]
     for j in range(max(0, index - _HISTORY_STEPS), index):
         s = steps[j]
-        lines.append(f"[{j}] {s['tool_call']['name']}({_clip(json.dumps(s['tool_call'].get('parameters', {})), 200)})"
-                     f" -> {_clip((s.get('observation') or {}).get('output'), 200)}")  # fmt: skip
+        lines.append(
+            f"[{j}] {s['tool_call']['name']}({_clip(json.dumps(s['tool_call'].get('parameters', {})), 200)})"
+            f" -> {_clip((s.get('observation') or {}).get('output'), 200)}"
+        )
     if index == 0:
         lines.append("(none)")
     step = steps[index]
@@ -182,13 +184,15 @@ class Judge:
             if self.provider == "openai":
                 from openai import OpenAI
 
-                self._client = OpenAI(base_url=self.base_url, api_key=self.api_key or "not-needed",
-                                      timeout=self.timeout, max_retries=0)  # fmt: skip
+                self._client = OpenAI(
+                    base_url=self.base_url, api_key=self.api_key or "not-needed", timeout=self.timeout, max_retries=0
+                )
             else:
                 from anthropic import Anthropic
 
-                self._client = Anthropic(base_url=self.base_url, api_key=self.api_key or "not-needed",
-                                         timeout=self.timeout, max_retries=0)  # fmt: skip
+                self._client = Anthropic(
+                    base_url=self.base_url, api_key=self.api_key or "not-needed", timeout=self.timeout, max_retries=0
+                )
         except ImportError as exc:
             raise JudgeError(f"the judge needs the {self.provider} SDK: pip install 'knowlyr-reward[llm]'") from exc
         return self._client

@@ -76,8 +76,10 @@ def _pairs(input: str, output: str, min_margin: float) -> dict[str, Any]:
 def rubrics(domain: str = "generic") -> dict[str, Any]:
     """The rubrics, which layer judges each, and the domain's weights."""
     weights = domain_weights(domain)
-    return {name: {"evaluator": r.evaluator, "description": r.description, "weight": weights[name]}
-            for name, r in RUBRICS.items()}  # fmt: skip
+    return {
+        name: {"evaluator": r.evaluator, "description": r.description, "weight": weights[name]}
+        for name, r in RUBRICS.items()
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

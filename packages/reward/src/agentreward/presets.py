@@ -166,8 +166,13 @@ def seed003_dimensions(
         timing = 1 - sum(s.timeout for s in signals) / n
 
     format_ok = 1 - sum(s.format_error or s.wrong_tool for s in signals) / n
-    dimensions = {"task_completion": completion, "tool_accuracy": tool_accuracy, "efficiency": efficiency,
-                  "timing": timing, "format": format_ok}  # fmt: skip
+    dimensions = {
+        "task_completion": completion,
+        "tool_accuracy": tool_accuracy,
+        "efficiency": efficiency,
+        "timing": timing,
+        "format": format_ok,
+    }
     result: dict[str, Any] = {k: round(v, 6) for k, v in dimensions.items()}
     if f1 is not None:
         result["tool_precision"], result["tool_recall"], result["tool_f1"] = f1["precision"], f1["recall"], f1["f1"]

@@ -125,8 +125,7 @@ def evaluate(scorer: Scorer, trajectories: Iterable[dict[str, Any]]) -> dict[str
             "no labels: a trajectory needs outcome.success (for AUC) or a step with metadata.mistake "
             "(for step localisation)"
         )
-    report: dict[str, Any] = {"trajectories": count, "labelled_success": len(successes),
-                              "successes": sum(successes)}  # fmt: skip
+    report: dict[str, Any] = {"trajectories": count, "labelled_success": len(successes), "successes": sum(successes)}
     auc = roc_auc(rewards, successes)
     report["auc"] = None if auc is None else round(auc, 4)
     rho = spearman([r for r, _ in outcome_scores], [s for _, s in outcome_scores])

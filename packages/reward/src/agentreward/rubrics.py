@@ -45,8 +45,13 @@ RULE_RUBRICS = tuple(n for n, r in RUBRICS.items() if r.evaluator == "rule")
 
 
 def _w(goal: float, tool: float, param: float, info: float, redundancy: float) -> dict[str, float]:
-    return {"goal_progress": goal, "tool_selection": tool, "param_correctness": param,
-            "info_utilization": info, "non_redundancy": redundancy}  # fmt: skip
+    return {
+        "goal_progress": goal,
+        "tool_selection": tool,
+        "param_correctness": param,
+        "info_utilization": info,
+        "non_redundancy": redundancy,
+    }
 
 
 DOMAIN_WEIGHTS: dict[str, dict[str, float]] = {

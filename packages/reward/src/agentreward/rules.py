@@ -30,9 +30,11 @@ from typing import Any
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]{2,}|\d{3,}")
 _OBS_WINDOW = 4000
 _REFERENCE_MAX_CHARS = 200  # longer string parameters are content (a file body), not references
-_MUTATING = re.compile(r"write|edit|create|replace|insert|delete|remove|bash|exec|run|shell|python|command|"
-                       r"update|book|cancel|send|submit|apply|patch|install|move|click|type|navigate|"
-                       r"modify|exchange|return|refund|pay|purchase|order_|place|reset|assign|grant|issue")  # fmt: skip
+_MUTATING = re.compile(
+    r"write|edit|create|replace|insert|delete|remove|bash|exec|run|shell|python|command|"
+    r"update|book|cancel|send|submit|apply|patch|install|move|click|type|navigate|"
+    r"modify|exchange|return|refund|pay|purchase|order_|place|reset|assign|grant|issue"
+)
 _FAILURE_TEXT = re.compile(
     r"traceback \(most recent call last\)|command not found|no such file or directory|"
     r"exitcode: [1-9]|execution failed|^error[:\s]|\berror:",
@@ -44,13 +46,18 @@ _FORMAT_TEXT = re.compile(r"could not parse|invalid action|malformed|format erro
 _PASSED = re.compile(r"(\d+) passed")
 # Code runs and file edits change state too, but nobody confirms each one; these are the
 # actions a service policy asks the user to approve first.
-_CODE_OR_FILE = re.compile(r"bash|exec|run|shell|python|command|write|edit|create|replace|insert|patch|install|"
-                           r"click|type|navigate|move|file|code")  # fmt: skip
+_CODE_OR_FILE = re.compile(
+    r"bash|exec|run|shell|python|command|write|edit|create|replace|insert|patch|install|"
+    r"click|type|navigate|move|file|code"
+)
 _HANDOFF = re.compile(r"transfer_to_human|human_agent|escalat|hand_?off")
 _RESPOND = "respond"
 # "not sure", "isn't correct", "don't proceed": an affirmative word right after a negation is not a yes
-_YES = re.compile(r"(?<!not )(?<!n't )(?<!no )\b(yes|yeah|yep|confirm(ed)?|proceed|go ahead|please|sure|correct|ok(ay)?|sounds good|"
-                  r"that works|let'?s do)\b", re.IGNORECASE)  # fmt: skip
+_YES = re.compile(
+    r"(?<!not )(?<!n't )(?<!no )\b(yes|yeah|yep|confirm(ed)?|proceed|go ahead|please|sure|correct|ok(ay)?|sounds good|"
+    r"that works|let'?s do)\b",
+    re.IGNORECASE,
+)
 _ASKS_HUMAN = re.compile(r"\b(human|representative|supervisor|manager|real person|someone else|transfer)\b", re.I)
 _CLOSED = re.compile(r"###STOP###|\b(goodbye|bye|that'?s all|that is all|nothing else)\b", re.IGNORECASE)
 _CANNOT = re.compile(r"\b(unable to|cannot|can't|can not|not able to|not possible|unfortunately)\b", re.I)
@@ -282,8 +289,15 @@ def rule_scores(
             goal = 0.2
         else:
             goal = 0.5 + 0.4 * min(1.0, sig.novelty * 2)
-        scores.append({"goal_progress": goal, "tool_selection": tool, "param_correctness": param,
-                       "info_utilization": info, "non_redundancy": non_redundancy})  # fmt: skip
+        scores.append(
+            {
+                "goal_progress": goal,
+                "tool_selection": tool,
+                "param_correctness": param,
+                "info_utilization": info,
+                "non_redundancy": non_redundancy,
+            }
+        )
     return scores
 
 

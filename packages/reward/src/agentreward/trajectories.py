@@ -209,8 +209,9 @@ def _json_lines(handle: Any, path: str, limit: int) -> Iterator[tuple[int, Any]]
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise TrajectoryFormatError(path, number, f"not UTF-8 text (byte {exc.start}); "
-                                        "is it a binary, Latin-1 or UTF-16 file?") from None  # fmt: skip
+            raise TrajectoryFormatError(
+                path, number, f"not UTF-8 text (byte {exc.start}); is it a binary, Latin-1 or UTF-16 file?"
+            ) from None
         if number == 1:
             text = text.removeprefix("\ufeff")
         yield number, loads_strict(text, path, number)
@@ -224,8 +225,9 @@ def dumps_strict(record: Any, path: str, line: int | None = None) -> str:
         field = non_finite_field(record)
         if field is None:
             raise
-        raise TrajectoryFormatError(path, line, "non-finite number (NaN/Infinity), refusing to write it",
-                                    field=field) from None  # fmt: skip
+        raise TrajectoryFormatError(
+            path, line, "non-finite number (NaN/Infinity), refusing to write it", field=field
+        ) from None
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:

@@ -47,9 +47,17 @@ class ScriptedAgent:
 class EndpointAgent:
     """A policy served at ``base_url`` (``.../v1``) choosing tools by function calling."""
 
-    def __init__(self, base_url: str, model: str, *, domain: str, api_key: str | None = None,
-                 system_prompt: str = "You are an agent. Use the tools to complete the task.",
-                 temperature: float = 0.0, timeout: float = 120.0):  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        domain: str,
+        api_key: str | None = None,
+        system_prompt: str = "You are an agent. Use the tools to complete the task.",
+        temperature: float = 0.0,
+        timeout: float = 120.0,
+    ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
@@ -76,8 +84,12 @@ class EndpointAgent:
         return action
 
     def _complete(self) -> dict[str, Any]:
-        body = {"model": self.model, "messages": self.transcript.messages, "tools": self.tools,
-                "temperature": self.temperature}  # fmt: skip
+        body = {
+            "model": self.model,
+            "messages": self.transcript.messages,
+            "tools": self.tools,
+            "temperature": self.temperature,
+        }
         try:
             reply = post_chat_completion(self.base_url, body, api_key=self.api_key, timeout=self.timeout)
             message = reply["choices"][0]["message"]

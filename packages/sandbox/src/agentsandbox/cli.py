@@ -25,9 +25,12 @@ from knowlyrcore.clikit import Group, mcp_command, run
 from knowlyrcore.errors import DataFormatError, KnowlyrError
 
 backend_option = click.option(
-    "--backend", type=click.Choice(["auto", "docker", "local"]), default="auto", show_default=True,
+    "--backend",
+    type=click.Choice(["auto", "docker", "local"]),
+    default="auto",
+    show_default=True,
     help="Sandbox backend (auto: Docker when reachable, else local bubblewrap).",
-)  # fmt: skip
+)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,8 +57,13 @@ def backends_command() -> int:
 @cli.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @backend_option
 @click.option("--repo", help="Directory or archive to put in the workspace first.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              help="Seconds the command may run.")  # fmt: skip
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds the command may run.",
+)
 @click.option("--network", is_flag=True, help="Allow network access (off by default).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def exec_command(backend: str, repo: str | None, timeout: float, network: bool, command: tuple[str, ...]) -> int:
@@ -175,9 +183,18 @@ def _load_actions(path: str) -> list[dict[str, Any]]:
 @click.option("--agent-name", default="agent", show_default=True)
 @click.option("--max-steps", type=click.IntRange(min=1), default=30, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Append the trajectory to this JSONL file.")
-def run_command(backend: str, task: str, env: str | None, actions: str | None, endpoint: str | None,
-                model: str | None, api_key: str | None, agent_name: str, max_steps: int,
-                output: str | None) -> int:  # fmt: skip
+def run_command(
+    backend: str,
+    task: str,
+    env: str | None,
+    actions: str | None,
+    endpoint: str | None,
+    model: str | None,
+    api_key: str | None,
+    agent_name: str,
+    max_steps: int,
+    output: str | None,
+) -> int:
     """Run an episode from TASK (a JSON file of TaskInfo fields); print a JSON summary.
 
     Exit 0 when the episode succeeded (or has no verdict), 1 when it failed.
@@ -198,8 +215,12 @@ def run_command(backend: str, task: str, env: str | None, actions: str | None, e
         agent: Any = ScriptedAgent(script)
     else:
         agent = EndpointAgent(endpoint, model, domain=environment.domain, api_key=api_key)
-    recorder = RecorderWrapper(MaxStepsWrapper(environment, max_steps=max_steps), agent_name=agent_name,
-                               model_name=model or "", output_path=output)  # fmt: skip
+    recorder = RecorderWrapper(
+        MaxStepsWrapper(environment, max_steps=max_steps),
+        agent_name=agent_name,
+        model_name=model or "",
+        output_path=output,
+    )
     try:
         try:
             ts = recorder.reset(task=task_info)
@@ -211,8 +232,14 @@ def run_command(backend: str, task: str, env: str | None, actions: str | None, e
     finally:
         recorder.close()
     outcome = trajectory.outcome
-    summary = {"env": env_id, "steps": len(trajectory.steps), "success": outcome.success, "score": outcome.score,
-               "exit_status": outcome.exit_status, "output": output}  # fmt: skip
+    summary = {
+        "env": env_id,
+        "steps": len(trajectory.steps),
+        "success": outcome.success,
+        "score": outcome.score,
+        "exit_status": outcome.exit_status,
+        "output": output,
+    }
     click.echo(json.dumps(summary, ensure_ascii=False, indent=2, default=str))
     return 0 if outcome.success is not False else 1
 

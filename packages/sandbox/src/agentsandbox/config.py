@@ -26,8 +26,9 @@ def check_timeout(timeout: object, *, clamp_to: float | None = None) -> float:
     a float included, is cut to it instead of refused.
     """
     limit = MAX_TIMEOUT if clamp_to is None else min(clamp_to, MAX_TIMEOUT)
-    return checked_number(timeout, "timeout (seconds)", minimum=0, maximum=limit, exclusive_minimum=True,
-                          clamp=clamp_to is not None)  # fmt: skip
+    return checked_number(
+        timeout, "timeout (seconds)", minimum=0, maximum=limit, exclusive_minimum=True, clamp=clamp_to is not None
+    )
 
 
 @dataclass

@@ -64,8 +64,9 @@ def _search(entries: list[Any], params: dict[str, Any], count: str, default: int
     """``search_entries`` with the agent's result count checked: whole (the schema's "integer"
     admits 2.0, which no slice takes), at least 1; more than there are entries means all."""
     try:
-        top_k = checked_number(params.get(count, default), count, minimum=1, maximum=max(len(entries), 1),
-                               clamp=True, integer=True)  # fmt: skip
+        top_k = checked_number(
+            params.get(count, default), count, minimum=1, maximum=max(len(entries), 1), clamp=True, integer=True
+        )
     except ValueError as exc:
         return ToolResult(error=str(exc))
     return search_entries(entries, params["query"], top_k)
@@ -125,8 +126,11 @@ class ConversationEnv(AgentEnv):
         if self._task is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
-            return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": tool, "error": "episode over"})  # fmt: skip
+            return TimeStep(
+                observation="[error] the episode is over; call reset()",
+                terminated=True,
+                info={"tool": tool, "error": "episode over"},
+            )
         if tool not in self.available_tools:
             error = f"unknown tool {tool!r}; available: {', '.join(self.available_tools)}"
             return TimeStep(observation=f"[error] {error}", info={"tool": tool, "error": error})
@@ -168,8 +172,12 @@ class ConversationEnv(AgentEnv):
 
     def _end(self, tool: str, text: str) -> TimeStep:
         self._done = True
-        info: dict[str, Any] = {"tool": tool, "exit_status": "submitted" if tool == "submit" else "finished",
-                                "answer": text, "transcript": list(self.transcript)}  # fmt: skip
+        info: dict[str, Any] = {
+            "tool": tool,
+            "exit_status": "submitted" if tool == "submit" else "finished",
+            "answer": text,
+            "transcript": list(self.transcript),
+        }
         reward = 0.0
         expected = self._task.metadata.get("expected_answer")
         if expected is not None:

@@ -130,8 +130,10 @@ def fetch_repo(repo: str) -> str:
         env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(REPO_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
         done = subprocess.run(
             ["git", "clone", "--quiet", "--no-recurse-submodules", "--", repo, str(tmp)],
-            capture_output=True, text=True, env=env,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if done.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SandboxError(f"cannot clone {repo}: {done.stderr.strip()[-500:]}")
@@ -230,8 +232,11 @@ class SandboxEnv(AgentEnv):
         if self._task is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
-            return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": tool, "error": "episode over"})  # fmt: skip
+            return TimeStep(
+                observation="[error] the episode is over; call reset()",
+                terminated=True,
+                info={"tool": tool, "error": "episode over"},
+            )
         try:
             self.profile.get_tool(tool).validate_params(params)
         except InvalidActionError as exc:
@@ -258,8 +263,12 @@ class SandboxEnv(AgentEnv):
             passed = result.exit_code == 0
             info["success"] = passed
             info["score"] = 1.0 if passed else 0.0
-            info["tests"] = {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0),
-                             "errors": counts.get("error", 0), "output": result.output[-4000:]}  # fmt: skip
+            info["tests"] = {
+                "passed": counts.get("passed", 0),
+                "failed": counts.get("failed", 0),
+                "errors": counts.get("error", 0),
+                "output": result.output[-4000:],
+            }
             reward = info["score"]
             lines.append(f"Tests {'passed' if passed else 'failed'} (exit code {result.exit_code}).")
         if params:

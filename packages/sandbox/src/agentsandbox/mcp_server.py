@@ -75,8 +75,12 @@ def build_server(backend: str = "auto", config: SandboxConfig | None = None, roo
             roots = await refresh_roots(server, ctx)
             with guard():
                 repo = str(roots.readable(repo))
-        task = {"description": description, "repo": repo, "setup_commands": setup_commands or [],
-                "test_command": test_command}  # fmt: skip
+        task = {
+            "description": description,
+            "repo": repo,
+            "setup_commands": setup_commands or [],
+            "test_command": test_command,
+        }
         ts = server.sandbox_env.reset(task=task)
         state["started"] = True
         return ts.observation

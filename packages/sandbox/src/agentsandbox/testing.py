@@ -365,8 +365,10 @@ class SuiteConformance:
             texts = [p for p in schema.get("required", []) if schema["properties"][p].get("type") == "string"]
             actions[f"{tool} at once"] = {"tool": tool, "params": dict.fromkeys(texts, "")}
             if texts and self.stuffed_answer:
-                actions[f"{tool} stuffed"] = {"tool": tool, "params": {**dict.fromkeys(texts, ""),
-                                                                       texts[0]: self.stuffed_answer}}  # fmt: skip
+                actions[f"{tool} stuffed"] = {
+                    "tool": tool,
+                    "params": {**dict.fromkeys(texts, ""), texts[0]: self.stuffed_answer},
+                }
         return actions
 
     @pytest.mark.parametrize("split", SPLITS)

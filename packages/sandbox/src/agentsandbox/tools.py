@@ -170,9 +170,13 @@ _UNITTEST = re.compile(r"^Ran (\d+) tests? in [\d.]+s\s*\n\s*\n(?:OK|FAILED)(?: 
 
 
 def run_tests(
-    sandbox: Sandbox, test_command: str | None, path: str | None = None, *, grade: bool = False,
+    sandbox: Sandbox,
+    test_command: str | None,
+    path: str | None = None,
+    *,
+    grade: bool = False,
     protected: list[str] = (),
-) -> ToolResult:  # fmt: skip
+) -> ToolResult:
     """Run the task's test command (trusted: it comes from the task, not the agent).
 
     ``grade=True`` is the run a reward rests on: ``Sandbox.run_clean`` kills everything the
@@ -225,8 +229,14 @@ def _with_counts(result: ToolResult) -> ToolResult:
 
 #: The patch is computed in a clean environment: nothing the agent exported (``GIT_DIR``, ...),
 #: no user or system git config.
-_CLEAN_GIT_ENV = ["env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/",
-                  "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1"]  # fmt: skip
+_CLEAN_GIT_ENV = [
+    "env",
+    "-i",
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/",
+    "GIT_CONFIG_GLOBAL=/dev/null",
+    "GIT_CONFIG_NOSYSTEM=1",
+]
 #: A workspace that is not a git repository is diffed against the snapshot the episode started
 #: from ($1, mounted read-only) in a throwaway repository in the sandbox's scratch space: the
 #: snapshot's tree is written, then the workspace ($2) staged over it. Python and pytest caches

@@ -103,8 +103,14 @@ class LocalBatchPolicy:
         engine = AgentInference.from_pretrained(
             path_or_alias, torch_dtype=torch_dtype, max_new_tokens=max_new_tokens, temperature=temperature
         )
-        return cls(engine, system_prompt=system_prompt, tools=tools, batch_size=batch_size, fallback_tool=fallback_tool,
-                   include_tools=include_tools)  # fmt: skip
+        return cls(
+            engine,
+            system_prompt=system_prompt,
+            tools=tools,
+            batch_size=batch_size,
+            fallback_tool=fallback_tool,
+            include_tools=include_tools,
+        )
 
     # -- the BatchPolicy protocol ----------------------------------------------------------
 

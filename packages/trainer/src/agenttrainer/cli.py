@@ -139,8 +139,9 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
     if online:
         from agenttrainer.online import OnlineRLTrainer
 
-        config = OnlineRLConfig.from_dict({**values, **{k: v for k, v in flags.items() if v is not None}},
-                                          source=config_file or "command line")  # fmt: skip
+        config = OnlineRLConfig.from_dict(
+            {**values, **{k: v for k, v in flags.items() if v is not None}}, source=config_file or "command line"
+        )
         if not config.env_id or not config.tasks_file:
             raise click.UsageError("--online needs --env (a registered environment id) and --tasks (tasks JSONL)")
         _run(OnlineRLTrainer, config)
@@ -209,11 +210,19 @@ def retriever_command(config_file: str | None, **flags: Any) -> None:
 @cli.command("retriever-search")
 @click.argument("query")
 @click.option("--library", default="generated", show_default=True, help="Tools JSONL/JSON, or 'generated'.")
-@click.option("--model", "model_name_or_path", default="all-minilm-l6-v2", show_default=True,
-              help="Encoder: the packaged all-MiniLM-L6-v2 or a `retriever` output directory.")  # fmt: skip
+@click.option(
+    "--model",
+    "model_name_or_path",
+    default="all-minilm-l6-v2",
+    show_default=True,
+    help="Encoder: the packaged all-MiniLM-L6-v2 or a `retriever` output directory.",
+)
 @click.option("-k", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--hybrid", is_flag=True, help="Fuse the encoder's ranking with BM25's (reciprocal rank); "
-              "the score printed is then the fused one.")  # fmt: skip
+@click.option(
+    "--hybrid",
+    is_flag=True,
+    help="Fuse the encoder's ranking with BM25's (reciprocal rank); the score printed is then the fused one.",
+)
 def retriever_search_command(query: str, library: str, model_name_or_path: str, k: int, hybrid: bool) -> None:
     """Search a tool library with a dense encoder (or, --hybrid, the encoder and BM25 fused);
     one JSON line per tool, best first."""

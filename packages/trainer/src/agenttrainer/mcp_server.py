@@ -215,9 +215,18 @@ async def train(
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # survives this server and is not hit by signals meant for it
     )
-    record = {"run_id": run_id, "method": method, "config": str(config_path), "overrides": overrides,
-              "cwd": str(workdir), "output_dir": output_dir, "command": command, "pid": process.pid,
-              "started_at": time.time(), "time_limit_seconds": MAX_RUN_SECONDS}  # fmt: skip
+    record = {
+        "run_id": run_id,
+        "method": method,
+        "config": str(config_path),
+        "overrides": overrides,
+        "cwd": str(workdir),
+        "output_dir": output_dir,
+        "command": command,
+        "pid": process.pid,
+        "started_at": time.time(),
+        "time_limit_seconds": MAX_RUN_SECONDS,
+    }
     (run_dir / "run.json").write_text(json.dumps(record, indent=2))
     return {"run_id": run_id, "output_dir": output_dir, "pid": process.pid, "time_limit_seconds": MAX_RUN_SECONDS}
 
@@ -318,8 +327,14 @@ def status(run_id: str | None = None) -> dict[str, Any]:
 
 
 @server.tool(name="eval")
-async def eval_model(eval_file: str, model: str | None = None, run_id: str | None = None, batch_size: int = 4,
-                     max_length: int = 2048, ctx: Context | None = None) -> dict[str, Any]:  # fmt: skip
+async def eval_model(
+    eval_file: str,
+    model: str | None = None,
+    run_id: str | None = None,
+    batch_size: int = 4,
+    max_length: int = 2048,
+    ctx: Context | None = None,
+) -> dict[str, Any]:
     """Evaluate `model` (a checkpoint dir or alias) or run `run_id`'s final model on `eval_file`
     (SFT, DPO or GRPO JSONL): loss/perplexity/token accuracy, preference accuracy or group top-1.
     Paths must be inside the allowed roots."""
@@ -334,8 +349,20 @@ async def eval_model(eval_file: str, model: str | None = None, run_id: str | Non
         model = final  # a run of this server wrote it
     else:
         _check_model(roots, model, Path.cwd())
-    command = [sys.executable, "-m", "agenttrainer.cli", "eval", "--model", model, "--eval-file", eval_file,
-               "--batch-size", str(batch_size), "--max-length", str(max_length)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "agenttrainer.cli",
+        "eval",
+        "--model",
+        model,
+        "--eval-file",
+        eval_file,
+        "--batch-size",
+        str(batch_size),
+        "--max-length",
+        str(max_length),
+    ]
     try:
         # in a worker thread (as the SDK runs synchronous tools): `status` stays answerable meanwhile
         run = functools.partial(subprocess.run, command, capture_output=True, text=True, timeout=EVAL_TIMEOUT_SECONDS)

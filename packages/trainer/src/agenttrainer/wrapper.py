@@ -186,8 +186,13 @@ class GRPOTrainerWrapper:
         )
         per_call = self.config.batch_size  # prompts per generate call: one batch of their groups each
         samples = []
-        bar = tqdm(total=len(ids), desc=f"sampling epoch {epoch + 1}/{self.num_epochs}", unit="prompt",
-                   leave=False, disable=True if not self.config.progress_bar else None)  # fmt: skip
+        bar = tqdm(
+            total=len(ids),
+            desc=f"sampling epoch {epoch + 1}/{self.num_epochs}",
+            unit="prompt",
+            leave=False,
+            disable=True if not self.config.progress_bar else None,
+        )
         with torch.random.fork_rng(devices=[]), bar:
             torch.manual_seed(self.config.seed + epoch)
             for start in range(0, len(ids), per_call):

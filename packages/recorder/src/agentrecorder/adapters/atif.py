@@ -53,10 +53,29 @@ from knowlyrcore.trajectory import Step, Trajectory, Usage
 
 SOURCES = ("system", "user", "agent")
 VERSION_PREFIX = "ATIF-v1."
-_ROOT_FIELDS = ("schema_version", "session_id", "agent", "steps", "notes", "final_metrics",
-                "continued_trajectory_ref", "extra")  # fmt: skip
-_STEP_FIELDS = ("step_id", "timestamp", "source", "model_name", "reasoning_effort", "message",
-                "reasoning_content", "tool_calls", "observation", "metrics", "extra")  # fmt: skip
+_ROOT_FIELDS = (
+    "schema_version",
+    "session_id",
+    "agent",
+    "steps",
+    "notes",
+    "final_metrics",
+    "continued_trajectory_ref",
+    "extra",
+)
+_STEP_FIELDS = (
+    "step_id",
+    "timestamp",
+    "source",
+    "model_name",
+    "reasoning_effort",
+    "message",
+    "reasoning_content",
+    "tool_calls",
+    "observation",
+    "metrics",
+    "extra",
+)
 _RESULT_FIELDS = ("source_call_id", "content", "subagent_trajectory_ref")
 _SAMPLED = ("completion_token_ids", "logprobs")
 #: content-part types whose ``text`` is text (ATIF's ``text``, OpenAI's input and output variants)
@@ -275,10 +294,16 @@ class _Reader:
             step_meta = meta if j == 0 else {"atif": {"step_id": atif["step_id"]}}
             if rest:
                 step_meta = {**step_meta, "atif_tool_call": rest}
-            made.append(self.steps.add(
-                name, arguments, thought=message.text if j == 0 else "", call_id=call_id, timestamp=stamp,
-                metadata=step_meta,
-            ))  # fmt: skip
+            made.append(
+                self.steps.add(
+                    name,
+                    arguments,
+                    thought=message.text if j == 0 else "",
+                    call_id=call_id,
+                    timestamp=stamp,
+                    metadata=step_meta,
+                )
+            )
         if not made:
             made.append(self.steps.add(RESPOND, {"message": message.text}, timestamp=stamp, metadata=meta))
         self._observe(raw, where, made, message)
@@ -337,8 +362,12 @@ class _Reader:
                 step.metadata.setdefault("atif_observation", []).append(unread)
             refs = get(result, "subagent_trajectory_ref", rwhere, list, None)
             for r, ref in enumerate(refs or []):
-                get(expect(ref, dict, path(path(rwhere, "subagent_trajectory_ref"), r)), "session_id",
-                    path(path(rwhere, "subagent_trajectory_ref"), r), str)  # fmt: skip
+                get(
+                    expect(ref, dict, path(path(rwhere, "subagent_trajectory_ref"), r)),
+                    "session_id",
+                    path(path(rwhere, "subagent_trajectory_ref"), r),
+                    str,
+                )
             if refs:
                 step.metadata.setdefault("subagent_trajectory_ref", []).extend(refs)
 

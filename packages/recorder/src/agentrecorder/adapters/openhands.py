@@ -47,9 +47,18 @@ SKIP_ACTIONS = {"system", "recall", "change_agent_state", "null", "condensation"
 FEEDBACK_KEYS = ("polarity", "feedback", "permissions", "version", "timestamp")
 #: args that describe how OpenHands ran an action rather than what the agent asked for
 RUNTIME_ARGS = {
-    "thought", "impl_source", "translated_ipython_code", "security_risk", "confirmation_state",
-    "is_confirmed", "hidden", "blocking", "is_input", "image_urls", "wait_for_response",
-}  # fmt: skip
+    "thought",
+    "impl_source",
+    "translated_ipython_code",
+    "security_risk",
+    "confirmation_state",
+    "is_confirmed",
+    "hidden",
+    "blocking",
+    "is_input",
+    "image_urls",
+    "wait_for_response",
+}
 
 
 def _count(value: Any) -> int:

@@ -104,8 +104,9 @@ def _mount_bounded_tmpfs(directory: Path, config: SandboxConfig) -> bool:
     if os.geteuid() != 0 or not str(directory).startswith("/dev/shm/") or shutil.which("mount") is None:
         return False
     options = f"size={2 * config.memory_mb + 64}m,nr_inodes={config.workspace_inodes},mode=0711"
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "knowlyr-sandbox", str(directory)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "knowlyr-sandbox", str(directory)], capture_output=True, text=True
+    )
     return done.returncode == 0
 
 

@@ -55,9 +55,21 @@ _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knowlyr-bwrap-s
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
-    "passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-    "alternatives", "ssl", "ca-certificates", "localtime", "os-release", "mime.types", "python3",
-)  # fmt: skip
+    "passwd",
+    "group",
+    "hosts",
+    "nsswitch.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "localtime",
+    "os-release",
+    "mime.types",
+    "python3",
+)
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNS = 0x00020000
@@ -104,8 +116,10 @@ def _mount_scratch(target: bytes, size_mb: int, inodes: int, owner: tuple[int, i
         _LIBC.unshare(_CLONE_NEWNS),
         # the host's / is usually a shared mount: without this the tmpfs would propagate back
         _LIBC.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
-        _LIBC.mount(b"tmpfs", target, b"tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size_mb}m,nr_inodes={inodes},mode=0755".encode()),
-    ):  # fmt: skip
+        _LIBC.mount(
+            b"tmpfs", target, b"tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size_mb}m,nr_inodes={inodes},mode=0755".encode()
+        ),
+    ):
         if result != 0:
             raise OSError(ctypes.get_errno(), "cannot mount the sandbox's scratch tmpfs")
     for sub in (b"tmp", b"shm"):

@@ -50,10 +50,25 @@ from dataclasses import dataclass
 from typing import Any
 
 #: BFCL's types as Python types; ``any`` is checked as a string, as BFCL's checker does.
-PYTHON_TYPES: dict[str, type] = {"string": str, "integer": int, "float": float, "boolean": bool,
-                                 "array": list, "tuple": list, "dict": dict, "any": str}  # fmt: skip
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a float", bool: "a boolean", list: "a list",
-               dict: "a dict", type(None): "null"}  # fmt: skip
+PYTHON_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
+    "any": str,
+}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a float",
+    bool: "a boolean",
+    list: "a list",
+    dict: "a dict",
+    type(None): "null",
+}
 _IGNORED = re.compile(r"[ ,./\-_*^]")
 _SHOW_CHARS = 60
 
@@ -129,8 +144,11 @@ def _value_problem(value: Any, allowed: list[Any], schema: dict[str, Any]) -> st
         ok = any(type(a) is dict and _dict_matches(value, a) for a in allowed)
     elif expected is list and item_type is dict:
         lists = [[] if a == "" else a for a in allowed if type(a) is list or a == ""]
-        ok = any(len(value) == len(a) and all(type(v) is dict and type(d) is dict and _dict_matches(v, d)
-                                             for v, d in zip(value, a)) for a in lists)  # fmt: skip
+        ok = any(
+            len(value) == len(a)
+            and all(type(v) is dict and type(d) is dict and _dict_matches(v, d) for v, d in zip(value, a))
+            for a in lists
+        )
     elif expected is str:
         ok = normalize(value) in [normalize(a) for a in allowed if type(a) is str]
     elif expected is list:
@@ -141,8 +159,9 @@ def _value_problem(value: Any, allowed: list[Any], schema: dict[str, Any]) -> st
     return None if ok else f"{show_value(value)} is not one of the allowed values"
 
 
-def compare_call(call: dict[str, Any], name: str, allowed: dict[str, list[Any]],
-                 function: dict[str, Any]) -> tuple[list[str], float]:  # fmt: skip
+def compare_call(
+    call: dict[str, Any], name: str, allowed: dict[str, list[Any]], function: dict[str, Any]
+) -> tuple[list[str], float]:
     """Compare one call ``{"tool", "params"}`` with one ground-truth call (``name``: ``allowed``
     values per parameter) of the function documented by ``function``: the problems (none when
     it matches) and the share of parameters that check out (0 for another function)."""
@@ -212,8 +231,9 @@ def _perfect_pairing(fits: list[list[bool]]) -> list[int | None]:
     return pairs
 
 
-def check(calls: list[dict[str, Any]], ground_truth: list[dict[str, dict[str, list[Any]]]],
-          functions: list[dict[str, Any]]) -> Verdict:  # fmt: skip
+def check(
+    calls: list[dict[str, Any]], ground_truth: list[dict[str, dict[str, list[Any]]]], functions: list[dict[str, Any]]
+) -> Verdict:
     """Judge ``calls`` (``{"tool", "params"}`` each, in the order made) against a BFCL entry's
     ``ground_truth`` (empty for irrelevance) and its ``functions`` (the documents)."""
     if not ground_truth:
@@ -230,8 +250,12 @@ def check(calls: list[dict[str, Any]], ground_truth: list[dict[str, dict[str, li
     results = [[compare_call(call, name, allowed, docs[name]) for call in calls] for name, allowed in expected]
     scale = max(len(calls), len(expected))
     # partial credit: pair same-name calls best first
-    candidates = sorted((-fraction, i, j) for i, row in enumerate(results) for j, (_, fraction) in enumerate(row)
-                        if calls[j].get("tool") == expected[i][0])  # fmt: skip
+    candidates = sorted(
+        (-fraction, i, j)
+        for i, row in enumerate(results)
+        for j, (_, fraction) in enumerate(row)
+        if calls[j].get("tool") == expected[i][0]
+    )
     used_i: set[int] = set()
     used_j: set[int] = set()
     param_total = 0.0

@@ -65,9 +65,13 @@ from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
 from knowlyrcore.tool_parsing import CLOSING_TOOLS
 
-RESPOND = tool_spec("respond", ToolCategory.COMMUNICATE,
-                    "Answer in plain text; ends the turn (say so when no function fits the request).",
-                    ["message"], message={"type": "string"})  # fmt: skip
+RESPOND = tool_spec(
+    "respond",
+    ToolCategory.COMMUNICATE,
+    "Answer in plain text; ends the turn (say so when no function fits the request).",
+    ["message"],
+    message={"type": "string"},
+)
 
 BFCL_PROFILE = DomainProfile(
     name="bfcl",
@@ -91,8 +95,15 @@ SYSTEM_PROMPT = (
 REWARD_MODES = ("outcome", "partial")
 
 #: BFCL type -> JSON Schema type (``any`` has none).
-JSON_TYPES = {"string": "string", "integer": "integer", "float": "number", "boolean": "boolean",
-              "array": "array", "tuple": "array", "dict": "object"}  # fmt: skip
+JSON_TYPES = {
+    "string": "string",
+    "integer": "integer",
+    "float": "number",
+    "boolean": "boolean",
+    "array": "array",
+    "tuple": "array",
+    "dict": "object",
+}
 #: The keywords of BFCL's parameter documents that JSON Schema knows, kept as they are.
 _KEPT = ("description", "enum", "default", "format", "minimum", "maximum", "minItems", "maxItems")
 
@@ -130,8 +141,12 @@ def json_schema(schema: dict[str, Any]) -> dict[str, Any]:
 def _tool_spec(function_json: str) -> ToolSpec:
     # cached: checking a JSON Schema costs milliseconds, and live tasks share their functions
     function = json.loads(function_json)
-    return ToolSpec(name=function["name"], description=function.get("description", ""),
-                    parameters=json_schema(function["parameters"]), category=ToolCategory.OTHER)  # fmt: skip
+    return ToolSpec(
+        name=function["name"],
+        description=function.get("description", ""),
+        parameters=json_schema(function["parameters"]),
+        category=ToolCategory.OTHER,
+    )
 
 
 def tool_specs(functions: list[dict[str, Any]]) -> list[ToolSpec]:
@@ -174,11 +189,14 @@ class BFCLEnv(AgentEnv):
         info = TaskInfo.coerce(task)
         functions, answer = info.metadata.get("functions"), info.metadata.get("possible_answer")
         if not isinstance(functions, list) or not isinstance(answer, list):
-            raise ValueError(f"BFCL task {info.id!r} has no metadata.functions and metadata.possible_answer "
-                             "(generate tasks with the bfcl suite)")  # fmt: skip
+            raise ValueError(
+                f"BFCL task {info.id!r} has no metadata.functions and metadata.possible_answer "
+                "(generate tasks with the bfcl suite)"
+            )
         if clash := sorted(CLOSING_TOOLS.keys() & {f.get("name") for f in functions}):
-            raise ValueError(f"BFCL task {info.id!r} documents a function named {clash[0]!r}, "
-                             "the tool a reply in plain text becomes")  # fmt: skip
+            raise ValueError(
+                f"BFCL task {info.id!r} documents a function named {clash[0]!r}, the tool a reply in plain text becomes"
+            )
         profile = episode_profile(functions)
         self.domain = profile.name
         self._task, self._functions, self._answer = info, functions, answer
@@ -206,8 +224,11 @@ class BFCLEnv(AgentEnv):
         except InvalidActionError as exc:
             return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
         if self._done:
-            return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": printable_name(tool), "error": "episode over"})  # fmt: skip
+            return TimeStep(
+                observation="[error] the episode is over; call reset()",
+                terminated=True,
+                info={"tool": printable_name(tool), "error": "episode over"},
+            )
         if tool == "respond":
             return self._finish()
         call = {"tool": tool, "params": params}
@@ -228,9 +249,16 @@ class BFCLEnv(AgentEnv):
     def _finish(self) -> TimeStep:
         self._done = True
         verdict = check(self._calls, self._answer, self._functions)
-        info = {"tool": "respond", "success": verdict.success, "score": 1.0 if verdict.success else 0.0,
-                "exit_status": "responded", "reason": verdict.reason, "calls": len(self._calls),
-                "name_score": verdict.name_score, "param_score": verdict.param_score}  # fmt: skip
+        info = {
+            "tool": "respond",
+            "success": verdict.success,
+            "score": 1.0 if verdict.success else 0.0,
+            "exit_status": "responded",
+            "reason": verdict.reason,
+            "calls": len(self._calls),
+            "name_score": verdict.name_score,
+            "param_score": verdict.param_score,
+        }
         reward = info["score"]
         if self.reward_mode == "partial":
             info["partial_credit"] = verdict.partial_credit

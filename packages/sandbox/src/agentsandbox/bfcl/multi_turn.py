@@ -424,8 +424,9 @@ class Backends:
                 try:
                     instance._load_scenario(copy.deepcopy(initial_config.get(name, {})), long_context=long_context)
                 except Exception as exc:  # a config not in BFCL's shape
-                    raise ScenarioError(f"initial_config.{name}: BFCL's backend cannot load it: "
-                                     f"{type(exc).__name__}: {show_value(exc)}") from None  # fmt: skip
+                    raise ScenarioError(
+                        f"initial_config.{name}: BFCL's backend cannot load it: {type(exc).__name__}: {show_value(exc)}"
+                    ) from None
             self.instances[name] = instance
         self.owners = function_owners(involved_classes)
 
@@ -477,8 +478,13 @@ class TurnVerdict:
     missing: list[str] = field(default_factory=list)
 
     def as_info(self) -> dict[str, Any]:
-        return {"turn": self.turn, "checked": self.checked, "success": self.success, "reason": self.reason,
-                "calls": self.calls}  # fmt: skip
+        return {
+            "turn": self.turn,
+            "checked": self.checked,
+            "success": self.success,
+            "reason": self.reason,
+            "calls": self.calls,
+        }
 
 
 def judge_turn(

@@ -63,9 +63,11 @@ MULTI_TURN_PROFILE = DomainProfile(
     description="Serve a user's requests turn by turn with BFCL's stateful APIs (file system, trading, travel, ...).",
     tools=[RESPOND],
     terminal_tools=["respond"],
-    outcome=OutcomeSpec(method="terminal_tool",
-                        description="after every turn, the APIs' state and the calls' results match BFCL's ground truth"),
-)  # fmt: skip
+    outcome=OutcomeSpec(
+        method="terminal_tool",
+        description="after every turn, the APIs' state and the calls' results match BFCL's ground truth",
+    ),
+)
 
 try:
     register_domain_profile(MULTI_TURN_PROFILE)
@@ -83,8 +85,9 @@ SYSTEM_PROMPT = (
 def _profile(functions_json: str) -> DomainProfile:
     functions = json.loads(functions_json)
     digest = hashlib.sha256(functions_json.encode()).hexdigest()[:16]
-    profile = MULTI_TURN_PROFILE.model_copy(update={"name": f"bfcl-multi-turn/{digest}",
-                                                    "tools": [*tool_specs(functions), RESPOND]})  # fmt: skip
+    profile = MULTI_TURN_PROFILE.model_copy(
+        update={"name": f"bfcl-multi-turn/{digest}", "tools": [*tool_specs(functions), RESPOND]}
+    )
     register_domain_profile(profile, replace=True)
     return profile
 
@@ -94,8 +97,10 @@ def _episode(info: TaskInfo) -> dict[str, Any]:
     m = info.metadata
 
     def bad(field: str, problem: str) -> ValueError:
-        return ValueError(f"BFCL multi-turn task {info.id!r}: metadata.{field}: {problem} "
-                          "(generate tasks with the bfcl-multi-turn suite)")  # fmt: skip
+        return ValueError(
+            f"BFCL multi-turn task {info.id!r}: metadata.{field}: {problem} "
+            "(generate tasks with the bfcl-multi-turn suite)"
+        )
 
     turns, classes, truth = m.get("turns"), m.get("involved_classes"), m.get("ground_truth")
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
@@ -122,8 +127,14 @@ def _episode(info: TaskInfo) -> dict[str, Any]:
                 calls[-1].append((name, bind_call(owners[name], name, args, kwargs)))
             except CallSyntaxError as exc:
                 raise bad(f"ground_truth.{t}.{i}", str(exc)) from None
-    return {"turns": turns, "classes": classes, "config": config, "missed": missed, "truth": calls,
-            "long_context": bool(m.get("long_context", False))}  # fmt: skip
+    return {
+        "turns": turns,
+        "classes": classes,
+        "config": config,
+        "missed": missed,
+        "truth": calls,
+        "long_context": bool(m.get("long_context", False)),
+    }
 
 
 class BFCLMultiTurnEnv(AgentEnv):
@@ -180,8 +191,11 @@ class BFCLMultiTurnEnv(AgentEnv):
         except InvalidActionError as exc:
             return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
         if self._done:
-            return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": printable_name(tool), "error": "episode over"})  # fmt: skip
+            return TimeStep(
+                observation="[error] the episode is over; call reset()",
+                terminated=True,
+                info={"tool": printable_name(tool), "error": "episode over"},
+            )
         if tool == RESPOND.name:
             return self._end_turn()
         info: dict[str, Any] = {"tool": printable_name(tool), "turn": self._turn}
@@ -215,9 +229,15 @@ class BFCLMultiTurnEnv(AgentEnv):
         failed = next((v for v in self._verdicts if not v.success), None)
         reason = f"turn {failed.turn}: {failed.reason}" if failed else "every checked turn matches the ground truth"
         success = failed is None
-        info = {"tool": RESPOND.name, "success": success, "score": float(success), "exit_status": "responded",
-                "reason": reason, "turns": [v.as_info() for v in self._verdicts],
-                "calls": sum(v.calls for v in self._verdicts)}  # fmt: skip
+        info = {
+            "tool": RESPOND.name,
+            "success": success,
+            "score": float(success),
+            "exit_status": "responded",
+            "reason": reason,
+            "turns": [v.as_info() for v in self._verdicts],
+            "calls": sum(v.calls for v in self._verdicts),
+        }
         return TimeStep(observation="Conversation over.", reward=float(success), terminated=True, info=info)
 
     def close(self) -> None:

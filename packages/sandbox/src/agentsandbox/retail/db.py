@@ -143,9 +143,16 @@ def get_order(db: sqlite3.Connection, order_id: str) -> ToolResult:
         "SELECT item_id, name, price, returned FROM items WHERE order_id = ? ORDER BY item_id", (order_id,)
     ).fetchall()
     reason = {"cancel_reason": order["cancel_reason"]} if order["status"] == "cancelled" else {}
-    return _ok({"order_id": order["order_id"], "user_id": order["user_id"], "status": order["status"], **reason,
-                "address": order["address"],
-                "items": [{**dict(i), "returned": bool(i["returned"])} for i in items]})  # fmt: skip
+    return _ok(
+        {
+            "order_id": order["order_id"],
+            "user_id": order["user_id"],
+            "status": order["status"],
+            **reason,
+            "address": order["address"],
+            "items": [{**dict(i), "returned": bool(i["returned"])} for i in items],
+        }
+    )
 
 
 def cancel_order(db: sqlite3.Connection, order_id: str, reason: str) -> ToolResult:
@@ -180,8 +187,10 @@ def return_items(db: sqlite3.Connection, order_id: str, item_ids: list[str]) -> 
         return _error(f"order {order_id} is {order['status']}; only delivered orders can be returned")
     if not item_ids:
         return _error("item_ids must name at least one item")
-    found = {r["item_id"]: r["returned"] for r in db.execute("SELECT item_id, returned FROM items WHERE order_id = ?",
-                                                             (order_id,))}  # fmt: skip
+    found = {
+        r["item_id"]: r["returned"]
+        for r in db.execute("SELECT item_id, returned FROM items WHERE order_id = ?", (order_id,))
+    }
     for item_id in item_ids:
         if item_id not in found:
             return _error(f"order {order_id} has no item {item_id!r}")

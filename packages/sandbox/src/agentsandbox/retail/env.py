@@ -173,8 +173,10 @@ def _check_text(tool: str, params: dict[str, Any]) -> None:
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as exc:
-                raise InvalidActionError(f"tool {tool!r}: invalid parameters at {key!r}: not Unicode text "
-                                         f"(a lone surrogate at position {exc.start})") from None  # fmt: skip
+                raise InvalidActionError(
+                    f"tool {tool!r}: invalid parameters at {key!r}: not Unicode text "
+                    f"(a lone surrogate at position {exc.start})"
+                ) from None
 
 
 class RetailEnv(AgentEnv):
@@ -234,8 +236,9 @@ class RetailEnv(AgentEnv):
         answer = 0.0
         if message is not None:
             metadata = self._task.metadata
-            answer = _answer_fraction(message, list(metadata.get("answer_contains") or []),
-                                      list(metadata.get("answer_excludes") or []))  # fmt: skip
+            answer = _answer_fraction(
+                message, list(metadata.get("answer_contains") or []), list(metadata.get("answer_excludes") or [])
+            )
         return min(max((state + answer - wrong) / 4, 0.0), 0.5)
 
     def _pay(self, total: float) -> float:
@@ -251,8 +254,11 @@ class RetailEnv(AgentEnv):
         except (InvalidActionError, *_UNPRINTABLE) as exc:
             return _invalid(exc)
         if self._done:
-            return TimeStep(observation="[error] the episode is over; call reset()", terminated=True,
-                            info={"tool": clip_message(tool), "error": "episode over"})  # fmt: skip
+            return TimeStep(
+                observation="[error] the episode is over; call reset()",
+                terminated=True,
+                info={"tool": clip_message(tool), "error": "episode over"},
+            )
         try:
             RETAIL_PROFILE.get_tool(tool).validate_params(params)
             _check_text(tool, params)
@@ -272,8 +278,14 @@ class RetailEnv(AgentEnv):
             message, list(metadata.get("answer_contains") or []), list(metadata.get("answer_excludes") or [])
         )
         success = state_ok and answer_ok
-        info = {"tool": "respond", "success": success, "score": 1.0 if success else 0.0,
-                "exit_status": "responded", "state_ok": state_ok, "answer_ok": answer_ok}  # fmt: skip
+        info = {
+            "tool": "respond",
+            "success": success,
+            "score": 1.0 if success else 0.0,
+            "exit_status": "responded",
+            "state_ok": state_ok,
+            "answer_ok": answer_ok,
+        }
         reward = info["score"]
         if self.reward_mode == "partial":
             info["partial_credit"] = 1.0 if success else self.partial_credit(message)

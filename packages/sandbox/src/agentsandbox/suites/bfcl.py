@@ -86,8 +86,11 @@ def solution(ground_truth: list[dict[str, dict[str, list[Any]]]], functions: lis
     for call in ground_truth:
         ((name, allowed),) = call.items()
         properties, required = docs[name].get("properties", {}), docs[name].get("required", [])
-        params = {key: _expert_value(options, properties.get(key, {}))
-                  for key, options in allowed.items() if "" not in options or key in required}  # fmt: skip
+        params = {
+            key: _expert_value(options, properties.get(key, {}))
+            for key, options in allowed.items()
+            if "" not in options or key in required
+        }
         actions.append({"tool": name, "params": params})
     message = "Done." if ground_truth else "None of the functions fits this request."
     return [*actions, {"tool": "respond", "params": {"message": message}}]
@@ -121,14 +124,23 @@ def _pools() -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
                 if not verdict.success:
                     excluded[entry["id"]] = f"its ground truth breaks BFCL's rules: {verdict.reason}"
                     continue
-                pools[split].append({
-                    "id": f"bfcl-{entry['id']}",
-                    "description": render_question(entry["question"][0]),
-                    "domain": "bfcl",
-                    "max_steps": len(expert) + 1,
-                    "metadata": {"suite": "bfcl", "split": split, "category": category, "bfcl_id": entry["id"],
-                                 "functions": entry["function"], "possible_answer": truth, "solution": expert},
-                })  # fmt: skip
+                pools[split].append(
+                    {
+                        "id": f"bfcl-{entry['id']}",
+                        "description": render_question(entry["question"][0]),
+                        "domain": "bfcl",
+                        "max_steps": len(expert) + 1,
+                        "metadata": {
+                            "suite": "bfcl",
+                            "split": split,
+                            "category": category,
+                            "bfcl_id": entry["id"],
+                            "functions": entry["function"],
+                            "possible_answer": truth,
+                            "solution": expert,
+                        },
+                    }
+                )
     return pools, excluded
 
 
@@ -142,7 +154,11 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     if split not in SPLIT_CATEGORIES:
         raise SuiteError(f"the bfcl suite has splits train and test (no function of test is in train), not {split!r}")
     pool = _pools()[0][split]
-    chosen = pool if n >= len(pool) else [pool[i] for i in sorted(random.Random(f"bfcl/{split}/{seed}").sample(range(len(pool)), n))]  # fmt: skip
+    chosen = (
+        pool
+        if n >= len(pool)
+        else [pool[i] for i in sorted(random.Random(f"bfcl/{split}/{seed}").sample(range(len(pool)), n))]
+    )
     return copy.deepcopy(chosen)  # callers may edit their tasks; the cached pool must not change
 
 

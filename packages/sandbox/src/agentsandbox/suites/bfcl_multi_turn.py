@@ -110,17 +110,27 @@ def _pools() -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
                 continue
             split = split_of(entry["id"])
             turns = [_turn_text(entry, t) for t in range(len(entry["question"]))]
-            pools[split].append({
-                "id": f"bfcl-{entry['id']}",
-                "description": turns[0],
-                "domain": "bfcl-multi-turn",
-                "max_steps": len(solution) + STEPS_PER_TURN * len(turns),
-                "metadata": {"suite": "bfcl-multi-turn", "split": split, "category": category,
-                             "bfcl_id": entry["id"], "turns": turns, "involved_classes": entry["involved_classes"],
-                             "initial_config": entry["initial_config"], "missed_function": entry["missed_function"],
-                             "long_context": category in LONG_CONTEXT_CATEGORIES,
-                             "ground_truth": entry["ground_truth"], "solution": solution},
-            })  # fmt: skip
+            pools[split].append(
+                {
+                    "id": f"bfcl-{entry['id']}",
+                    "description": turns[0],
+                    "domain": "bfcl-multi-turn",
+                    "max_steps": len(solution) + STEPS_PER_TURN * len(turns),
+                    "metadata": {
+                        "suite": "bfcl-multi-turn",
+                        "split": split,
+                        "category": category,
+                        "bfcl_id": entry["id"],
+                        "turns": turns,
+                        "involved_classes": entry["involved_classes"],
+                        "initial_config": entry["initial_config"],
+                        "missed_function": entry["missed_function"],
+                        "long_context": category in LONG_CONTEXT_CATEGORIES,
+                        "ground_truth": entry["ground_truth"],
+                        "solution": solution,
+                    },
+                }
+            )
     return pools, excluded
 
 

@@ -63,25 +63,172 @@ from agentsandbox.retail.env import SYSTEM_PROMPT
 from agentsandbox.suites import TaskSuite
 from agentsandbox.suites.retail_phrasing import phrase
 
-_FIRST = ["Ava", "Liam", "Mia", "Noah", "Zoe", "Ethan", "Ivy", "Lucas", "Chloe", "Mason", "Nora", "Owen", "Ruby",
-          "Caleb", "Lily", "Felix", "Hazel", "Jonah", "Iris", "Miles", "Stella", "Hugo", "Alice", "Theo", "Clara",
-          "Jasper", "Maya", "Rowan", "Elena", "Silas", "Freya", "Arlo", "Lena", "Ezra", "Naomi", "Milo", "Greta",
-          "Isaac", "Vera", "Leo"]  # fmt: skip
-_LAST = ["Smith", "Garcia", "Chen", "Patel", "Novak", "Kim", "Rossi", "Muller", "Silva", "Khan", "Dubois",
-         "Jensen", "Sato", "Lopez", "Ivanova", "Brown", "Okafor", "Nakamura", "Fischer", "Moreau", "Larsen",
-         "Costa", "Singh", "Walsh", "Berg", "Romero", "Haddad", "Kowalski", "Ortiz", "Fontaine", "Weber", "Lund",
-         "Reyes", "Shah", "Quinn", "Ferrari", "Andersen", "Tanaka", "Hughes", "Varga"]  # fmt: skip
-_STREETS = ["Oak", "Maple", "Pine", "Cedar", "Elm", "Birch", "Willow", "Lake", "Hill", "River", "Park", "Main",
-            "Sunset", "Meadow", "Forest", "Spring", "Valley", "Harbor", "Church", "Mill"]  # fmt: skip
-_CITIES = ["Austin", "Denver", "Boston", "Portland", "Seattle", "Chicago", "Phoenix", "Atlanta", "Dallas", "Miami",
-           "Tampa", "Omaha", "Tucson", "Fresno", "Reno", "Boise", "Mesa", "Akron", "Salem", "Provo"]  # fmt: skip
-_PRODUCTS = ["desk lamp", "water bottle", "backpack", "yoga mat", "coffee grinder", "bluetooth speaker",
-             "office chair", "hiking boots", "wall clock", "tea kettle", "phone case", "wireless mouse",
-             "sleeping bag", "cutting board", "rain jacket", "table fan", "bike helmet", "notebook set",
-             "air purifier", "garden hose", "frying pan", "laptop stand", "running shoes", "picture frame"]  # fmt: skip
+_FIRST = [
+    "Ava",
+    "Liam",
+    "Mia",
+    "Noah",
+    "Zoe",
+    "Ethan",
+    "Ivy",
+    "Lucas",
+    "Chloe",
+    "Mason",
+    "Nora",
+    "Owen",
+    "Ruby",
+    "Caleb",
+    "Lily",
+    "Felix",
+    "Hazel",
+    "Jonah",
+    "Iris",
+    "Miles",
+    "Stella",
+    "Hugo",
+    "Alice",
+    "Theo",
+    "Clara",
+    "Jasper",
+    "Maya",
+    "Rowan",
+    "Elena",
+    "Silas",
+    "Freya",
+    "Arlo",
+    "Lena",
+    "Ezra",
+    "Naomi",
+    "Milo",
+    "Greta",
+    "Isaac",
+    "Vera",
+    "Leo",
+]
+_LAST = [
+    "Smith",
+    "Garcia",
+    "Chen",
+    "Patel",
+    "Novak",
+    "Kim",
+    "Rossi",
+    "Muller",
+    "Silva",
+    "Khan",
+    "Dubois",
+    "Jensen",
+    "Sato",
+    "Lopez",
+    "Ivanova",
+    "Brown",
+    "Okafor",
+    "Nakamura",
+    "Fischer",
+    "Moreau",
+    "Larsen",
+    "Costa",
+    "Singh",
+    "Walsh",
+    "Berg",
+    "Romero",
+    "Haddad",
+    "Kowalski",
+    "Ortiz",
+    "Fontaine",
+    "Weber",
+    "Lund",
+    "Reyes",
+    "Shah",
+    "Quinn",
+    "Ferrari",
+    "Andersen",
+    "Tanaka",
+    "Hughes",
+    "Varga",
+]
+_STREETS = [
+    "Oak",
+    "Maple",
+    "Pine",
+    "Cedar",
+    "Elm",
+    "Birch",
+    "Willow",
+    "Lake",
+    "Hill",
+    "River",
+    "Park",
+    "Main",
+    "Sunset",
+    "Meadow",
+    "Forest",
+    "Spring",
+    "Valley",
+    "Harbor",
+    "Church",
+    "Mill",
+]
+_CITIES = [
+    "Austin",
+    "Denver",
+    "Boston",
+    "Portland",
+    "Seattle",
+    "Chicago",
+    "Phoenix",
+    "Atlanta",
+    "Dallas",
+    "Miami",
+    "Tampa",
+    "Omaha",
+    "Tucson",
+    "Fresno",
+    "Reno",
+    "Boise",
+    "Mesa",
+    "Akron",
+    "Salem",
+    "Provo",
+]
+_PRODUCTS = [
+    "desk lamp",
+    "water bottle",
+    "backpack",
+    "yoga mat",
+    "coffee grinder",
+    "bluetooth speaker",
+    "office chair",
+    "hiking boots",
+    "wall clock",
+    "tea kettle",
+    "phone case",
+    "wireless mouse",
+    "sleeping bag",
+    "cutting board",
+    "rain jacket",
+    "table fan",
+    "bike helmet",
+    "notebook set",
+    "air purifier",
+    "garden hose",
+    "frying pan",
+    "laptop stand",
+    "running shoes",
+    "picture frame",
+]
 
-SEEN_TEMPLATES = ("order_status", "cancel_order", "change_address", "return_item", "count_orders", "cancel_two",
-                  "cancel_reasons", "email_on_file", "address_by_email")  # fmt: skip
+SEEN_TEMPLATES = (
+    "order_status",
+    "cancel_order",
+    "change_address",
+    "return_item",
+    "count_orders",
+    "cancel_two",
+    "cancel_reasons",
+    "email_on_file",
+    "address_by_email",
+)
 UNSEEN_TEMPLATES = ("address_on_file", "cancel_pending_by_name")
 #: Compositions of skills the seen templates teach, in ``train`` only (``test`` keeps the nine).
 TRAIN_ONLY_TEMPLATES = ("change_address_by_name", "cancel_pending_by_email", "cancel_and_return")
@@ -125,8 +272,14 @@ def _world(rng: random.Random, pools: _Pools) -> dict[str, Any]:
     for first, last in names:
         user_id = f"{first.lower()}_{last.lower()}_{pools.number(rng, 4)}"
         address = pools.address(rng)
-        users.append({"user_id": user_id, "name": f"{first} {last}", "address": address,
-                      "email": f"{first.lower()}.{last.lower()}{pools.number(rng, 2)}@example.com"})  # fmt: skip
+        users.append(
+            {
+                "user_id": user_id,
+                "name": f"{first} {last}",
+                "address": address,
+                "email": f"{first.lower()}.{last.lower()}{pools.number(rng, 2)}@example.com",
+            }
+        )
         user = users[-1]
         orders.extend(_new_order(rng, pools, user, rng.choice(_STATUSES)) for _ in range(rng.randint(1, 3)))
     return {"users": users, "orders": orders}
@@ -148,10 +301,17 @@ def _orders_of(world: dict[str, Any], user: dict[str, Any], status: str | None =
 
 
 def _new_order(rng: random.Random, pools: _Pools, user: dict[str, Any], status: str) -> dict[str, Any]:
-    items = [{"item_id": f"I{pools.number(rng, 6)}", "name": p, "price": round(rng.uniform(5, 300), 2)}
-             for p in rng.sample(pools.products, rng.randint(1, 3))]  # fmt: skip
-    order = {"order_id": f"#W{pools.number(rng, 7)}", "user_id": user["user_id"], "status": status,
-             "address": user["address"], "items": items}  # fmt: skip
+    items = [
+        {"item_id": f"I{pools.number(rng, 6)}", "name": p, "price": round(rng.uniform(5, 300), 2)}
+        for p in rng.sample(pools.products, rng.randint(1, 3))
+    ]
+    order = {
+        "order_id": f"#W{pools.number(rng, 7)}",
+        "user_id": user["user_id"],
+        "status": status,
+        "address": user["address"],
+        "items": items,
+    }
     if status == "cancelled":
         order["cancel_reason"] = rng.choice(CANCEL_REASONS)
     return order
@@ -226,9 +386,14 @@ def _order_status(rng, pools, world, user):
 
 def _cancel_order(rng, pools, world, user):
     pending = rng.random() < 0.7
-    order = _ensure_order(rng, pools, world, user, "pending") if pending else rng.choice(
-        [o for o in _orders_of(world, user) if o["status"] != "pending"] or [_ensure_order(rng, pools, world, user,
-                                                                                            "delivered")])  # fmt: skip
+    order = (
+        _ensure_order(rng, pools, world, user, "pending")
+        if pending
+        else rng.choice(
+            [o for o in _orders_of(world, user) if o["status"] != "pending"]
+            or [_ensure_order(rng, pools, world, user, "delivered")]
+        )
+    )
     oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
     request = _request(user, "email_or_both", oid=oid, reason=reason)
     solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid)]
@@ -247,8 +412,12 @@ def _change_address(rng, pools, world, user):
     oid, new = order["order_id"], pools.address(rng)
     request = _request(user, "email_or_both", oid=oid, new=new)
     answer = f"Order {oid} will now ship to {new}."
-    solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
-                _call("change_address", order_id=oid, address=new), _call("respond", message=answer)]  # fmt: skip
+    solution = [
+        _call("find_user_by_email", email=user["email"]),
+        _call("get_order", order_id=oid),
+        _call("change_address", order_id=oid, address=new),
+        _call("respond", message=answer),
+    ]
     wrong = _other_addresses(world, new, order["address"])
     return request, solution, *_check(answer, [new], wrong, [REFUSAL], _other_orders(world, oid))
 
@@ -259,10 +428,17 @@ def _return_item(rng, pools, world, user):
     oid = order["order_id"]
     request = _request(user, "email_or_both", oid=oid, item=item["name"])
     answer = f"The {item['name']} from order {oid} is returned."
-    solution = [_call("find_user_by_email", email=user["email"]), _call("get_order", order_id=oid),
-                _call("return_items", order_id=oid, item_ids=[item["item_id"]]), _call("respond", message=answer)]  # fmt: skip
-    return request, solution, *_check(answer, ["returned"], _other_items(order, item), [REFUSAL],
-                                      _other_orders(world, oid))  # fmt: skip
+    solution = [
+        _call("find_user_by_email", email=user["email"]),
+        _call("get_order", order_id=oid),
+        _call("return_items", order_id=oid, item_ids=[item["item_id"]]),
+        _call("respond", message=answer),
+    ]
+    return (
+        request,
+        solution,
+        *_check(answer, ["returned"], _other_items(order, item), [REFUSAL], _other_orders(world, oid)),
+    )
 
 
 def _count_orders(rng, pools, world, user):
@@ -285,10 +461,14 @@ def _cancel_two(rng, pools, world, user):
     a, b = first["order_id"], second["order_id"]
     reason = rng.choice(CANCEL_REASONS)
     request = _request(user, "email_or_both", oid=a, oid2=b, reason=reason, plural=True)
-    solution = [_call("find_user_by_email", email=user["email"]),
-                _call("get_order", order_id=a), _call("cancel_order", order_id=a, reason=reason),
-                _call("get_order", order_id=b), _call("cancel_order", order_id=b, reason=reason),
-                _call("respond", message=f"Orders {a} and {b} are now cancelled.")]  # fmt: skip
+    solution = [
+        _call("find_user_by_email", email=user["email"]),
+        _call("get_order", order_id=a),
+        _call("cancel_order", order_id=a, reason=reason),
+        _call("get_order", order_id=b),
+        _call("cancel_order", order_id=b, reason=reason),
+        _call("respond", message=f"Orders {a} and {b} are now cancelled."),
+    ]
     return request, solution, *_cancelled_check(solution[-1]["params"]["message"], world, a, b)
 
 
@@ -313,16 +493,22 @@ def _email_on_file(rng, pools, world, user):
 def _address_by_email(rng, pools, world, user):
     request = _request(user, "email_or_both")
     answer = f"Your address on file is {user['address']}."
-    solution = [_call("find_user_by_email", email=user["email"]), _call("get_user", user_id=user["user_id"]),
-                _call("respond", message=answer)]  # fmt: skip
+    solution = [
+        _call("find_user_by_email", email=user["email"]),
+        _call("get_user", user_id=user["user_id"]),
+        _call("respond", message=answer),
+    ]
     return request, solution, *_check(answer, [user["address"]], _other_addresses(world, user["address"]))
 
 
 def _address_on_file(rng, pools, world, user):
     request = _request(user, "name")
     answer = f"Your address on file is {user['address']}."
-    solution = [_call("find_user_by_name", name=user["name"]), _call("get_user", user_id=user["user_id"]),
-                _call("respond", message=answer)]  # fmt: skip
+    solution = [
+        _call("find_user_by_name", name=user["name"]),
+        _call("get_user", user_id=user["user_id"]),
+        _call("respond", message=answer),
+    ]
     return request, solution, *_check(answer, [user["address"]], _other_addresses(world, user["address"]))
 
 
@@ -337,9 +523,12 @@ def _cancel_pending_by_name(rng, pools, world, user):
     order = _ensure_order(rng, pools, world, user, "pending")
     request = _request(user, "name", reason="ordered by mistake")
     answer = f"Order {order['order_id']} is now cancelled."
-    solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
-                _call("cancel_order", order_id=order["order_id"], reason="ordered by mistake"),
-                _call("respond", message=answer)]  # fmt: skip
+    solution = [
+        _call("find_user_by_name", name=user["name"]),
+        _call("list_orders", user_id=user["user_id"]),
+        _call("cancel_order", order_id=order["order_id"], reason="ordered by mistake"),
+        _call("respond", message=answer),
+    ]
     return request, solution, *_cancelled_check(answer, world, order["order_id"])
 
 
@@ -348,8 +537,12 @@ def _change_address_by_name(rng, pools, world, user):
     order = _ensure_order(rng, pools, world, user, "pending")
     oid, new = order["order_id"], pools.address(rng)
     answer = f"Order {oid} will now ship to {new}."
-    solution = [_call("find_user_by_name", name=user["name"]), _call("list_orders", user_id=user["user_id"]),
-                _call("change_address", order_id=oid, address=new), _call("respond", message=answer)]  # fmt: skip
+    solution = [
+        _call("find_user_by_name", name=user["name"]),
+        _call("list_orders", user_id=user["user_id"]),
+        _call("change_address", order_id=oid, address=new),
+        _call("respond", message=answer),
+    ]
     check = _check(answer, [new], _other_addresses(world, new, order["address"]), [REFUSAL], _other_orders(world, oid))
     return _request(user, "name", new=new), solution, *check
 
@@ -359,8 +552,12 @@ def _cancel_pending_by_email(rng, pools, world, user):
     order = _ensure_order(rng, pools, world, user, "pending")
     oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
     answer = f"Order {oid} is now cancelled."
-    solution = [_call("find_user_by_email", email=user["email"]), _call("list_orders", user_id=user["user_id"]),
-                _call("cancel_order", order_id=oid, reason=reason), _call("respond", message=answer)]  # fmt: skip
+    solution = [
+        _call("find_user_by_email", email=user["email"]),
+        _call("list_orders", user_id=user["user_id"]),
+        _call("cancel_order", order_id=oid, reason=reason),
+        _call("respond", message=answer),
+    ]
     return _request(user, "email_or_both", reason=reason), solution, *_cancelled_check(answer, world, oid)
 
 
@@ -369,26 +566,43 @@ def _cancel_and_return(rng, pools, world, user):
     delivered = _ensure_order(rng, pools, world, user, "delivered")
     item, reason = rng.choice(delivered["items"]), rng.choice(CANCEL_REASONS)
     a, b = pending["order_id"], delivered["order_id"]
-    solution = [_call("find_user_by_email", email=user["email"]),
-                _call("get_order", order_id=a), _call("cancel_order", order_id=a, reason=reason),
-                _call("get_order", order_id=b), _call("return_items", order_id=b, item_ids=[item["item_id"]]),
-                _call("respond", message=f"Order {a} is now cancelled and the {item['name']} from order {b} is returned.")]  # fmt: skip
+    solution = [
+        _call("find_user_by_email", email=user["email"]),
+        _call("get_order", order_id=a),
+        _call("cancel_order", order_id=a, reason=reason),
+        _call("get_order", order_id=b),
+        _call("return_items", order_id=b, item_ids=[item["item_id"]]),
+        _call("respond", message=f"Order {a} is now cancelled and the {item['name']} from order {b} is returned."),
+    ]
     request = _request(user, "email_or_both", oid=a, oid2=b, item=item["name"], reason=reason)
     wrong = _other_statuses("pending", "cancelled", "delivered")  # only "processed": neither order ever was
-    check = _check(solution[-1]["params"]["message"], ["cancelled", "returned"], wrong, [REFUSAL],
-                   _other_items(delivered, item), _other_orders(world, a, b))  # fmt: skip
+    check = _check(
+        solution[-1]["params"]["message"],
+        ["cancelled", "returned"],
+        wrong,
+        [REFUSAL],
+        _other_items(delivered, item),
+        _other_orders(world, a, b),
+    )
     return request, solution, *check
 
 
 TEMPLATES: dict[str, Template] = {
-    "order_status": _order_status, "cancel_order": _cancel_order, "change_address": _change_address,
-    "return_item": _return_item, "count_orders": _count_orders, "cancel_two": _cancel_two,
-    "cancel_reasons": _cancel_reasons, "email_on_file": _email_on_file, "address_by_email": _address_by_email,
+    "order_status": _order_status,
+    "cancel_order": _cancel_order,
+    "change_address": _change_address,
+    "return_item": _return_item,
+    "count_orders": _count_orders,
+    "cancel_two": _cancel_two,
+    "cancel_reasons": _cancel_reasons,
+    "email_on_file": _email_on_file,
+    "address_by_email": _address_by_email,
     "address_on_file": _address_on_file,
     "cancel_pending_by_name": _cancel_pending_by_name,
-    "change_address_by_name": _change_address_by_name, "cancel_pending_by_email": _cancel_pending_by_email,
+    "change_address_by_name": _change_address_by_name,
+    "cancel_pending_by_email": _cancel_pending_by_email,
     "cancel_and_return": _cancel_and_return,
-}  # fmt: skip
+}
 
 
 def _entities(world: dict[str, Any]) -> list[str]:
@@ -420,15 +634,25 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
         wording = random.Random(f"retail/{split}/{seed}/{index}/phrasing")
         description, phrasing = phrase(template, split, wording, request, request.pop("identity"))
         digest = hashlib.sha256(json.dumps([description, world], sort_keys=True).encode()).hexdigest()[:8]
-        tasks.append({
-            "id": f"retail-{split}-{seed}-{index:05d}-{digest}",
-            "description": description,
-            "domain": "retail",
-            "max_steps": len(solution) + 2,
-            "metadata": {"suite": "retail", "split": split, "template": template, "world": world,
-                         "solution": solution, "answer_contains": answer_contains, "answer_excludes": answer_excludes,
-                         "phrasing": phrasing, "entities": _entities(world)},
-        })  # fmt: skip
+        tasks.append(
+            {
+                "id": f"retail-{split}-{seed}-{index:05d}-{digest}",
+                "description": description,
+                "domain": "retail",
+                "max_steps": len(solution) + 2,
+                "metadata": {
+                    "suite": "retail",
+                    "split": split,
+                    "template": template,
+                    "world": world,
+                    "solution": solution,
+                    "answer_contains": answer_contains,
+                    "answer_excludes": answer_excludes,
+                    "phrasing": phrasing,
+                    "entities": _entities(world),
+                },
+            }
+        )
     return tasks
 
 

@@ -78,55 +78,83 @@ VERBS = {
 # {why} the reason, {new} an address, {item} a product, {v} the template's verb phrase.
 FRAMES: dict[str, dict[str, list[str]]] = {
     "order_status": {
-        "train": ["what is the status of my order {oid}?", "can you tell me where my order {oid} is?",
-                  "{Me}. Has order {oid} shipped yet? What's its status?"],
-        "held_out": ["could you check on order {oid} for me? I'd like to know where it stands.",
-                     "{Me}. Any news on {oid}? Is it on its way?",
-                     "I placed order {oid} a while ago; what state is it in right now?"],
+        "train": [
+            "what is the status of my order {oid}?",
+            "can you tell me where my order {oid} is?",
+            "{Me}. Has order {oid} shipped yet? What's its status?",
+        ],
+        "held_out": [
+            "could you check on order {oid} for me? I'd like to know where it stands.",
+            "{Me}. Any news on {oid}? Is it on its way?",
+            "I placed order {oid} a while ago; what state is it in right now?",
+        ],
     },
     "cancel_order": {
         "train": ["{Me}. Please {v} order {oid}, {why}.", "{Me}. {V} my order {oid} because {why}."],
-        "held_out": ["I need you to {v} {oid} since {why}. {Me}.", "{Me}. Order {oid} should be {vd}: {why}.",
-                     "{why}, so could you {v} order {oid}? {Me}."],
+        "held_out": [
+            "I need you to {v} {oid} since {why}. {Me}.",
+            "{Me}. Order {oid} should be {vd}: {why}.",
+            "{why}, so could you {v} order {oid}? {Me}.",
+        ],
     },
     "change_address": {
         "train": ["{Me}. Please {v} {new} instead.", "{Me}. Change the address of order {oid} to {new}."],
-        "held_out": ["I moved! {Me}. Could you {v} {new}?", "{Me}. Order {oid} needs to go to {new} now, not my old place."],
+        "held_out": [
+            "I moved! {Me}. Could you {v} {new}?",
+            "{Me}. Order {oid} needs to go to {new} now, not my old place.",
+        ],
     },
     "return_item": {
         "train": ["{Me}. I want to {v} the {item} from order {oid}.", "{Me}. Please {v} the {item} in order {oid}."],
-        "held_out": ["I'd like to {v} the {item} from {oid}, it didn't work out. {Me}.",
-                     "{Me}. Can I {v} the {item} that came with order {oid}?"],
+        "held_out": [
+            "I'd like to {v} the {item} from {oid}, it didn't work out. {Me}.",
+            "{Me}. Can I {v} the {item} that came with order {oid}?",
+        ],
     },
     "count_orders": {
         "train": ["{Me}. How many orders do I have with you?", "how many orders are on my account? {Me}."],
-        "held_out": ["{Me}. What's the total number of orders I've placed?",
-                     "I lost track of my purchases. {Me}; how many orders have I got?"],
+        "held_out": [
+            "{Me}. What's the total number of orders I've placed?",
+            "I lost track of my purchases. {Me}; how many orders have I got?",
+        ],
     },
     "cancel_two": {
         "train": ["{Me}. Please {v} orders {oid} and {oid2}, {why}."],
-        "held_out": ["{Me}. Both {oid} and {oid2} should be {vd}, {why}.",
-                     "could you {v} {oid} as well as {oid2}? {why}. {Me}."],
+        "held_out": [
+            "{Me}. Both {oid} and {oid2} should be {vd}, {why}.",
+            "could you {v} {oid} as well as {oid2}? {why}. {Me}.",
+        ],
     },
     "cancel_reasons": {
-        "train": ["why was my order {oid} cancelled?", "{Me}. What reason was recorded when order {oid} was cancelled?"],
-        "held_out": ["{Me}. I see {oid} got cancelled; on what grounds?",
-                     "could you look up the cancellation reason on file for order {oid}?"],
+        "train": [
+            "why was my order {oid} cancelled?",
+            "{Me}. What reason was recorded when order {oid} was cancelled?",
+        ],
+        "held_out": [
+            "{Me}. I see {oid} got cancelled; on what grounds?",
+            "could you look up the cancellation reason on file for order {oid}?",
+        ],
     },
     "email_on_file": {
         "train": ["{Me}. Which email address is on my account?", "{Me}. What email do you have for me?"],
-        "held_out": ["{Me}. I forgot which address I signed up with; what's my email?",
-                     "{Me}. Could you remind me of the e-mail you have on record?"],
+        "held_out": [
+            "{Me}. I forgot which address I signed up with; what's my email?",
+            "{Me}. Could you remind me of the e-mail you have on record?",
+        ],
     },
     "address_by_email": {
         "train": ["{Me}. What address do you have on file for me?", "{Me}. Which address is on my account?"],
-        "held_out": ["{Me}. Where do you ship my stuff to by default?",
-                     "{Me}. Can you read me back the postal address you've got for me?"],
+        "held_out": [
+            "{Me}. Where do you ship my stuff to by default?",
+            "{Me}. Can you read me back the postal address you've got for me?",
+        ],
     },
     # train only: compositions of skills train already shows (test keeps the nine above)
     "change_address_by_name": {
-        "train": ["{Me}. My pending order should go to {new}, please update it.",
-                  "{Me}. Please ship my pending order to {new} instead."],
+        "train": [
+            "{Me}. My pending order should go to {new}, please update it.",
+            "{Me}. Please ship my pending order to {new} instead.",
+        ],
     },
     "cancel_pending_by_email": {
         "train": ["{Me}. Please {v} my pending order, {why}.", "{Me}. {V} the order that is still pending, {why}."],
@@ -136,21 +164,29 @@ FRAMES: dict[str, dict[str, list[str]]] = {
     },
     # test-unseen only
     "address_on_file": {
-        "held_out": ["{Me}. Where do you ship my stuff to by default?",
-                     "{Me}. Can you read me back the postal address you've got for me?"],
+        "held_out": [
+            "{Me}. Where do you ship my stuff to by default?",
+            "{Me}. Can you read me back the postal address you've got for me?",
+        ],
     },
     "cancel_pending_by_name": {
-        "held_out": ["{Me}. I'd like to {v} the order that hasn't shipped yet; {why}.",
-                     "{Me}. The one pending order on my account should be {vd}, {why}."],
+        "held_out": [
+            "{Me}. I'd like to {v} the order that hasn't shipped yet; {why}.",
+            "{Me}. The one pending order on my account should be {vd}, {why}.",
+        ],
     },
-}  # fmt: skip
+}
 
 #: Which verb each template's ``{v}`` slot takes.
 TEMPLATE_VERB = {
-    "cancel_order": "cancel", "cancel_two": "cancel", "cancel_pending_by_email": "cancel",
-    "cancel_and_return": "cancel", "cancel_pending_by_name": "cancel",
-    "return_item": "return", "change_address": "reship",
-}  # fmt: skip
+    "cancel_order": "cancel",
+    "cancel_two": "cancel",
+    "cancel_pending_by_email": "cancel",
+    "cancel_and_return": "cancel",
+    "cancel_pending_by_name": "cancel",
+    "return_item": "return",
+    "change_address": "reship",
+}
 #: The participle of a verb phrase ("cancelled", "called off"), for frames like "should be {vd}".
 PARTICIPLES = {"cancel": "cancelled", "call off": "called off", "void": "voided", "scrap": "scrapped"}
 
@@ -204,8 +240,9 @@ def phrase(
     if "reason" in slots:
         plural = slots.get("plural", False)
         why = rng.choice(REASONS[slots["reason"]][side])
-        values["why"] = why.format(it="them" if plural else "it", it_subject="they" if plural else "it",
-                                   be="are" if plural else "is")  # fmt: skip
+        values["why"] = why.format(
+            it="them" if plural else "it", it_subject="they" if plural else "it", be="are" if plural else "is"
+        )
     used = {name for _, name, _, _ in string.Formatter().parse(frame) if name}
     request = frame.format(**{k: values.get(k, "") for k in used})
     greeting = rng.choice(GREETINGS[side])
@@ -216,6 +253,11 @@ def phrase(
     else:
         request = _capitalise(request)
     text = greeting + request + rng.choice(CHIT_CHAT[side])
-    info = {"side": side, "frame": f"{template}/{side}/{index}", "identity": kind if "me" in used or "Me" in used else None,
-            "verb": verb or None, "typo": typo}  # fmt: skip
+    info = {
+        "side": side,
+        "frame": f"{template}/{side}/{index}",
+        "identity": kind if "me" in used or "Me" in used else None,
+        "verb": verb or None,
+        "typo": typo,
+    }
     return text, info

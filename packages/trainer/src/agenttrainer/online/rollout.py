@@ -167,8 +167,19 @@ def collect_rollouts(
                     _fail(rollouts[i], exc)
                     live[i] = False
                     continue
-                live[i] = _take_turn(rollouts[i], envs[i], chats[i], sample, tools_of[i], styles, i, closing_tool,
-                                     tokenizer, max_new_tokens, max_episode_tokens)  # fmt: skip
+                live[i] = _take_turn(
+                    rollouts[i],
+                    envs[i],
+                    chats[i],
+                    sample,
+                    tools_of[i],
+                    styles,
+                    i,
+                    closing_tool,
+                    tokenizer,
+                    max_new_tokens,
+                    max_episode_tokens,
+                )
             if on_turn is not None:
                 on_turn(_turn + 1, sum(live))
         for i, rollout in enumerate(rollouts):

@@ -541,8 +541,12 @@ class OnlineRLTrainer:
         logger = MetricsLogger(
             c.output_dir, c.report_to, run_name=c.run_name or Path(c.output_dir).name, config=c.to_dict(), enabled=True
         )
-        bar = tqdm(total=c.num_iterations, initial=state["global_step"], desc=f"online {c.algorithm}",
-                   disable=not c.progress_bar)  # fmt: skip
+        bar = tqdm(
+            total=c.num_iterations,
+            initial=state["global_step"],
+            desc=f"online {c.algorithm}",
+            disable=not c.progress_bar,
+        )
         started = time.perf_counter()
         try:
             for iteration in range(state["global_step"], c.num_iterations):
@@ -562,8 +566,9 @@ class OnlineRLTrainer:
                     masked=int(metrics["rollout/masked_episodes"]),
                 )
                 if c.save_steps and state["global_step"] % c.save_steps == 0:
-                    common.save_checkpoint(acc, self.trainable, optimizer, scheduler, c, state,
-                                           lm=self.model, tokenizer=self.tokenizer)  # fmt: skip
+                    common.save_checkpoint(
+                        acc, self.trainable, optimizer, scheduler, c, state, lm=self.model, tokenizer=self.tokenizer
+                    )
         finally:
             bar.close()
             logger.close()

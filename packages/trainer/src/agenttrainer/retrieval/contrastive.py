@@ -212,8 +212,9 @@ def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[s
             if step >= total:
                 break
             batch = order[start : start + config.batch_size]
-            candidates = list(dict.fromkeys([tool for _, tool in batch] +
-                                            [n for pair in batch for n in negatives[pair]]))  # fmt: skip
+            candidates = list(
+                dict.fromkeys([tool for _, tool in batch] + [n for pair in batch for n in negatives[pair]])
+            )
             index_of = {name: i for i, name in enumerate(candidates)}
             own = torch.tensor([index_of[tool] for _, tool in batch], device=encoder.device)
             same = torch.tensor([[name == tool for name in candidates] for _, tool in batch], device=encoder.device)
@@ -235,8 +236,15 @@ def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[s
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     encoder.save(out)
-    report.update({"steps": step, "first_loss": round(losses[0], 4), "final_loss": round(losses[-1], 4),
-                   "seconds": round(time.perf_counter() - started, 1), "output_dir": str(out)})  # fmt: skip
+    report.update(
+        {
+            "steps": step,
+            "first_loss": round(losses[0], 4),
+            "final_loss": round(losses[-1], 4),
+            "seconds": round(time.perf_counter() - started, 1),
+            "output_dir": str(out),
+        }
+    )
     if eval_pairs is not None:
         report["after"] = _evaluate(library, encoder, eval_pairs, "after" if progress else None)
     (out / "retriever_report.json").write_text(json.dumps({"config": dataclasses.asdict(config), **report}, indent=2))

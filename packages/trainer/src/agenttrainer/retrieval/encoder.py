@@ -111,8 +111,9 @@ class DenseIndex:
     keyed by a sha256 of the encoder's weights, its ``max_length`` and every tool's text.
     """
 
-    def __init__(self, library: Any, encoder: Encoder, *, batch_size: int = 128, cache: bool = False,
-                 progress: bool = False):  # fmt: skip
+    def __init__(
+        self, library: Any, encoder: Encoder, *, batch_size: int = 128, cache: bool = False, progress: bool = False
+    ):
         self.library, self.encoder = library, encoder
         self.tools = list(library)
         documents = [tool_document(t) for t in self.tools]

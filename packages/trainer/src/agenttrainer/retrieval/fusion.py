@@ -25,8 +25,9 @@ class FusedIndex:
     index's ranking counts. Scores returned are the fused ones.
     """
 
-    def __init__(self, *indexes: Any, weights: list[float] | None = None, depth: int = 50,
-                 constant: int = RRF_CONSTANT):  # fmt: skip
+    def __init__(
+        self, *indexes: Any, weights: list[float] | None = None, depth: int = 50, constant: int = RRF_CONSTANT
+    ):
         if len(indexes) < 2:
             raise RetrieverError("fusion needs at least two indexes")
         if weights is not None and (len(weights) != len(indexes) or any(w < 0 for w in weights)):

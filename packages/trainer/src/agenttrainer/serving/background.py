@@ -28,7 +28,17 @@ class ServerProcess:
     def __init__(
         self, checkpoint: str, *extra_args: str, host: str = "127.0.0.1", ready_timeout: float = 120.0
     ) -> None:
-        self.command = [sys.executable, "-m", "agenttrainer.serving", checkpoint, "--host", host, "--port", "0", *extra_args]  # fmt: skip
+        self.command = [
+            sys.executable,
+            "-m",
+            "agenttrainer.serving",
+            checkpoint,
+            "--host",
+            host,
+            "--port",
+            "0",
+            *extra_args,
+        ]
         self.ready_timeout = ready_timeout
         self.process: subprocess.Popen[bytes] | None = None
         self.base_url = ""  # http://host:port/v1

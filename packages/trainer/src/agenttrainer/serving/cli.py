@@ -36,30 +36,52 @@ DEFAULT_LIMITS = Limits()
 
 # One flag per Limits field, in --help order: (field, smallest, largest, help); defaults are Limits'.
 LIMIT_OPTIONS = [
-    ("max_tokens_limit", 1, None,
-     "Largest max_tokens a request may ask for; above it the request is refused (400), not clamped."),
+    (
+        "max_tokens_limit",
+        1,
+        None,
+        "Largest max_tokens a request may ask for; above it the request is refused (400), not clamped.",
+    ),
     ("max_prompt_tokens", 1, None, "Longest prompt in tokens (400 above it) [default: the model's context length]."),
-    ("max_request_tokens", 1, None,
-     "Most tokens one /v1/completions request may need: its prompts' tokens plus max_tokens for each prompt; "
-     "413 above it."),
-    ("max_batch_tokens", 1, None,
-     "Most tokens one generation batch holds, prompts x (longest prompt + max_tokens); memory grows with it, "
-     "not with the request: a larger /v1/completions batch runs in several micro-batches, and a prompt that "
-     "alone needs more is refused (400)."),
+    (
+        "max_request_tokens",
+        1,
+        None,
+        "Most tokens one /v1/completions request may need: its prompts' tokens plus max_tokens for each prompt; "
+        "413 above it.",
+    ),
+    (
+        "max_batch_tokens",
+        1,
+        None,
+        "Most tokens one generation batch holds, prompts x (longest prompt + max_tokens); memory grows with it, "
+        "not with the request: a larger /v1/completions batch runs in several micro-batches, and a prompt that "
+        "alone needs more is refused (400).",
+    ),
     ("max_body_bytes", 1, None, "Largest request body; a larger one is refused (413) before it is read."),
-    ("max_json_depth", 1, 500,
-     "Deepest nesting of lists and objects in a request body (tool schemas included); 400 beyond."),
+    (
+        "max_json_depth",
+        1,
+        500,
+        "Deepest nesting of lists and objects in a request body (tool schemas included); 400 beyond.",
+    ),
     ("max_tools_bytes", 1, None, "Largest 'tools' of a chat request, as JSON; 400 beyond."),
     ("max_concurrent", 1, None, "Generations that run at once (in threads on the one model)."),
     ("max_queue", 0, None, "Generation requests that wait for a free slot; more get 429 with Retry-After."),
-]  # fmt: skip
+]
 
 
 def _limit_options(fn: Any) -> Any:
     for field, smallest, largest, help_text in reversed(LIMIT_OPTIONS):
         default = getattr(DEFAULT_LIMITS, field)
-        fn = click.option("--" + field.replace("_", "-"), field, default=default, show_default=default is not None,
-                          type=click.IntRange(min=smallest, max=largest), help=help_text)(fn)  # fmt: skip
+        fn = click.option(
+            "--" + field.replace("_", "-"),
+            field,
+            default=default,
+            show_default=default is not None,
+            type=click.IntRange(min=smallest, max=largest),
+            help=help_text,
+        )(fn)
     return fn
 
 

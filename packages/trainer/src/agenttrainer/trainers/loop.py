@@ -95,8 +95,16 @@ class RunStart:
         """``checkpoint-<global_step>``: everything resume needs, loadable as a model."""
         from agenttrainer.checkpoints import save_checkpoint
 
-        save_checkpoint(self.acc, self.model, self.optimizer, self.scheduler, self.config,
-                        {**self.state, "epoch": epoch}, lm=lm, tokenizer=tokenizer)  # fmt: skip
+        save_checkpoint(
+            self.acc,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.config,
+            {**self.state, "epoch": epoch},
+            lm=lm,
+            tokenizer=tokenizer,
+        )
 
     def evaluate_and_track(self, step: int, evaluate: Any, save_best: Any) -> tuple[dict[str, float], bool]:
         """Run ``evaluate()``, log it, keep the best model (``save_best()``) by ``eval/loss`` and
@@ -118,8 +126,15 @@ class RunStart:
         return bool(every and step % every == 0) or (not every and last_window)
 
 
-def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, plan: list[list[Any]], desc: str,
-              state: dict[str, Any] | None = None, updates_per_window: int = 1) -> RunStart:  # fmt: skip
+def start_run(
+    wrapped: nn.Module,
+    config: TrainConfig,
+    acc: Any,
+    plan: list[list[Any]],
+    desc: str,
+    state: dict[str, Any] | None = None,
+    updates_per_window: int = 1,
+) -> RunStart:
     """For a ``plan`` (per epoch, the batch windows; each window takes ``updates_per_window``
     optimizer steps): the step count (capped by ``max_steps``), optimizer and schedule over it,
     ``accelerate`` preparation, resume from the configured checkpoint (into ``state``; default: the
@@ -153,5 +168,16 @@ def start_run(wrapped: nn.Module, config: TrainConfig, acc: Any, plan: list[list
         desc=desc,
         disable=not (config.progress_bar and acc.is_main_process),
     )
-    return RunStart(model, optimizer, scheduler, params, state, logger, bar, acc, config, total_steps,
-                    tokens_at_start=state["tokens"])  # fmt: skip
+    return RunStart(
+        model,
+        optimizer,
+        scheduler,
+        params,
+        state,
+        logger,
+        bar,
+        acc,
+        config,
+        total_steps,
+        tokens_at_start=state["tokens"],
+    )

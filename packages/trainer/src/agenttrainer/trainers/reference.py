@@ -35,8 +35,9 @@ def reference_fingerprint(config: TrainConfig, policy: Any) -> str:
     return "files:" + directory_fingerprint(path) if Path(path).is_dir() else "hub:" + name
 
 
-def cached_reference_logps(config: TrainConfig, accelerator: Any, policy: Any, name: str, token_ids: list[Any],
-                           compute: Callable[[Any], Any]) -> Any:  # fmt: skip
+def cached_reference_logps(
+    config: TrainConfig, accelerator: Any, policy: Any, name: str, token_ids: list[Any], compute: Callable[[Any], Any]
+) -> Any:
     """``compute(reference_model)``, or its cached result for the same ``token_ids`` and reference.
 
     The reference is ``config.ref_model_name_or_path`` when set, else ``policy`` itself (called
