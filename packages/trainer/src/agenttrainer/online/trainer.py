@@ -46,6 +46,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import ConfigError, OnlineRLConfig
 from agenttrainer.data import DataError, Example, collate
 from agenttrainer.generation import Generator, LocalGenerator, ServerGenerator
@@ -60,11 +61,14 @@ from agenttrainer.losses import (
     spread_over_steps,
     value_loss,
 )
+from agenttrainer.models.attention import HiddenStates, base_model
 from agenttrainer.models.prompt_contract import PromptContract, attach_contract, contract_of
 from agenttrainer.online.rollout import Rollout, collect_rollouts
 from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
-from agenttrainer.trainers import common
+from agenttrainer.packed import to_device, unpack_tokens
+from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
+from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
 from knowlyrcore import TaskInfo, Trajectory, read_jsonl, write_trajectories
 from knowlyrcore.errors import DataFormatError
 
@@ -145,7 +149,7 @@ class OnlineRLTrainer:
         self.config = c
         check_extras(c)
         check_output_dir(c)
-        self.accelerator = common.make_accelerator(c)
+        self.accelerator = make_accelerator(c)
         if self.accelerator.num_processes > 1:
             raise ConfigError(
                 "online RL runs in one training process; scale generation out with generation_url instead"
@@ -154,11 +158,11 @@ class OnlineRLTrainer:
         claim_output_dir(c)
         self.pass_rates: dict[str, list[int]] = {}  # str(task index) -> [successes, attempts]
         self.process_reward = resolve_process_reward(c.process_reward) if process_reward == "config" else process_reward
-        self.model, self.tokenizer = common.load_policy(c, model, tokenizer)
+        self.model, self.tokenizer = load_policy(c, model, tokenizer)
         self.prompt = self._prompt_contract()
         attach_contract(self.model, self.prompt)  # the checkpoints this run writes are prompted this way
-        self.wrapped = common.HiddenStates(self.model)
-        hidden = common._base(self.model).config.hidden_size
+        self.wrapped = HiddenStates(self.model)
+        hidden = base_model(self.model).config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if c.algorithm == "ppo" else None
         if self.value_head is not None:
             nn.init.zeros_(self.value_head.weight)
@@ -168,11 +172,11 @@ class OnlineRLTrainer:
             self.trainable["value_head"] = self.value_head
         # The reference of the KL: with LoRA the base under disabled adapters, else a frozen copy
         # of the initial weights (taken before any checkpoint is loaded into the policy).
-        self.reference: common.HiddenStates | None = None
+        self.reference: HiddenStates | None = None
         if c.kl_coef and not c.use_lora:
             frozen = copy.deepcopy(self.model).eval()
             frozen.requires_grad_(False)
-            self.reference = common.HiddenStates(frozen)
+            self.reference = HiddenStates(frozen)
         if generator is not None:
             self.generator = generator
         elif c.generation_url:
@@ -362,22 +366,22 @@ class OnlineRLTrainer:
         return Example(input_ids=list(r.token_ids), labels=labels, weights=[1.0] * len(r.token_ids))
 
     def forward(
-        self, module: common.HiddenStates, examples: list[Example], *, values: bool = False
+        self, module: HiddenStates, examples: list[Example], *, values: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs ``(S, L)`` of the sampled tokens, their mask, and values ``(S, L)``."""
-        batch = common.to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        batch = to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
         with self.accelerator.autocast():
             hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
             weight, bias = module.lm_head()
             logps, mask = chunked_token_logps(
                 hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
             )
-        per_seq = common.unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
-        token_mask = common.unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
+        per_seq = unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
+        token_mask = unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
         value = None
         if values:
             v = self.value_head(hidden[:, :-1].float()).squeeze(-1)  # (1, N-1): the state before each token
-            value = common.unpack_tokens(v, mask, batch["seq_ids"], len(examples))  # (S, L)
+            value = unpack_tokens(v, mask, batch["seq_ids"], len(examples))  # (S, L)
         return per_seq, token_mask, value
 
     @torch.no_grad()
@@ -492,7 +496,7 @@ class OnlineRLTrainer:
                         mismatch_n += n
             grad_norm = self.accelerator.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
             # a NaN reward or log-prob would turn every weight into NaN, and the run would save them
-            common.check_finite(state["optimizer_steps"] + 1, step_loss, grad_norm)
+            check_finite(state["optimizer_steps"] + 1, step_loss, grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -530,12 +534,12 @@ class OnlineRLTrainer:
         """Run the iterations (``stop_after`` stops early, as an interruption would; resume continues)."""
         c, acc = self.config, self.accelerator
         total_updates = c.num_iterations * c.grpo_iterations
-        optimizer, scheduler = common.make_optimizer_and_scheduler(self.trainable, c, total_updates)
+        optimizer, scheduler = make_optimizer_and_scheduler(self.trainable, c, total_updates)
         self.trainable, optimizer = acc.prepare(self.trainable, optimizer)
         state: dict[str, Any] = {"global_step": 0, "optimizer_steps": 0, "history": [], "pass_rates": self.pass_rates}
-        resume = common.resolve_checkpoint(c)
+        resume = resolve_checkpoint(c)
         if resume is not None:
-            state.update(common.load_checkpoint(resume, acc, self.trainable, optimizer, scheduler))
+            state.update(load_checkpoint(resume, acc, self.trainable, optimizer, scheduler))
             self.pass_rates = state.setdefault("pass_rates", {})  # task sampling continues from them
             self.generator.weights_updated(self.model, path=self._push_weights(state["global_step"]))
         logger = MetricsLogger(
@@ -566,7 +570,7 @@ class OnlineRLTrainer:
                     masked=int(metrics["rollout/masked_episodes"]),
                 )
                 if c.save_steps and state["global_step"] % c.save_steps == 0:
-                    common.save_checkpoint(
+                    save_checkpoint(
                         acc, self.trainable, optimizer, scheduler, c, state, lm=self.model, tokenizer=self.tokenizer
                     )
         finally:
