@@ -13,6 +13,9 @@ touched only when a test already imported them.
   one and does not put it back fails with the list of what it left changed, and the setting is
   restored so the tests after it still run in a clean process. Session-scoped fixtures (a daemon,
   a served model) are exempt while they live: what they set is part of the session they build.
+
+It also says where the published real agent logs are: ``KNOWLYR_REAL_DATA`` (which
+``knowlyrcore.testing.real_data`` reads) defaults to ``shared/data/real`` beside this clone.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import random
 import socket
 import sys
 import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +43,17 @@ _ENV_IGNORED = frozenset(
     }
 )
 _ENV_IGNORED_PREFIXES = ("RAY_", "COV_CORE_", "TORCHINDUCTOR_", "TRITON_", "WANDB_SERVICE")
+
+
+#: Set before any test runs; ``knowlyrcore.testing.real_data`` reads it. The default is found
+#: from this file because knowlyrcore may be installed in site-packages (the isolated per-package
+#: runs), from where the clone cannot be found; a worktree elsewhere sets the variable.
+REAL_DATA_ENV_VAR = "KNOWLYR_REAL_DATA"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    default = Path(__file__).resolve().parent.parent / "shared" / "data" / "real"
+    os.environ[REAL_DATA_ENV_VAR] = str(Path(os.environ.get(REAL_DATA_ENV_VAR) or default).resolve())
 
 
 def _seed_for(nodeid: str) -> int:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from knowlyrcore import AgentEnv, TimeStep
-from knowlyrcore.testing import REQUIRE_ENV_VAR, EnvConformance, require, require_module
+from knowlyrcore.testing import REAL_DATA_ENV_VAR, REQUIRE_ENV_VAR, EnvConformance, real_data, require, require_module
 
 
 class SmallEnv(AgentEnv):
@@ -60,3 +60,20 @@ def test_require_module_returns_the_module_skips_or_fails(monkeypatch):
     monkeypatch.setenv(REQUIRE_ENV_VAR, "1")
     with pytest.raises(pytest.fail.Exception, match="required component missing.*needs the extra"):
         require_module("knowlyr_no_such_module", "needs the extra")
+
+
+def test_real_data_is_the_named_folder_and_a_missing_file_is_a_missing_component(monkeypatch, tmp_path):
+    (tmp_path / "interop").mkdir()
+    (tmp_path / "interop" / "a.json").write_text("{}")
+    monkeypatch.setenv(REAL_DATA_ENV_VAR, str(tmp_path))
+    monkeypatch.delenv(REQUIRE_ENV_VAR, raising=False)
+    assert real_data() == tmp_path
+    assert real_data("interop", "a.json") == tmp_path / "interop" / "a.json"
+    with pytest.raises(pytest.skip.Exception, match=r"real agent logs not found: .*nope\.json"):
+        real_data("nope.json")
+    monkeypatch.setenv(REQUIRE_ENV_VAR, "1")
+    with pytest.raises(pytest.fail.Exception, match=r"required component missing.*nope\.json"):
+        real_data("nope.json")
+    monkeypatch.delenv(REAL_DATA_ENV_VAR)
+    with pytest.raises(pytest.fail.Exception, match=f"{REAL_DATA_ENV_VAR} is not set"):
+        real_data()

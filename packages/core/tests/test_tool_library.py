@@ -88,23 +88,19 @@ def test_an_empty_jsonl_library_is_an_error(tmp_path):
         ToolLibrary.load(tmp_path / "none.jsonl")
 
 
-REAL = __import__("pathlib").Path(__file__).resolve().parents[3].parent / "shared" / "data" / "real"
-
-
 def test_tools_are_harvested_from_real_agent_runs():
-    from knowlyrcore.testing import require
+    from knowlyrcore.testing import real_data
     from knowlyrcore.tool_library import tools_in_data
 
-    require(REAL.exists(), f"shared real data not found at {REAL}")
-    tau = {t.name: t for t in tools_in_data(REAL / "tau-bench_gpt-4o-airline_tasks0-4.json")}
+    tau = {t.name: t for t in tools_in_data(real_data("tau-bench_gpt-4o-airline_tasks0-4.json"))}
     # read off the file: the 11 distinct tools gpt-4o called in tasks 0-4, none with a schema there
     assert sorted(tau) == sorted(["book_reservation", "calculate", "cancel_reservation", "get_reservation_details",
                                   "get_user_details", "search_direct_flight", "search_onestop_flight", "think",
                                   "transfer_to_human_agents", "update_reservation_baggages",
                                   "update_reservation_flights"])  # fmt: skip
     assert tau["get_user_details"].description.startswith("Get user details")
-    swe_gym = {t.name: t for t in tools_in_data(REAL / "interop" / "swe-gym_openhands_messages_5rows.json")}
+    swe_gym = {t.name: t for t in tools_in_data(real_data("interop", "swe-gym_openhands_messages_5rows.json"))}
     assert set(swe_gym) == {"execute_bash", "str_replace_editor", "finish"}
     assert "command" in swe_gym["execute_bash"].parameters["properties"]  # the spec the rows carry
-    swe_agent = [t.name for t in tools_in_data(REAL / "swe-agent_function_calling_simple.traj")]
+    swe_agent = [t.name for t in tools_in_data(real_data("swe-agent_function_calling_simple.traj"))]
     assert swe_agent == ["find_file", "open", "edit", "bash", "submit"]

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real"
+from knowlyrcore.testing import real_data
+
 LOGS = ["swe-agent_test-repo-i1.traj", "openhands_basic.json", "mini-swe-agent_local.traj.json"]
 
 
@@ -39,12 +40,10 @@ def stages():
 @pytest.fixture
 def trajectories(tmp_path, stages) -> Path:
     """Real agent logs converted by knowlyr-recorder: a knowlyr trajectory JSONL file."""
-    if not REAL.exists():
-        pytest.skip(f"real agent logs not found at {REAL.resolve()}")
     from agentrecorder.convert import convert_file
 
     path = tmp_path / "trajectories.jsonl"
-    path.write_text("".join(t.model_dump_json() + "\n" for name in LOGS for t in convert_file(REAL / name)))
+    path.write_text("".join(t.model_dump_json() + "\n" for name in LOGS for t in convert_file(real_data(name))))
     return path
 
 

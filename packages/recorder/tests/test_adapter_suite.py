@@ -8,19 +8,14 @@ so their samples are small records written to the documented shape.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from agentrecorder.registry import names
 from agentrecorder.testing import AdapterConformance
-from knowlyrcore.testing import require
-
-REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real"
+from knowlyrcore.testing import real_data
 
 
 def real_json(name: str):
-    path = REAL / name
-    require(path.exists(), f"real agent logs not found at {REAL.resolve()}")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return json.loads(real_data(name).read_text(encoding="utf-8"))
 
 
 class TestOpenHandsEvents(AdapterConformance):

@@ -80,14 +80,10 @@ def test_evaluate_without_labels_says_so(make_step):
 
 
 def test_evaluate_on_the_real_tau_bench_runs_matches_the_cli(tmp_path):
-    from pathlib import Path
-
     from agentreward.cli import main
+    from knowlyrcore.testing import real_data
 
-    shared = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "real"
-    source = shared / "tau-bench_gpt-4o-airline_tasks0-4.json"
-    if not source.exists():
-        pytest.skip("shared data not present")
+    source = real_data("tau-bench_gpt-4o-airline_tasks0-4.json")
     records = json.loads(source.read_text())
     assert sum(r["reward"] == 1.0 for r in records) == 2  # read off the file: 2 of 20 runs succeed
     assert main(["eval", str(source)]) == 2  # a raw tau-bench file is not trajectory JSONL: one error line

@@ -50,6 +50,10 @@ skipped there. ``require_module(name, reason)`` does the same for an importable 
 extra the dev install brings: mcp, openai, peft) and returns the module; at a test file's top
 it skips or fails the whole file. Optional *sibling* packages, absent when a package is tested
 alone, stay with ``pytest.importorskip``.
+
+``real_data(*parts)`` is the path of the published real agent logs (``shared/data/real`` beside
+the clone, or ``$KNOWLYR_REAL_DATA``) or of a file in them; a test skips without them, or fails
+under ``KNOWLYR_REQUIRE_COMPONENTS=1``, like any missing component.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -97,6 +102,27 @@ def require_module(name: str, reason: str) -> ModuleType:
     except ImportError as exc:
         require(False, f"{reason} ({exc})")
         raise  # unreachable: require skipped or failed
+
+
+#: The folder of the published real agent logs. The repository's root conftest.py sets it to
+#: ``shared/data/real`` beside the clone when it is unset: this module may be installed in
+#: site-packages (the isolated per-package runs), from where the clone cannot be found.
+REAL_DATA_ENV_VAR = "KNOWLYR_REAL_DATA"
+
+
+def real_data(*parts: str) -> Path:
+    """The real agent logs' folder (``$KNOWLYR_REAL_DATA``), or the file ``parts`` in it.
+
+    When it does not exist, ``require(False, ...)``: the calling test skips, or fails under
+    ``KNOWLYR_REQUIRE_COMPONENTS=1``.
+    """
+    folder = os.environ.get(REAL_DATA_ENV_VAR, "")
+    require(bool(folder), f"{REAL_DATA_ENV_VAR} is not set: run pytest in the knowlyr clone or set it")
+    path = Path(folder).joinpath(*parts)
+    require(
+        path.exists(), f"real agent logs not found: {path} (shared/data/real beside the clone, or {REAL_DATA_ENV_VAR})"
+    )
+    return path
 
 
 class _ChatHandler(BaseHTTPRequestHandler):
