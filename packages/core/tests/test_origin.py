@@ -93,6 +93,7 @@ def import_with_core_at(module: str, core_version: str) -> subprocess.CompletedP
     """Import ``module`` in a fresh interpreter (the check runs once, at first import) with
     knowlyr-core's installed version reported as ``core_version``."""
     if importlib.util.find_spec(module) is None:
+        # not a component: the dependents are optional siblings, absent when core is tested alone
         pytest.skip(f"{DEPENDENTS[module]} is not installed next to knowlyr-core here")
     return subprocess.run(
         [sys.executable, "-c", IMPORT_WITH_CORE_AT, module, core_version], capture_output=True, text=True, timeout=300

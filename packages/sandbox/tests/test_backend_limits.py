@@ -38,6 +38,7 @@ def sandbox_with(backend: str, **limits):
 @BOTH
 def test_security_writing_more_than_tmp_mb_into_tmp_fails(backend):
     if backend == "local" and scratch_mode() == "disk":
+        # not a component: the backend works, with the weaker bound it reports for this user
         pytest.skip("an ordinary user with bubblewrap < 0.9 has no sized tmpfs: /tmp is on disk")
     with sandbox_with(backend, tmp_mb=8) as sandbox:
         # Docker's /var/tmp lies on its read-only root; the local one is a symlink to /tmp
@@ -54,6 +55,7 @@ def test_security_writing_more_than_tmp_mb_into_tmp_fails(backend):
 @BOTH
 def test_security_tmp_holds_at_most_tmp_inodes_files(backend):
     if backend == "local" and scratch_mode() != "tmpfs":
+        # not a component: a privilege this user lacks; the backend reports the bound it keeps
         pytest.skip("only root can mount the local backend's tmpfs with an inode limit")
     with sandbox_with(backend, tmp_inodes=64) as sandbox:
         for scratch in ("/tmp", "/dev/shm"):
@@ -88,6 +90,7 @@ for p in procs:
 def test_security_memory_mb_bounds_all_processes_together(backend):
     with sandbox_with(backend, memory_mb=128) as sandbox:
         if backend == "local" and sandbox._cgroup is None:
+            # not a component: the host gives this user no writable cgroup; enforced_limits says why
             pytest.skip(f"no cgroup here: {sandbox.enforced_limits['memory']}")
         sandbox.write_file("hogs.py", HOGS)
         result = sandbox.run("python3 hogs.py")
@@ -134,6 +137,7 @@ print("fork", os.waitpid(child, 0)[1] >> 8)
 def test_security_seccomp_refuses_namespaces_mount_ptrace_keyctl_bpf_locally():
     with sandbox_with("local") as sandbox:
         if seccomp.filter_program() is None:
+            # not a component: the filter covers x86_64 and aarch64 only; describe() names this machine
             pytest.skip(seccomp.describe())
         sandbox.write_file("syscalls.py", SYSCALLS)
         seen = dict(line.split() for line in sandbox.run("python3 syscalls.py").output.splitlines())
@@ -157,6 +161,7 @@ def test_security_local_cgroup_holds_the_sandbox_and_goes_with_it():
     with sandbox_with("local", memory_mb=128, pids_limit=32) as sandbox:
         cgroup = sandbox._cgroup
         if cgroup is None:
+            # not a component: the host gives this user no writable cgroup; enforced_limits says why
             pytest.skip(f"no cgroup here: {sandbox.enforced_limits['memory']}")
         sandbox.run("sleep 60 & echo started")
         procs = {path: (path / "cgroup.procs").read_text().split() for path in cgroup.dirs}
@@ -224,6 +229,7 @@ def test_security_docker_workspace_in_ram_holds_at_most_workspace_inodes_files()
 
     with sandbox_with("docker", workspace_inodes=500, memory_mb=256) as sandbox:
         if not sandbox._own_mount:  # needs root and a mountable /dev/shm; enforced_limits says so
+            # not a component: a privilege this user lacks, so the workspace stays on disk
             pytest.skip("the workspace is on disk or cannot be mounted here: no tmpfs of its own")
         result = sandbox.run("for i in $(seq 1 1000); do : > f$i || { echo stopped at $i; break; }; done")
         assert "No space left on device" in result.output and "stopped at" in result.output

@@ -236,6 +236,7 @@ def test_background_daemon_does_not_survive_reset(sandbox):
 
 def test_filling_the_workspace_is_bounded_by_the_memory_cgroup(sandbox):
     if sandbox.backend != "docker":
+        # not a component: the fixture runs both backends, and this bound is Docker's by design
         pytest.skip("the local workspace is on disk: only RLIMIT_FSIZE bounds each file, not the total")
     # the Docker workspace is RAM-backed and its pages are charged to the container
     result = sandbox.run("for i in $(seq 48); do head -c 8000000 /dev/zero > f$i || break; done")
