@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from knowlyrcore import Outcome, Step, TaskInfo, ToolCall, Trajectory
+from knowlyrcore.testing import require_module
 from knowlyrcore.trajectory import Observation
 from trajectoryhub.cli import main
 from trajectoryhub.dedup import content_hash
@@ -122,7 +123,7 @@ def test_feedback_is_checked(store):
 
 
 def test_exports_count_and_load_with_datasets(store, tmp_path):
-    datasets = pytest.importorskip("datasets", reason="datasets is in [dev]")
+    datasets = require_module("datasets", "loading the export needs datasets, in knowlyr-hub[dev]")
     store.add([make(f"t{i}", i / 10, i % 2 == 0, output=str(i)) for i in range(6)], now=NOW)
     assert store.export_jsonl(tmp_path / "top.jsonl", order_by="reward", limit=3) == 3
     lines = [json.loads(line) for line in (tmp_path / "top.jsonl").read_text().splitlines()]
@@ -150,8 +151,9 @@ def test_bad_urls_are_one_line_errors(tmp_path):
     not_db.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="not a usable SQLite database"):
         TrajectoryStore(not_db)
+    # without psycopg the store says to install it instead (a broken dev install: psycopg is in [dev])
+    require_module("psycopg", "the PostgreSQL store needs psycopg: pip install 'knowlyr-hub[postgres]'")
     with pytest.raises(StoreError, match=r"cannot connect to postgresql://u:\*\*\*@127.0.0.1:1/x"):
-        pytest.importorskip("psycopg")
         TrajectoryStore("postgresql://u:secret@127.0.0.1:1/x")
 
 
