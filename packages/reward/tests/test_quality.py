@@ -46,7 +46,7 @@ class Spy:
 
     def score(self, trajectory):
         self.seen.append(trajectory)
-        scored = RewardEngine().score(trajectory)
+        scored = RewardEngine().score_record(trajectory)
         return scored
 
 
