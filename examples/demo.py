@@ -55,7 +55,6 @@ from agenttrainer.precision import resolve_bf16
 from knowlyrcore import (
     TaskInfo,
     ToolCategory,
-    Trajectory,
     get_domain_profile,
     read_jsonl,
     write_jsonl,
@@ -115,7 +114,7 @@ def expert_data(suite: TaskSuite, tasks: list[dict], root: Path) -> tuple[int, i
         solved = sum(bool(t.outcome.success) for t in runs[name])
         print(f"{name:9} solved {solved}/{len(tasks)} train tasks")
     engine = RewardEngine(domain=domain)
-    scored = [Trajectory.model_validate(engine.score(t.model_dump(mode="json"))) for ts in runs.values() for t in ts]
+    scored = [engine.score(t) for ts in runs.values() for t in ts]
     write_trajectories(root / "scored.jsonl", scored)
     for name in runs:
         rewards = [t.reward for t in scored if t.agent == name]

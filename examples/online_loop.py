@@ -134,7 +134,7 @@ def main() -> None:
 
     section("2. process reward, export, comparison")
     engine = RewardEngine(domain="coding")
-    scored = [Trajectory.model_validate(engine.score(t.model_dump(mode="json"))) for ts in runs.values() for t in ts]
+    scored = [engine.score(t) for ts in runs.values() for t in ts]
     write_trajectories(root / "scored.jsonl", scored)
     for name in runs:
         rewards = [t.reward for t in scored if t.agent == name]

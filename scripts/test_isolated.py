@@ -51,8 +51,8 @@ def local_dependencies(
     """Sibling package folders ``folder`` with ``extras`` depends on, dependencies first.
 
     Extras are followed too: those naming the package itself (``dev = ["knowlyr-reward[llm,mcp]"]``)
-    and those a sibling is required with, so ``reward`` with ``dev`` brings ``knowlyr-core`` (its
-    ``mcp`` extra needs it)."""
+    and those a sibling is required with, so ``trainer`` with ``online`` brings ``knowlyr-reward``
+    (and the ``knowlyr-core`` it needs)."""
     seen = set() if seen is None else seen
     project = tomllib.loads((PACKAGES / folder / "pyproject.toml").read_text())["project"]
     optional = project.get("optional-dependencies", {})

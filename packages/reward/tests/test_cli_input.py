@@ -1,19 +1,17 @@
 """knowlyr-reward's reader and CLI on bad input: one line, exit 2, the same words as knowlyr-core.
 
-knowlyr-reward stands alone (no knowlyr-core); its reader repeats core's rules for encodings,
-line length and ``schema_version``, and its CLI falls back to a small runner of its own with the
-same exit codes when knowlyr-core is absent — both are checked here.
+The reader keeps records as dicts (every field passed through) with core's rules for encodings,
+line length and ``schema_version``; the CLI runs on ``knowlyrcore.clikit`` like the other five.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from agentreward.cli import main
 from agentreward.errors import TrajectoryFormatError
 from agentreward.trajectories import read_trajectories
+from knowlyrcore.errors import no_such_file
 
 GOOD = {"id": "t", "task": {"id": "a", "description": "d"}, "steps": [{"tool_call": {"name": "bash"}}]}
 
@@ -85,46 +83,26 @@ def test_bad_options_are_usage_errors(tmp_path, capsys):
     assert "has no reward: score it first" in capsys.readouterr().err
 
 
-STANDALONE = """
-import sys
-sys.modules['knowlyrcore'] = None  # knowlyr-reward installed alone
-from agentreward.cli import main
-raise SystemExit(main(sys.argv[1:]))
-"""
-
-
 @pytest.mark.parametrize(
     ("argv", "code", "line"),
     [
         (["score", "{bad}", "-o", "{out}"], 2, "error: {bad}:1: steps: must be a list of steps"),
-        (["score", "{missing}", "-o", "{out}"], 2, "error: {missing}: no such file or directory"),
-        (["score", "{bad}", "--weights", "{missing}"], 2, "error: {missing}: no such file or directory"),
-        (["score", "{bad}", "--calibration", "{missing}"], 2, "error: {missing}: no such file or directory"),
-        (["eval", "{bad}", "{missing}"], 2, "error: {missing}: no such file or directory"),
-        (["pairs", "{missing}", "-o", "{out}"], 2, "error: {missing}: no such file or directory"),
-        (
-            ["calibrate", "{bad}", "--labels", "{missing}", "-o", "{out}"],
-            2,
-            "error: {missing}: no such file or directory",
-        ),
         (["score", "{bad}"], 2, "error: {bad}:1: steps: must be a list of steps"),
         (["eval", "{bad}"], 2, "error: {bad}:1: steps: must be a list of steps"),
         (["eval"], 2, "error: Missing argument 'LABELLED...'. (see 'knowlyr-reward eval --help')"),
         (["nope"], 2, "error: No such command 'nope'. (see 'knowlyr-reward --help')"),
-        (["mcp"], 2, "error: knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'"),
         (["rubrics"], 0, None),
     ],
 )
-def test_without_knowlyr_core_the_cli_behaves_the_same(tmp_path, argv, code, line):
+def test_errors_are_one_line_through_cores_runner(tmp_path, capsys, argv, code, line):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"steps": "nope"}\n')
-    values = {"bad": bad, "out": tmp_path / "o.jsonl", "missing": tmp_path / "missing.jsonl"}
-    done = subprocess.run([sys.executable, "-c", STANDALONE, *[a.format(**values) for a in argv]],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == code, done.stderr
-    assert "Traceback" not in done.stderr
+    values = {"bad": bad, "out": tmp_path / "o.jsonl"}
+    assert main([a.format(**values) for a in argv]) == code
+    err = capsys.readouterr().err
     if line is not None:
-        assert done.stderr.strip() == line.format(**values)
+        assert err == line.format(**values) + "\n"
+    assert not values["out"].exists()
 
 
 def test_reader_errors_are_trajectory_format_errors(tmp_path):
@@ -146,11 +124,7 @@ def test_reader_errors_are_trajectory_format_errors(tmp_path):
     ],
 )
 def test_a_missing_file_is_worded_as_in_every_knowlyr_command(tmp_path, capsys, argv):
-    """With knowlyr-core installed (here) the line is knowlyrcore.errors.no_such_file's; the
-    standalone fallback above prints the same."""
-    pytest.importorskip("knowlyrcore", reason="knowlyr-core is a sibling; it comes with knowlyr-reward[mcp]")
-    from knowlyrcore.errors import no_such_file
-
+    """The line is knowlyrcore.errors.no_such_file's, as in every knowlyr command."""
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps(GOOD) + "\n")
     values = {"good": good, "missing": tmp_path / "missing.jsonl", "out": tmp_path / "o.jsonl"}

@@ -110,7 +110,7 @@ def test_each_violation_lowers_the_step_and_the_total(make_step):
         make_step("cancel_order", {"order_id": "#W7654321"}, "ok"),
     )
     engine = RewardEngine(conversation_rules=True)
-    good_scored, bad_scored = engine.score(good), engine.score(bad)
+    good_scored, bad_scored = engine.score_record(good), engine.score_record(bad)
     assert bad_scored["steps"][1]["metadata"]["reward_flags"] == ["unconfirmed", "ungrounded"]
     assert bad_scored["steps"][1]["reward"] < good_scored["steps"][1]["reward"]
     # conversation weights; goal 0.1, tool 1, param 0.3, info 0, non-redundancy 1
@@ -125,7 +125,7 @@ def test_conversation_rules_only_flag_unless_enabled(make_step):
         say(make_step, "Cancel #W1234567?", "what would that cost?"),
         make_step("cancel_order", {"order_id": "#W7654321"}, "ok"),
     )
-    scored, enabled = RewardEngine().score(bad), RewardEngine(conversation_rules=True).score(bad)
+    scored, enabled = RewardEngine().score_record(bad), RewardEngine(conversation_rules=True).score_record(bad)
     assert scored["steps"][1]["metadata"]["reward_flags"] == ["unconfirmed", "ungrounded"]
     assert scored["steps"][1]["rubric_scores"]["goal_progress"] > 0.1
     assert scored["steps"][1]["reward"] > enabled["steps"][1]["reward"]

@@ -1,9 +1,11 @@
 import json
+import warnings
 
 import pytest
 
 from agentreward import RewardEngine, TrajectoryFormatError, read_trajectories
-from agentreward.rubrics import DOMAIN_WEIGHTS
+from agentreward import engine as engine_module
+from knowlyrcore import Trajectory
 
 
 def two_step(make_step, success=None):
@@ -19,7 +21,7 @@ def test_step_rewards_hand_derived(make_step):
     step 1 (an exact repeat) (0, 1, 1, 1, 0): 0.20 + 0.20 + 0.15 = 0.55
     total, outcome unknown: mean 0.76 + redundant_call penalty -0.2 * 1 / 2 steps = 0.66
     """
-    scored = RewardEngine().score(two_step(make_step))
+    scored = RewardEngine().score_record(two_step(make_step))
     assert [s["reward"] for s in scored["steps"]] == pytest.approx([0.97, 0.55])
     assert scored["reward"] == pytest.approx(0.66)
     assert scored["steps"][1]["metadata"]["reward_flags"] == ["redundant"]
@@ -28,30 +30,61 @@ def test_step_rewards_hand_derived(make_step):
 def test_outcome_blends_into_total(make_step):
     """success=True: last step goal becomes 1.0 -> step 1 reward 0.55 + 0.30 = 0.85;
     mean (0.97 + 0.85) / 2 = 0.91; total = 0.6 * 0.91 + 0.4 * 1 - 0.1 = 0.846."""
-    scored = RewardEngine().score(two_step(make_step, success=True))
+    scored = RewardEngine().score_record(two_step(make_step, success=True))
     assert scored["reward"] == pytest.approx(0.846)
 
 
 def test_domain_override_and_custom_weights(make_step):
     t = two_step(make_step)
-    generic = RewardEngine(domain="generic").score(t)
+    generic = RewardEngine(domain="generic").score_record(t)
     # generic weighs all five equally: step 1 = (0 + 1 + 1 + 1 + 0) / 5
     assert generic["steps"][1]["reward"] == pytest.approx(0.6)
-    only_redundancy = RewardEngine(weights={"non_redundancy": 2.0}).score(t)
+    only_redundancy = RewardEngine(weights={"non_redundancy": 2.0}).score_record(t)
     assert [s["reward"] for s in only_redundancy["steps"]] == [1.0, 0.0]
 
 
 def test_input_is_not_modified_and_unknown_fields_pass_through(make_step):
     t = two_step(make_step)
     before = json.dumps(t, sort_keys=True)
-    scored = RewardEngine().score(t)
+    scored = RewardEngine().score_record(t)
     assert json.dumps(t, sort_keys=True) == before
     assert scored["extra_field"] == {"kept": True} and scored["id"] == "t1"
 
 
-def test_all_domains_have_weights():
-    for weights in DOMAIN_WEIGHTS.values():
-        assert sum(weights.values()) == pytest.approx(1.0)
+def as_trajectory(record):
+    """The knowlyrcore model of a test record (its unknown fields dropped, steps numbered)."""
+    known = {k: v for k, v in record.items() if k in Trajectory.model_fields}
+    return Trajectory.model_validate({**known, "steps": [{"index": i, **s} for i, s in enumerate(record["steps"])]})
+
+
+def test_score_fills_the_trajectory_models_reward_fields(make_step):
+    trajectory = as_trajectory(two_step(make_step, success=True))
+    before = trajectory.model_copy(deep=True)
+    scored = RewardEngine().score(trajectory)
+    assert type(scored) is Trajectory and trajectory == before  # a scored copy
+    assert scored.step_rewards == pytest.approx([0.97, 0.85])
+    assert scored.steps[1].rubric_scores["non_redundancy"] == 0.0
+    assert scored.steps[1].metadata["reward_flags"] == ["redundant"]
+    assert scored.reward == pytest.approx(0.846)
+    assert scored.outcome == trajectory.outcome and scored.task == trajectory.task
+
+
+def test_score_of_a_dict_still_works_and_warns_once(make_step, monkeypatch):
+    monkeypatch.setattr(engine_module, "_warned_about_dicts", False)
+    engine = RewardEngine()
+    with pytest.warns(
+        DeprecationWarning, match=r"score\(dict\) is deprecated: pass a knowlyrcore.Trajectory.*score_record"
+    ):
+        scored = engine.score(two_step(make_step))
+    assert scored == engine.score_record(two_step(make_step))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine.score(two_step(make_step))  # the second dict: no warning
+
+
+def test_score_refuses_what_is_not_a_trajectory():
+    with pytest.raises(TypeError, match="score takes a knowlyrcore.Trajectory, got list"):
+        RewardEngine().score([])
 
 
 def test_penalties_and_outcome_weight_validation():

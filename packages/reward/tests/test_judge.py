@@ -83,7 +83,7 @@ def server():
 def test_scores_come_from_the_endpoint(server):
     server.replies = [(200, '{"goal_progress": 0.2, "tool_selection": 0.4, "param_correctness": 0.6}')] * 2
     judge = Judge(model="judge-m", base_url=server.url)
-    scored = RewardEngine(judge=judge).score(TRAJ)
+    scored = RewardEngine(judge=judge).score_record(TRAJ)
     assert scored["steps"][0]["rubric_scores"]["goal_progress"] == 0.2
     assert scored["steps"][0]["rubric_scores"]["param_correctness"] == 0.6
     assert judge.calls == 2 and server.requests[0]["model"] == "judge-m"
@@ -100,8 +100,8 @@ def test_retries_after_errors_and_garbage(server):
 def test_abstains_and_keeps_rule_scores_when_unusable(server):
     server.replies = [(200, "no idea")] * 10
     judge = Judge(model="m", base_url=server.url, max_retries=1)
-    rules_only = RewardEngine().score(TRAJ)
-    with_judge = RewardEngine(judge=judge).score(TRAJ)
+    rules_only = RewardEngine().score_record(TRAJ)
+    with_judge = RewardEngine(judge=judge).score_record(TRAJ)
     assert with_judge["steps"] == rules_only["steps"]
     assert len(judge.failures) == 2 and "no JSON object" in judge.failures[0]
 
@@ -152,8 +152,8 @@ def test_the_policy_goes_into_the_prompt():
 def test_trajectory_mode_blends_one_verdict_into_the_total(server):
     server.replies = [(200, 'Reasoning... {"task_success": 0.9}')]
     judge = Judge(model="m", base_url=server.url, mode="trajectory")
-    rules_only = RewardEngine().score(TRAJ)
-    scored = RewardEngine(judge=judge).score(TRAJ)
+    rules_only = RewardEngine().score_record(TRAJ)
+    scored = RewardEngine(judge=judge).score_record(TRAJ)
     assert judge.calls == 1 and "TRANSCRIPT:" in server.requests[0]["messages"][1]["content"]
     assert scored["steps"] == rules_only["steps"]  # no per-step judging in this mode
     assert scored["metadata"]["judge_task_success"] == 0.9
@@ -163,7 +163,7 @@ def test_trajectory_mode_blends_one_verdict_into_the_total(server):
 def test_trajectory_mode_abstains_to_the_rule_total(server):
     server.replies = [(200, '{"task_success": 42}'), (200, "cannot tell")]
     judge = Judge(model="m", base_url=server.url, mode="trajectory", max_retries=1)
-    assert RewardEngine(judge=judge).score(TRAJ)["reward"] == RewardEngine().score(TRAJ)["reward"]
+    assert RewardEngine(judge=judge).score_record(TRAJ)["reward"] == RewardEngine().score_record(TRAJ)["reward"]
     assert judge.failures and judge.failures[0].startswith("trajectory: no JSON object with task_success")
 
 
@@ -172,7 +172,7 @@ def test_both_modes_and_bad_mode(server):
         (200, '{"task_success": 0.0}')
     ]
     judge = Judge(model="m", base_url=server.url, mode="both")
-    scored = RewardEngine(judge=judge).score(TRAJ)
+    scored = RewardEngine(judge=judge).score_record(TRAJ)
     assert judge.calls == 3 and scored["metadata"]["judge_task_success"] == 0.0
     with pytest.raises(ValueError, match="mode must be one of"):
         Judge(model="m", mode="steps")

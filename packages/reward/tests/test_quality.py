@@ -39,15 +39,16 @@ def test_hide_labels_removes_every_label_and_keeps_the_rest():
 
 
 class Spy:
-    """A scorer that records what it was shown and scores by a rule: reward = 1 - failures."""
+    """A scorer that records what it was shown and scores by a rule: reward = 1 - failures.
+
+    It has only ``score(record)``, as scorers written before ``score_record`` do: evaluate takes it."""
 
     def __init__(self):
         self.seen = []
 
     def score(self, trajectory):
         self.seen.append(trajectory)
-        scored = RewardEngine().score(trajectory)
-        return scored
+        return RewardEngine().score_record(trajectory)
 
 
 def test_evaluate_never_shows_the_label_to_the_scorer(make_step):

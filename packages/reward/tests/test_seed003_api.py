@@ -38,7 +38,10 @@ def test_defaults_are_the_seed_config():
 
 def test_default_weights_give_the_engine_preset_total():
     traj = trajectory(repeats=2)
-    assert AgentRewardConfig().compute_reward(traj)["total"] == RewardEngine(preset="seed-003").score(traj)["reward"]
+    assert (
+        AgentRewardConfig().compute_reward(traj)["total"]
+        == RewardEngine(preset="seed-003").score_record(traj)["reward"]
+    )
 
 
 def test_compute_reward_total_breakdown_feedback_by_hand():
@@ -65,7 +68,7 @@ def test_weights_can_be_changed():
     only_efficiency = AgentRewardConfig(weights={"efficiency": 1.0}).compute_reward(failed)["total"]
     assert only_efficiency == pytest.approx(2 / 3 - 0.2 / 3, abs=1e-6)
     engine = Seed003Engine(dimension_weights={"timing_quality": 1.0})  # seed names work on the engine too
-    assert engine.score(failed)["reward"] == pytest.approx(1 - 0.2 / 3, abs=1e-6)
+    assert engine.score_record(failed)["reward"] == pytest.approx(1 - 0.2 / 3, abs=1e-6)
 
 
 def test_penalties_can_be_changed():
@@ -123,8 +126,8 @@ def test_the_engine_and_the_cli_take_seed003_weights(tmp_path, capsys):
 
     failed = trajectory(success=False, repeats=2)
     engine = RewardEngine(preset="seed-003", dimension_weights={"efficiency": 1.0})
-    assert engine.score(failed)["reward"] == pytest.approx(2 / 3 - 0.2 / 3, abs=1e-6)
-    assert RewardEngine(preset="seed-003").score(failed)["reward"] != engine.score(failed)["reward"]
+    assert engine.score_record(failed)["reward"] == pytest.approx(2 / 3 - 0.2 / 3, abs=1e-6)
+    assert RewardEngine(preset="seed-003").score_record(failed)["reward"] != engine.score_record(failed)["reward"]
     with pytest.raises(ValueError, match="seed-003"):
         RewardEngine(dimension_weights={"efficiency": 1.0})
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

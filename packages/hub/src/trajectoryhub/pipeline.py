@@ -135,7 +135,7 @@ class Pipeline:
                 "the pipeline's score stage needs knowlyr-reward: pip install 'knowlyr-hub[reward]'"
             ) from exc
         engine = RewardEngine(domain=self.domain)
-        return [Trajectory.model_validate(engine.score(t.model_dump(mode="json"))) for t in trajectories]
+        return [engine.score(t) for t in trajectories]
 
     def run(self, inputs: list[str | os.PathLike], output_dir: str | os.PathLike) -> PipelineReport:
         """Run every stage into a fresh run directory under ``output_dir``; return the report."""

@@ -39,6 +39,6 @@ def make_reward_fn(domain: str = "generic", *, task_description: str = "", **eng
         steps = [_step_record(t.action, t.timestep) for t in history] + [_step_record(action, timestep)]
         outcome = {"success": timestep.info["success"]} if timestep.done and "success" in timestep.info else {}
         record = {"task": {"description": task_description, "domain": domain}, "steps": steps, "outcome": outcome}
-        return engine.score(record)["steps"][-1]["reward"]
+        return engine.score_record(record)["steps"][-1]["reward"]
 
     return reward_fn

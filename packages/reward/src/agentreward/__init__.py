@@ -2,10 +2,26 @@
 
 Layer 1 rules (``agentreward.rules``), layer 2 an LLM judge (``agentreward.judge``),
 layer 3 human calibration (``agentreward.calibration``), combined by ``RewardEngine``.
-Reads and writes the trajectory JSONL format without importing other knowlyr packages.
+``RewardEngine.score`` scores a ``knowlyrcore.Trajectory``; the CLI and ``score_record`` work on
+the JSONL records themselves, passing every field they do not score through.
 """
 
-from importlib import metadata
+# ruff: noqa: E402 -- knowlyr-core must be checked before anything is imported from it
+from importlib import metadata as _metadata
+
+__version__ = _metadata.version("knowlyr-reward")  # the pyproject's, from the installed metadata
+# The other project's knowlyr-core (PyPI) has no knowlyrcore.origin, so core is checked here.
+if _metadata.version("knowlyr-core") != __version__:
+    raise ImportError(
+        f"knowlyr-reward {__version__} needs knowlyr-core {__version__}, found knowlyr-core "
+        f"{_metadata.version('knowlyr-core')} (the knowlyr-* packages on PyPI are another project); "
+        "fix: pip install ./packages/core from the knowlyr checkout, or pip install --no-index "
+        f"--find-links WHEELHOUSE knowlyr-core=={__version__} (docs/install.md)"
+    )
+
+from knowlyrcore.origin import check_siblings
+
+check_siblings("knowlyr-reward")
 
 from agentreward.calibration import Calibrator, agreement, labels_from_metadata, load_labels
 from agentreward.engine import RewardEngine
@@ -26,8 +42,6 @@ from agentreward.rubrics import (
 from agentreward.rules import analyse, rule_scores
 from agentreward.seed003 import AgentRewardConfig, AgentRewardModel
 from agentreward.trajectories import read_trajectories, write_jsonl
-
-__version__ = metadata.version("knowlyr-reward")  # the pyproject's, from the installed metadata
 
 __all__ = [
     "AgentRewardConfig",

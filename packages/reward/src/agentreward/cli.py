@@ -18,38 +18,8 @@ from typing import Any
 import click
 
 from agentreward.errors import RewardError, TrajectoryFormatError, UnscoredError
-
-try:  # knowlyr-core's toolkit when installed (the mcp extra brings it), so all six CLIs behave alike
-    from knowlyrcore.clikit import Group, mcp_command, run
-    from knowlyrcore.errors import no_such_file
-except ImportError:  # knowlyr-reward alone: the same exit codes (docs/cli.md) and the same error lines
-    Group, mcp_command = click.Group, None
-
-    def no_such_file(path: object) -> str:  # knowlyrcore.errors.no_such_file's wording
-        return f"{path}: no such file or directory"
-
-    def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name: str | None = None) -> int:
-        try:
-            result = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
-        except click.exceptions.Exit as exc:
-            return exc.exit_code
-        except click.ClickException as exc:
-            hint = f" (see '{exc.ctx.command_path} --help')" if getattr(exc, "ctx", None) else ""
-            click.echo(f"error: {exc.format_message()}{hint}", err=True)
-            return exc.exit_code
-        except (click.Abort, KeyboardInterrupt):
-            click.echo("interrupted", err=True)
-            return 130
-        except (RewardError, OSError) as exc:
-            if isinstance(exc, FileNotFoundError) and exc.filename:
-                where = no_such_file(exc.filename)
-            elif isinstance(exc, OSError) and exc.strerror:
-                where = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-            else:
-                where = str(exc)
-            click.echo(f"error: {where}", err=True)
-            return getattr(exc, "exit_code", 2)
-        return result if isinstance(result, int) else 0
+from knowlyrcore.clikit import Group, mcp_command, run
+from knowlyrcore.errors import no_such_file
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -214,12 +184,12 @@ def score_command(input_path: str, output: str | None, quiet: bool, **options: A
     engine = _engine(options)
     trajectories = _read_all(input_path)
     if output is None:
-        scored = list(_progress(engine.score_many(trajectories), quiet))  # all or nothing on stdout
+        scored = list(_progress(map(engine.score_record, trajectories), quiet))  # all or nothing on stdout
         for number, record in enumerate(scored, start=1):
             click.echo(dumps_strict(record, "<stdout>", number))
         count = len(scored)
     else:
-        count = write_jsonl(output, _progress(engine.score_many(trajectories), quiet))
+        count = write_jsonl(output, _progress(map(engine.score_record, trajectories), quiet))
     click.echo(f"scored {count} trajectories -> {output or 'stdout'}", err=True)
     if engine.judge is not None:
         click.echo(f"judge: {engine.judge.calls} calls, {len(engine.judge.failures)} steps kept rule scores", err=True)
@@ -327,17 +297,7 @@ def rubrics_command(domain: str) -> None:
         click.echo(f"{name:18} {rubric.evaluator:5}  weight {weights[name]:.2f}  {rubric.description}")
 
 
-if mcp_command is not None:
-    cli.add_command(mcp_command("knowlyr-reward", "agentreward.mcp_server"))
-else:
-
-    @cli.command("mcp", add_help_option=False, context_settings={"ignore_unknown_options": True})
-    @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-    def mcp_missing(server_args: tuple[str, ...]) -> int:
-        """Run the MCP server over stdio (extra: mcp)."""
-        # knowlyrcore.mcp.missing_sdk's line; the mcp extra brings knowlyr-core as well as the SDK
-        click.echo("error: knowlyr-reward mcp needs the MCP SDK: pip install 'knowlyr-reward[mcp]'", err=True)
-        return 2
+cli.add_command(mcp_command("knowlyr-reward", "agentreward.mcp_server"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,18 +14,20 @@ dimensions (:mod:`agentreward.presets`), which are kept in ``metadata.reward_dim
 judge in ``trajectory`` or ``both`` mode gives a probability of task success that is averaged
 with that total (kept in ``metadata.judge_task_success``).
 
-``score`` takes a dict in the trajectory format or a ``knowlyrcore.Trajectory`` (any pydantic
-model of that format) and returns the same type it was given.
+``score`` takes a ``knowlyrcore.Trajectory`` and returns a scored copy: each step's ``reward``
+and ``rubric_scores``, the total ``reward`` (the model's fields for them) and the metadata
+above. ``score_record`` does the same for a record of the JSONL format (a dict, as the CLI reads
+it), passing every field it does not score through.
 
 Examples:
-    >>> engine = RewardEngine(domain="coding")
-    >>> traj = {"task": {"description": "read a.py"}, "steps": [
-    ...     {"tool_call": {"name": "read_file", "parameters": {"path": "a.py"}}, "observation": {"output": "x = 1"}},
-    ...     {"tool_call": {"name": "read_file", "parameters": {"path": "a.py"}}, "observation": {"output": "x = 1"}}]}
-    >>> scored = engine.score(traj)
-    >>> scored["steps"][1]["rubric_scores"]["non_redundancy"]
+    >>> from knowlyrcore import Observation, Step, TaskInfo, ToolCall, Trajectory
+    >>> read = dict(tool_call=ToolCall(name="read_file", parameters={"path": "a.py"}),
+    ...             observation=Observation(output="x = 1"))
+    >>> traj = Trajectory(task=TaskInfo(description="read a.py"), steps=[Step(index=0, **read), Step(index=1, **read)])
+    >>> scored = RewardEngine(domain="coding").score(traj)
+    >>> scored.steps[1].rubric_scores["non_redundancy"]
     0.0
-    >>> scored["steps"][0]["reward"] > scored["steps"][1]["reward"]
+    >>> scored.steps[0].reward > scored.steps[1].reward
     True
 """
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,12 +45,15 @@ from agentreward.presets import check_preset, seed003_dimensions, seed003_total,
 from agentreward.rubrics import CONVERSATION_PENALTIES, DEFAULT_PENALTIES, MODEL_RUBRICS, domain_weights, normalise
 from agentreward.rules import analyse, penalty_counts, rule_scores
 from agentreward.trajectories import check_trajectory, read_trajectories, write_jsonl
+from knowlyrcore.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from agentreward.calibration import Calibrator
     from agentreward.judge import Judge
 
-T = TypeVar("T")
+TrajectoryT = TypeVar("TrajectoryT", bound=Trajectory)
+
+_warned_about_dicts = False  # score(dict) warns once per process, not once per trajectory
 
 
 class RewardEngine:
@@ -100,18 +106,24 @@ class RewardEngine:
         domain = self.domain or (trajectory.get("task") or {}).get("domain") or "generic"
         return domain_weights(domain)
 
-    def score(self, trajectory: T) -> T:
-        """Return a copy of ``trajectory`` with per-step ``reward``/``rubric_scores`` and a total
-        ``reward``, of the type given (a dict, or a pydantic trajectory model such as
-        ``knowlyrcore.Trajectory``)."""
-        if not isinstance(trajectory, dict) and callable(getattr(trajectory, "model_dump", None)):
-            scored = self._score_dict(trajectory.model_dump(mode="json"))
-            return type(trajectory).model_validate(scored)  # type: ignore[attr-defined]
-        return self._score_dict(trajectory)  # type: ignore[arg-type,return-value]
+    def score(self, trajectory: TrajectoryT) -> TrajectoryT:
+        """A scored copy of ``trajectory``, of its type: per-step ``reward`` / ``rubric_scores``
+        and the total ``reward`` filled in.
 
-    def _score_dict(self, trajectory: dict[str, Any]) -> dict[str, Any]:
-        check_trajectory(trajectory)
-        scored = copy.deepcopy(trajectory)
+        A dict still works, scored as ``score_record`` does, with a ``DeprecationWarning``."""
+        if isinstance(trajectory, dict):
+            _warn_dict_input()
+            return self.score_record(trajectory)  # type: ignore[return-value]
+        if not callable(getattr(trajectory, "model_dump", None)):  # a Trajectory, or a model of its format
+            raise TypeError(f"score takes a knowlyrcore.Trajectory, got {type(trajectory).__name__}")
+        # the layers read the JSONL format, so the scoring itself runs on the record
+        return type(trajectory).model_validate(self.score_record(trajectory.model_dump(mode="json")))
+
+    def score_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``score`` for a trajectory record (a dict in the JSONL format): a scored copy, every
+        field it does not score passed through untouched."""
+        check_trajectory(record)
+        scored = copy.deepcopy(record)
         signals = analyse(scored)
         per_step = rule_scores(scored, signals, conversation=self.conversation_rules)
         if self.judge is not None:
@@ -160,13 +172,25 @@ class RewardEngine:
         value += sum(self.penalties.get(k, 0.0) * n for k, n in counts.items()) / n_steps
         return min(1.0, max(0.0, value))
 
-    def score_many(self, trajectories: Iterable[T]) -> Iterator[T]:
+    def score_many(self, trajectories: Iterable[TrajectoryT]) -> Iterator[TrajectoryT]:
         for trajectory in trajectories:
             yield self.score(trajectory)
 
     def score_file(self, path: str | os.PathLike, output: str | os.PathLike) -> int:
         """Score every trajectory of ``path`` into ``output`` (JSONL, written atomically)."""
-        return write_jsonl(output, self.score_many(read_trajectories(path)))
+        return write_jsonl(output, map(self.score_record, read_trajectories(path)))
+
+
+def _warn_dict_input() -> None:
+    global _warned_about_dicts
+    if not _warned_about_dicts:
+        _warned_about_dicts = True
+        warnings.warn(
+            "RewardEngine.score(dict) is deprecated: pass a knowlyrcore.Trajectory, "
+            "or call RewardEngine.score_record for a JSONL record",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
 
 def _finite(value: Any) -> bool:

@@ -1,19 +1,15 @@
 """Errors of knowlyr-reward, each naming the file, line and field when input is at fault.
 
-knowlyr-reward does not depend on knowlyr-core; where core is installed (every install with
-another knowlyr package, or the ``mcp`` extra) ``RewardError`` derives from its
-``KnowlyrError``, so one ``except KnowlyrError`` catches the whole family as core promises.
+``RewardError`` derives from knowlyr-core's ``KnowlyrError``, so one ``except KnowlyrError``
+catches the whole family and ``knowlyrcore.clikit.run`` prints each as one line with its exit code.
 """
 
 from __future__ import annotations
 
-try:
-    from knowlyrcore.errors import KnowlyrError as _Base
-except ImportError:  # reward installed alone
-    _Base = Exception
+from knowlyrcore.errors import DataFormatError, KnowlyrError
 
 
-class RewardError(_Base):
+class RewardError(KnowlyrError):
     """Base class of every error knowlyr-reward raises on purpose.
 
     ``exit_code``: what ``knowlyr-reward`` exits with (docs/cli.md); most of its errors are about
@@ -23,13 +19,8 @@ class RewardError(_Base):
     exit_code = 2
 
 
-class TrajectoryFormatError(RewardError, ValueError):
-    """A trajectory record is malformed: ``path:line: field: problem``."""
-
-    def __init__(self, path: str, line: int | None, message: str, field: str | None = None):
-        self.path, self.line, self.field, self.problem = str(path), line, field, message
-        where = self.path if line is None else f"{self.path}:{line}"
-        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+class TrajectoryFormatError(RewardError, DataFormatError):
+    """A trajectory record is malformed: ``path:line: field: problem`` (core's ``DataFormatError``)."""
 
 
 class JudgeError(RewardError):

@@ -50,7 +50,7 @@ def _score(input: str, output: str, domain: str | None) -> dict[str, Any]:
     source, target = _paths(input, output)
     with guard(RewardError):
         engine = RewardEngine(domain=domain)
-        scored = list(engine.score_many(read_trajectories(source)))
+        scored = list(map(engine.score_record, read_trajectories(source)))
         write_jsonl(target, scored)
     server.roots.mark_written(target)
     return {"output": target, "scored": len(scored), "rewards": [t["reward"] for t in scored]}

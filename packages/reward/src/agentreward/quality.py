@@ -39,7 +39,9 @@ LABEL_STEP_KEYS = ("mistake", "mistake_reason", "human_score", "reward_flags")
 
 
 class Scorer(Protocol):
-    def score(self, trajectory: dict[str, Any]) -> dict[str, Any]: ...
+    """Scores trajectory records (dicts), as ``RewardEngine.score_record`` does."""
+
+    def score_record(self, record: dict[str, Any]) -> dict[str, Any]: ...
 
 
 def hide_labels(trajectory: dict[str, Any]) -> dict[str, Any]:
@@ -103,9 +105,11 @@ def evaluate(scorer: Scorer, trajectories: Iterable[dict[str, Any]]) -> dict[str
     hits = located = 0
     chance = 0.0
     count = 0
+    # a scorer written before score_record existed scores records with its score()
+    score = getattr(scorer, "score_record", None) or scorer.score
     for trajectory in trajectories:
         count += 1
-        scored = scorer.score(hide_labels(trajectory))
+        scored = score(hide_labels(trajectory))
         reward = float(scored["reward"])
         outcome = trajectory.get("outcome") or {}
         if isinstance(outcome.get("success"), bool):

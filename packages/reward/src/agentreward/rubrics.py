@@ -3,8 +3,8 @@
 Two rubrics are judged by rules (``info_utilization``, ``non_redundancy``) and three by a
 model (``goal_progress``, ``tool_selection``, ``param_correctness``). Without a judge the rule
 layer gives heuristic scores for the model rubrics too, so every layer stack yields all five.
-The domain weights match knowlyr-core's built-in DomainProfiles; a YAML or JSON file can
-override them (``load_weights``).
+The domain weights are knowlyr-core's built-in DomainProfiles' ``rubric_weights``; a YAML or
+JSON file can override them (``load_weights``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentreward.errors import RewardError
+from knowlyrcore.builtin_domains import BUILTIN_DOMAINS
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -44,24 +45,10 @@ MODEL_RUBRICS = tuple(n for n, r in RUBRICS.items() if r.evaluator == "model")
 RULE_RUBRICS = tuple(n for n, r in RUBRICS.items() if r.evaluator == "rule")
 
 
-def _w(goal: float, tool: float, param: float, info: float, redundancy: float) -> dict[str, float]:
-    return {
-        "goal_progress": goal,
-        "tool_selection": tool,
-        "param_correctness": param,
-        "info_utilization": info,
-        "non_redundancy": redundancy,
-    }
-
-
+#: The raw rubric weights of each built-in domain. knowlyr-core's DomainProfiles hold the one
+#: table (``rubric_weights``); ``domain_weights`` normalises them.
 DOMAIN_WEIGHTS: dict[str, dict[str, float]] = {
-    "coding": _w(0.30, 0.20, 0.20, 0.15, 0.15),
-    "browser": _w(0.35, 0.20, 0.20, 0.10, 0.15),
-    "conversation": _w(0.35, 0.20, 0.15, 0.20, 0.10),
-    "engineering": _w(0.30, 0.20, 0.15, 0.20, 0.15),
-    "advisory": _w(0.35, 0.15, 0.15, 0.25, 0.10),
-    "discussion": _w(0.35, 0.15, 0.10, 0.25, 0.15),
-    "generic": _w(0.20, 0.20, 0.20, 0.20, 0.20),
+    name: dict(profile.rubric_weights) for name, profile in BUILTIN_DOMAINS.items()
 }
 
 #: Trajectory-level penalties (seed 003), applied once per offending step to the total.

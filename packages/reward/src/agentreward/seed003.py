@@ -8,7 +8,7 @@ seed 003                            knowlyr-reward
                                     ``format``)
 ``AgentRewardConfig.penalties``     ``RewardEngine(penalties=...)`` (``DEFAULT_PENALTIES``: the
                                     seed's four, same names and values)
-``compute_reward(trajectory)``      :class:`Seed003Engine` ``.score``: ``{total, breakdown,
+``compute_reward(trajectory)``      :class:`Seed003Engine` ``.score_record``: ``{total, breakdown,
                                     feedback}``
 ``AgentRewardModel.compute_reward`` the same from ``query``, ``response``, ``ground_truth`` and
 (query, response, ...)              ``execution_trace`` (a trajectory is built from them)
@@ -84,7 +84,7 @@ class AgentRewardConfig:
 
         ``breakdown`` holds the five dimensions under seed 003's names, plus the penalties that
         applied (``penalty/<name>``: the amount subtracted from the total)."""
-        scored = self.engine.score(trajectory)
+        scored = self.engine.score_record(trajectory)
         dimensions = (scored.get("metadata") or {}).get("reward_dimensions")
         if dimensions is None:  # a trajectory without steps
             return {"total": scored["reward"], "breakdown": {}, "feedback": "no steps to score"}

@@ -1,10 +1,10 @@
 """Read and write trajectory records as plain dicts (the format in docs/formats.md).
 
-knowlyr-reward deliberately does not import knowlyr-core: it checks only the fields it reads
-(steps with a tool call, an observation) and passes every other field through untouched, so
-a scored file is the input file plus rewards.
+Records stay dicts rather than ``knowlyrcore.Trajectory`` models: only the fields scoring reads
+are checked (steps with a tool call, an observation) and every other field passes through
+untouched, so a scored file is the input file plus rewards.
 
-Parsing is strict, as in knowlyr-core's reader: ``NaN``, ``Infinity`` and overflowing numbers
+Parsing is strict, with knowlyr-core's limits: ``NaN``, ``Infinity`` and overflowing numbers
 are refused (``path:line: field: non-finite number``), nesting deeper than ``MAX_JSON_DEPTH``
 is refused in one line instead of a ``RecursionError``, and ``write_jsonl`` refuses to write a
 non-finite number.
@@ -21,14 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentreward.errors import TrajectoryFormatError
-
-#: deepest nesting of objects and arrays a record may have (knowlyr-core uses the same limit)
-MAX_JSON_DEPTH = 100
-
-#: the environment variable bounding one line (or a .json document) in bytes, as in knowlyr-core
-MAX_LINE_BYTES_ENV = "KNOWLYR_MAX_LINE_BYTES"
-DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
-SCHEMA_MAJOR = "1"
+from knowlyrcore.jsonl import DEFAULT_MAX_LINE_BYTES, MAX_JSON_DEPTH, MAX_LINE_BYTES_ENV, schema_version_problem
 
 
 def max_line_bytes() -> int:
@@ -108,14 +101,9 @@ def check_trajectory(record: Any, path: str = "<trajectory>", line: int | None =
     """Return ``record`` if it has the fields scoring needs, else raise naming the field."""
     if not isinstance(record, dict):
         raise TrajectoryFormatError(path, line, f"expected a JSON object, got {type(record).__name__}")
-    if "schema_version" in record:  # the same rule and words as knowlyr-core's readers
-        version = record["schema_version"]
-        if not isinstance(version, str):
-            problem = f"must be a string like '1.0', got {type(version).__name__}"
-            raise TrajectoryFormatError(path, line, problem, field="schema_version")
-        if version.split(".", 1)[0] != SCHEMA_MAJOR:
-            problem = f"unsupported version {version[:20]!r} (this reader accepts 1.x)"
-            raise TrajectoryFormatError(path, line, problem, field="schema_version")
+    problem = schema_version_problem(record["schema_version"]) if "schema_version" in record else None
+    if problem:
+        raise TrajectoryFormatError(path, line, problem, field="schema_version")
     steps = record.get("steps")
     if not isinstance(steps, list):
         raise TrajectoryFormatError(path, line, "must be a list of steps", field="steps")

@@ -111,8 +111,7 @@ def rules_process_reward() -> Any:
     def score(trajectory: Trajectory) -> list[float]:
         domain = trajectory.task.domain or "generic"
         engine = engines.setdefault(domain, RewardEngine(domain=domain))
-        scored = engine.score(trajectory.model_dump(mode="json"))
-        return [float(step.get("reward") or 0.0) for step in scored["steps"]]
+        return [float(reward or 0.0) for reward in engine.score(trajectory).step_rewards]
 
     return score
 
