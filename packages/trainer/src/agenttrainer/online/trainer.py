@@ -66,7 +66,7 @@ from agenttrainer.online.sampling import informative_groups, pass_rate_indices, 
 from agenttrainer.trainers import common
 from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
 from knowlyrcore import TaskInfo, Trajectory, read_jsonl, write_trajectories
-from knowlyrcore.errors import DataFormatError
+from knowlyrcore.errors import DataFormatError, require_extra
 
 IGNORE_INDEX = -100
 
@@ -95,13 +95,9 @@ def load_tasks(path: str | Path) -> list[TaskInfo]:
 
 def rules_process_reward() -> Any:
     """knowlyr-reward's rule layer as ``fn(trajectory) -> [step reward, ...]`` (one engine per domain)."""
-    try:
-        from agentreward import RewardEngine
-    except ImportError:
-        raise ConfigError(
-            "process_reward='rules' needs knowlyr-reward: pip install 'knowlyr-trainer[online]' "
-            "(or set process_reward to none)"
-        ) from None
+    RewardEngine = require_extra(
+        "agentreward", "knowlyr-trainer", "online", "process_reward='rules'", hint="or set process_reward to none"
+    ).RewardEngine
     engines: dict[str, Any] = {}
 
     def score(trajectory: Trajectory) -> list[float]:
