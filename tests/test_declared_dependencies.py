@@ -320,7 +320,7 @@ CASES: dict[str, dict[str, tuple[list[str], str, str | list[str]]]] = {
         "mcp": (["mcp"], "knowlyr-hub mcp", ["cli", "mcp"]),
         "report": (
             ["matplotlib"],
-            "report plots",
+            "drawing report plots",
             "from trajectoryhub.report import require_matplotlib\nrequire_matplotlib()",
         ),
         "ray": (
@@ -425,3 +425,10 @@ def test_each_extra_missing_raises_the_one_error(folder):
         else:
             assert got["one_type"], (extra, got)
             assert got["message"].startswith(line) and "\n" not in got["message"], (extra, got)
+
+
+def test_the_packages_old_names_are_the_one_type():
+    from knowlyrcore.errors import MissingExtraError
+
+    assert pytest.importorskip("trajectoryhub.export").MissingExtraError is MissingExtraError
+    assert pytest.importorskip("agenttrainer.errors").MissingExtraError is MissingExtraError
