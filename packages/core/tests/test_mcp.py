@@ -129,7 +129,7 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert hidden.returncode == 2, hidden.stderr
-    assert hidden.stderr == "error: knowlyr-core mcp needs the MCP SDK: pip install 'knowlyr-core[mcp]'\n"
+    assert hidden.stderr == "error: knowlyr-core mcp needs the 'mcp' extra: pip install 'knowlyr-core[mcp]'\n"
 
 
 def test_search_tools_over_stdio_inside_the_roots_only(tmp_path):

@@ -147,7 +147,7 @@ def test_evaluate_errors(plan_env, tasks_file, tmp_path, capsys, monkeypatch):
         assert "knowlyr-hub[report]" in error([*argv, "--report-dir", str(tmp_path / "r")])
         assert not out.exists()
     monkeypatch.setitem(sys.modules, "agenttrainer.batch_policy", None)  # as if knowlyr-trainer were absent
-    assert "needs knowlyr-trainer" in error(["evaluate", "--policy", "./ckpt", "--tasks", str(tasks_file),
+    assert "pip install 'knowlyr-hub[trainer]'" in error(["evaluate", "--policy", "./ckpt", "--tasks", str(tasks_file),
                                              "--env", plan_env])  # fmt: skip
     # -t and --policy are two different evaluations
     assert "either --policy" in error(["evaluate", "-t", str(tasks_file), "--policy", "expert"])

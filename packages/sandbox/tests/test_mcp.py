@@ -109,6 +109,7 @@ def test_without_the_sdk_every_launch_is_one_error_line(tmp_path, command):
     (tmp_path / "mcp").mkdir()
     (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mcp'\", name='mcp')\n")
     hidden = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path)})  # fmt: skip
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                 os.environ.get("PYTHONPATH")]))})  # fmt: skip
     assert hidden.returncode == 2, hidden.stderr
-    assert hidden.stderr == "error: knowlyr-sandbox mcp needs the MCP SDK: pip install 'knowlyr-sandbox[mcp]'\n"
+    assert hidden.stderr == "error: knowlyr-sandbox mcp needs the 'mcp' extra: pip install 'knowlyr-sandbox[mcp]'\n"

@@ -107,8 +107,8 @@ def test_plain_install_without_the_serve_extra_runs_the_cli():
     assert listed.returncode == 0 and "serve" in listed.stdout, listed.stderr[-2000:]
     served = subprocess.run([sys.executable, "-c", blocked + run.format(args="['serve', 'smollm2-135m']")],
                             capture_output=True, text=True)  # fmt: skip
-    assert served.returncode == 1 and "Traceback" not in served.stderr
-    assert served.stderr.strip() == "error: serving needs the serve extra: pip install 'knowlyr-trainer[serve]'"
+    assert served.returncode == 2 and "Traceback" not in served.stderr
+    assert served.stderr.strip() == "error: serving needs the 'serve' extra: pip install 'knowlyr-trainer[serve]'"
 
 
 @pytest.mark.parametrize("command", ["sft", "dpo", "grpo"])

@@ -2,8 +2,9 @@
 
 Environments (``AgentEnv``, ``TimeStep``, wrappers), the registry (``register``/``make``),
 domain profiles, the policy protocol with the one tool-call parser every chat policy uses, and
-the trajectory schema with its JSONL helpers. Depends on pydantic and jsonschema only; never
-imports torch.
+the trajectory schema with its JSONL helpers. Depends on pydantic, jsonschema, PyYAML, click and
+typing_extensions (its pyproject's list); never imports torch. The ``gymnasium`` and ``mcp``
+extras add ``to_gymnasium`` and the MCP servers.
 """
 
 from importlib import metadata
@@ -30,7 +31,9 @@ from knowlyrcore.errors import (
     InputError,
     InvalidActionError,
     KnowlyrError,
+    MissingExtraError,
     RegistryError,
+    require_extra,
 )
 from knowlyrcore.jsonl import read_jsonl, read_trajectories, write_jsonl, write_trajectories
 from knowlyrcore.models import TaskInfo, ToolResult
@@ -159,11 +162,13 @@ __all__ = [
     "InputError",
     "InvalidActionError",
     "KnowlyrError",
+    "MissingExtraError",
     "OverwriteRefusedError",
     "PathOutsideRootsError",
     "PathRefusedError",
     "RegistryError",
     "TooManyFilesError",
+    "require_extra",
     # untrusted numbers (tool parameters, request fields)
     "checked_number",
 ]

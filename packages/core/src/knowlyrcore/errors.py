@@ -6,7 +6,9 @@ can catch the whole family in one ``except`` while still telling the cases apart
 
 from __future__ import annotations
 
+import importlib
 import re
+from types import ModuleType
 from typing import Any
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -95,6 +97,44 @@ class DataFormatError(InputError, ValueError):
         where = self.path if line is None else f"{self.path}:{line}"
         what = f"{field}: {message}" if field else message
         super().__init__(f"{where}: {what}")
+
+
+class MissingExtraError(InputError, ImportError):
+    """A feature needs an optional extra that is not installed.
+
+    The one type every knowlyr package raises for this, with a one-line message that ends in the
+    command installing the extra (``install``). An ``ImportError`` too, so ``except ImportError``
+    keeps working; exit code 2, like any problem the user fixes before running again.
+
+    Example:
+        >>> print(MissingExtraError("LoRA", "knowlyr-trainer", "peft"))
+        LoRA needs the 'peft' extra: pip install 'knowlyr-trainer[peft]'
+        >>> print(MissingExtraError("--policy 'ckpt'", "knowlyr-hub", "trainer", hint="or pass an endpoint"))
+        --policy 'ckpt' needs the 'trainer' extra: pip install 'knowlyr-hub[trainer]' (or pass an endpoint)
+    """
+
+    def __init__(self, feature: str, package: str, extra: str, *, hint: str | None = None, module: str | None = None):
+        self.feature, self.package, self.extra = feature, package, extra
+        self.install = f"pip install '{package}[{extra}]'"
+        message = f"{feature} needs the '{extra}' extra: {self.install}"
+        super().__init__(f"{message} ({hint})" if hint else message, name=module)
+
+
+def require_extra(
+    module: str, package: str, extra: str, feature: str | None = None, *, hint: str | None = None
+) -> ModuleType:
+    """Import and return ``module``, which ``package`` declares behind ``extra``; if it cannot be
+    imported, raise ``MissingExtraError`` saying that ``feature`` (default: the module) needs it.
+
+    Example:
+        >>> require_extra("knowlyr_no_such_module", "knowlyr-hub", "report", "plots")
+        Traceback (most recent call last):
+        knowlyrcore.errors.MissingExtraError: plots needs the 'report' extra: pip install 'knowlyr-hub[report]'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(feature or module, package, extra, hint=hint, module=module) from exc
 
 
 class EnvCheckError(KnowlyrError, AssertionError):

@@ -12,12 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from knowlyrcore.env import AgentEnv
+from knowlyrcore.errors import require_extra
 
-try:
-    import gymnasium
-    from gymnasium import spaces
-except ImportError as exc:  # the extra is optional; say how to get it
-    raise ImportError("to_gymnasium needs gymnasium: pip install 'knowlyr-core[gymnasium]'") from exc
+gymnasium = require_extra("gymnasium", "knowlyr-core", "gymnasium", "to_gymnasium")
+spaces = require_extra("gymnasium.spaces", "knowlyr-core", "gymnasium", "to_gymnasium")
 
 
 class TextObservationSpace(spaces.Space[str]):

@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.errors import KnowlyrError, MissingExtraError
 from knowlyrcore.roots import AllowedRoots, parse_server_args
 
 if TYPE_CHECKING:  # at run time these come from __getattr__, from whichever SDK is installed
@@ -115,7 +115,7 @@ def run_server(
 
 def missing_sdk(dist: str) -> str:
     """The line printed when ``<dist> mcp`` runs without the mcp SDK (exit code 2)."""
-    return f"error: {dist} mcp needs the MCP SDK: pip install '{dist}[mcp]'"
+    return f"error: {MissingExtraError(f'{dist} mcp', dist, 'mcp', module='mcp')}"
 
 
 def run_module(dist: str, module: str, argv: Sequence[str]) -> int:

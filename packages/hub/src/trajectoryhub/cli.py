@@ -31,9 +31,8 @@ import click
 
 from knowlyrcore import TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
 from knowlyrcore.clikit import Group, mcp_command, run
-from knowlyrcore.errors import DataFormatError, InputError
+from knowlyrcore.errors import DataFormatError, InputError, MissingExtraError
 from knowlyrcore.jsonl import iter_json_lines
-from trajectoryhub.export import MissingExtraError
 
 # C0 controls, DEL and C1 controls (ESC starts the sequences that clear the screen, retitle the
 # window or worse; C1 CSI 0x9b is ESC [ on some terminals), and lone surrogates, which cannot be
@@ -313,10 +312,7 @@ def _suite_of(tasks: list[TaskInfo], *, env_given: bool) -> Any:
     except ImportError as exc:
         if env_given:
             return None
-        raise MissingExtraError(
-            f"the tasks come from suite {name!r}, which needs knowlyr-sandbox: "
-            "pip install 'knowlyr-hub[sandbox]' (or pass --env)"
-        ) from exc
+        raise MissingExtraError(f"the tasks' suite {name!r}", "knowlyr-hub", "sandbox", hint="or pass --env") from exc
     return get_suite(name)
 
 
@@ -375,8 +371,10 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
         from agenttrainer.models.errors import ModelLoadError
     except ImportError as exc:
         raise MissingExtraError(
-            f"--policy {args.policy!r} names a local checkpoint or alias, which needs "
-            f"knowlyr-trainer ({exc}); or pass an http(s) endpoint or 'expert'"
+            f"--policy {args.policy!r} (a local checkpoint or model alias)",
+            "knowlyr-hub",
+            "trainer",
+            hint="or pass an http(s) endpoint or 'expert'",
         ) from exc
     from agenttrainer.cli import quiet_library_warnings
 
@@ -528,7 +526,7 @@ def tasks_command(suite: str | None, list_suites_: bool, split: str, n: int, see
     try:
         from agentsandbox.suites import SuiteError, get_suite, list_suites
     except ImportError:
-        raise MissingExtraError("task suites come with knowlyr-sandbox: pip install 'knowlyr-hub[sandbox]'") from None
+        raise MissingExtraError("knowlyr-hub tasks", "knowlyr-hub", "sandbox") from None
     if list_suites_:
         for name in list_suites():
             try:

@@ -34,12 +34,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from knowlyrcore import SCHEMA_VERSION, Trajectory, read_trajectories, write_jsonl
-from knowlyrcore.errors import DataFormatError, DomainError, InputError
+from knowlyrcore.errors import DataFormatError, DomainError, require_extra
+from knowlyrcore.errors import MissingExtraError as MissingExtraError  # the one type; still importable here
 from knowlyrcore.jsonl import iter_json_lines, validation_error
-
-
-class MissingExtraError(InputError):
-    """A feature needs an extra (or a sibling package) that is not installed; the message names it."""
 
 
 def trajectory_reward(t: Trajectory) -> float | None:
@@ -297,12 +294,7 @@ class DatasetExporter:
         """One ATIF or ADP document per kept trajectory, one per line, for tools that read those
         standards (knowlyr-recorder's writers: what a standard has no field for rides along under
         a ``knowlyr`` key, so reading the file back with knowlyr-recorder loses nothing)."""
-        try:
-            from agentrecorder.interop import WRITERS
-        except ImportError:
-            raise MissingExtraError(
-                f"exporting {to} needs knowlyr-recorder: pip install 'knowlyr-hub[recorder]'"
-            ) from None
+        WRITERS = require_extra("agentrecorder.interop", "knowlyr-hub", "recorder", f"exporting {to}").WRITERS
         if to not in WRITERS:
             raise ValueError(f"to must be one of {', '.join(WRITERS)}, got {to!r}")
         report = ExportReport()

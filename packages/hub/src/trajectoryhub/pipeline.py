@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from knowlyrcore import KnowlyrError, Trajectory, write_trajectories
-from knowlyrcore.errors import DataFormatError
+from knowlyrcore.errors import DataFormatError, MissingExtraError, require_extra
 from knowlyrcore.jsonl import read_trajectories, write_bytes_atomic
 from trajectoryhub.dedup import dedup
 from trajectoryhub.export import DatasetExporter
@@ -92,9 +92,7 @@ class Pipeline:
         try:
             from agentrecorder.convert import FileResult, expand_inputs, is_trajectory_file, iter_convert
         except ImportError as exc:
-            raise ImportError(
-                "the pipeline's convert stage needs knowlyr-recorder: pip install 'knowlyr-hub[recorder]'"
-            ) from exc
+            raise MissingExtraError("the pipeline's convert stage", "knowlyr-hub", "recorder") from exc
 
         def report_error(exc: DataFormatError) -> None:
             report.errors.append(str(exc))
@@ -128,12 +126,7 @@ class Pipeline:
         return trajectories
 
     def score(self, trajectories: list[Trajectory]) -> list[Trajectory]:
-        try:
-            from agentreward import RewardEngine
-        except ImportError as exc:
-            raise ImportError(
-                "the pipeline's score stage needs knowlyr-reward: pip install 'knowlyr-hub[reward]'"
-            ) from exc
+        RewardEngine = require_extra("agentreward", "knowlyr-hub", "reward", "the pipeline's score stage").RewardEngine
         engine = RewardEngine(domain=self.domain)
         return [engine.score(t) for t in trajectories]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from knowlyrcore.errors import require_extra
 from knowlyrcore.policy import ChatTranscript
 from knowlyrcore.tool_parsing import action_from_message
 
@@ -52,10 +53,7 @@ class OpenAIPolicy:
         fallback_tool: str | None = None,
         include_tools: bool = True,
     ):
-        try:
-            from openai import OpenAI
-        except ImportError as exc:
-            raise ImportError("OpenAIPolicy needs the openai SDK: pip install 'knowlyr-hub[llm]'") from exc
+        OpenAI = require_extra("openai", "knowlyr-hub", "llm", "OpenAIPolicy").OpenAI
         self.client = OpenAI(base_url=base_url, api_key=api_key or "not-needed")
         self.model = model
         self.tools = self._built_tools = tools

@@ -27,16 +27,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from knowlyrcore import InfrastructureError, Outcome, TaskInfo, Trajectory
+from knowlyrcore.errors import require_extra
 
 INFRASTRUCTURE_FAILURE = "infrastructure_failure"
 
 
 def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("executor='ray' needs Ray: pip install 'knowlyr-hub[ray]'") from None
-    return ray
+    return require_extra("ray", "knowlyr-hub", "ray", "executor='ray'")
 
 
 def start_local_runtime(ray: Any) -> None:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from knowlyrcore import Trajectory
+from knowlyrcore.errors import require_extra
 from knowlyrcore.jsonl import write_bytes_atomic
 
 METRIC_LABELS = {
@@ -111,12 +112,9 @@ def write_report(
 
 
 def require_matplotlib() -> None:
-    """Raise a clear ``ImportError`` now if the plots cannot be drawn (before hours of evaluation)."""
-    try:
-        import matplotlib.backends.backend_agg
-        import matplotlib.figure  # noqa: F401
-    except ImportError as exc:
-        raise ImportError("report plots need matplotlib: pip install 'knowlyr-hub[report]'") from exc
+    """Raise ``MissingExtraError`` now if the plots cannot be drawn (before hours of evaluation)."""
+    require_extra("matplotlib.backends.backend_agg", "knowlyr-hub", "report", "drawing report plots")
+    require_extra("matplotlib.figure", "knowlyr-hub", "report", "drawing report plots")
 
 
 def _figure():

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from knowlyrcore import TimeStep
+from knowlyrcore.errors import require_extra
 from knowlyrcore.recording import observation_text
 
 
@@ -29,10 +30,7 @@ def _step_record(action: dict[str, Any], ts: TimeStep) -> dict[str, Any]:
 
 def make_reward_fn(domain: str = "generic", *, task_description: str = "", **engine_kwargs: Any) -> Callable:
     """A ``reward_fn(action, timestep, history) -> float`` backed by ``agentreward.RewardEngine``."""
-    try:
-        from agentreward import RewardEngine
-    except ImportError as exc:
-        raise ImportError("make_reward_fn needs knowlyr-reward: pip install 'knowlyr-hub[reward]'") from exc
+    RewardEngine = require_extra("agentreward", "knowlyr-hub", "reward", "make_reward_fn").RewardEngine
     engine = RewardEngine(domain=domain, **engine_kwargs)
 
     def reward_fn(action: dict[str, Any], timestep: TimeStep, history: Sequence[Any]) -> float:

@@ -59,7 +59,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from knowlyrcore import Trajectory
-from knowlyrcore.errors import InputError, KnowlyrError
+from knowlyrcore.errors import InputError, KnowlyrError, require_extra
 from trajectoryhub.dedup import content_hash
 
 FRESHNESS_DECAY = 0.05  # per day, as in seed 004's GDI
@@ -298,10 +298,7 @@ class TrajectoryStore:
 
     def _connect_postgres(self) -> None:
         self.dialect = "postgres"
-        try:
-            import psycopg
-        except ImportError:
-            raise StoreError("a PostgreSQL store needs psycopg: pip install 'knowlyr-hub[postgres]'") from None
+        psycopg = require_extra("psycopg", "knowlyr-hub", "postgres", "a PostgreSQL store")
         try:
             self._conn = psycopg.connect(self.url, autocommit=False, connect_timeout=10)
         except psycopg.Error as exc:
@@ -568,11 +565,8 @@ class TrajectoryStore:
     def export_parquet(self, path: str | os.PathLike, **query: Any) -> int:
         """Write the matching trajectories as Parquet (one row each: the ranking columns and the
         trajectory as JSON text), loadable with ``datasets.load_dataset("parquet", ...)``."""
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise StoreError("Parquet export needs pyarrow: pip install 'knowlyr-hub[parquet]'") from None
+        pa = require_extra("pyarrow", "knowlyr-hub", "parquet", "Parquet export")
+        pq = require_extra("pyarrow.parquet", "knowlyr-hub", "parquet", "Parquet export")
         rows = self.query(**query)
         table = pa.table(
             {

@@ -3,21 +3,17 @@
 ``TrainerError`` derives from knowlyr-core's ``KnowlyrError``; each concrete error also keeps the
 built-in type callers already catch (``ConfigError`` is a ``ValueError``, ``ModelLoadError`` a
 ``RuntimeError``), so ``except KnowlyrError``, ``except TrainerError`` and the old handlers all work.
+A missing extra is knowlyr-core's ``MissingExtraError`` (one type in all six packages), importable here too.
 """
 
 from __future__ import annotations
 
 from knowlyrcore.errors import KnowlyrError
+from knowlyrcore.errors import MissingExtraError as MissingExtraError  # the one type, from knowlyr-core
 
 
 class TrainerError(KnowlyrError):
     """Base class of every error knowlyr-trainer raises on purpose."""
-
-
-class MissingExtraError(TrainerError, ImportError):
-    """An optional dependency the run needs is not installed; the message names the extra."""
-
-    exit_code = 1  # the input is fine; the installation lacks something (as `serve` without its extra)
 
 
 class CheckpointError(TrainerError, ValueError):

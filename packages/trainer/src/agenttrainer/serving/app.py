@@ -81,6 +81,7 @@ from agenttrainer.serving.protocol import (
     tool_call_json,
     usage_json,
 )
+from knowlyrcore.errors import MissingExtraError, require_extra
 
 ADAPTER_NAME = "default"  # one adapter at a time: a new one replaces it
 FALLBACK_MAX_PROMPT_TOKENS = 32768  # when neither --max-prompt-tokens nor the model's config says
@@ -538,14 +539,9 @@ class ChatServer:
         request never leaves the server sampling from the bare base model.
         """
         try:
-            import peft
-        except ImportError:
-            raise RequestError(
-                f"{directory} holds a LoRA adapter; loading it needs peft on the server: "
-                "pip install 'knowlyr-trainer[peft]'",
-                status=501,
-                code="peft_not_installed",
-            ) from None
+            peft = require_extra("peft", "knowlyr-trainer", "peft", f"the LoRA adapter in {directory}")
+        except MissingExtraError as exc:  # the server lacks it, not the request: 501
+            raise RequestError(str(exc), status=501, code="peft_not_installed") from None
         try:
             config = peft.PeftConfig.from_pretrained(str(directory))
         except Exception as exc:

@@ -31,6 +31,7 @@ from typing import Any
 import click
 
 from agenttrainer.serving.limits import API_KEY_ENV, Limits, is_loopback
+from knowlyrcore.errors import require_extra
 
 DEFAULT_LIMITS = Limits()
 
@@ -168,10 +169,8 @@ def serve(
         raise click.ClickException(
             f"--max-tokens {default_max_tokens} is above --max-tokens-limit {limits.max_tokens_limit}"
         )
-    try:
-        import uvicorn
-    except ImportError:
-        raise click.ClickException("serving needs the serve extra: pip install 'knowlyr-trainer[serve]'") from None
+    uvicorn = require_extra("uvicorn", "knowlyr-trainer", "serve", "serving")
+    require_extra("starlette", "knowlyr-trainer", "serve", "serving")  # the app below imports it
     from agenttrainer.inference import AgentInference
     from agenttrainer.models import ModelLoadError
     from agenttrainer.serving.app import create_app

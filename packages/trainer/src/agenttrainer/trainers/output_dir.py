@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from agenttrainer.config import ConfigError, TrainConfig
-from agenttrainer.errors import MissingExtraError
+from knowlyrcore.errors import MissingExtraError
 
 RUN_FILE = "trainer_run.json"  # {"recipe": "sft"} in every output_dir a trainer wrote into
 
@@ -67,13 +67,13 @@ def claim_output_dir(config: TrainConfig, *, main_process: bool = True) -> Path:
 
 
 def check_extras(config: TrainConfig) -> None:
-    """A one-line ``MissingExtraError`` (exit 1) naming the extra to install when the config needs a
+    """A one-line ``MissingExtraError`` (exit 2) naming the extra to install when the config needs a
     package that is not installed; called before anything is loaded."""
     if config.use_lora and not _importable("peft"):
-        raise MissingExtraError("use_lora needs peft, which is not installed: pip install 'knowlyr-trainer[peft]'")
+        raise MissingExtraError("use_lora", "knowlyr-trainer", "peft", module="peft")
     for sink in config.report_to:  # wandb, tensorboard: extra, module and sink share the name
         if not _importable(sink):
-            raise MissingExtraError(f"report_to {sink} needs {sink}: pip install 'knowlyr-trainer[{sink}]'")
+            raise MissingExtraError(f"report_to {sink}", "knowlyr-trainer", sink, module=sink)
 
 
 def _importable(module: str) -> bool:
