@@ -21,6 +21,11 @@ PYTEST_ARGS ?=
 # shows up. The same N gives the same order again. CI draws N from the commit.
 TEST_ORDER_SEED ?=
 TEST_ORDER := $(if $(TEST_ORDER_SEED),--random-order-bucket=module --random-order-seed=$(TEST_ORDER_SEED))
+# Tests run in parallel worker processes (pytest-xdist), one per core by default; each test file
+# stays on one worker (--dist loadfile), so its module fixtures (a served model, a corpus) are
+# built once. TEST_WORKERS=0 runs everything in one process. The 20 slowest tests are listed.
+TEST_WORKERS ?= auto
+TEST_PARALLEL := -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist loadfile) --durations=20
 
 .DEFAULT_GOAL := help
 
@@ -52,13 +57,13 @@ format: install ## apply ruff formatting and import sorting
 	$(BIN)/ruff format packages tests examples bench scripts conftest.py
 
 test: install lint ## lint, then run unit and integration tests (what CI runs); TEST_ORDER_SEED=N shuffles them
-	$(BIN)/pytest -m "not slow" $(TEST_ORDER) $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 test-unit: install ## fast tests only (no Docker, no model, no servers); TEST_ORDER_SEED=N shuffles them
-	$(BIN)/pytest -m "not slow and not integration" $(TEST_ORDER) $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow and not integration" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 test-integration: install ## the integration tier only (Docker, the model, servers, installs from wheels); TEST_ORDER_SEED=N shuffles them
-	$(BIN)/pytest -m "integration and not slow" $(TEST_ORDER) $(PYTEST_ARGS)
+	$(BIN)/pytest -m "integration and not slow" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 test-slow: install ## the slow tier (full demo runs)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)

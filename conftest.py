@@ -54,6 +54,7 @@ REAL_DATA_ENV_VAR = "KNOWLYR_REAL_DATA"
 def pytest_configure(config: pytest.Config) -> None:
     default = Path(__file__).resolve().parent.parent / "shared" / "data" / "real"
     os.environ[REAL_DATA_ENV_VAR] = str(Path(os.environ.get(REAL_DATA_ENV_VAR) or default).resolve())
+    share_cores_between_workers()
 
 
 def _seed_for(nodeid: str) -> int:
@@ -166,3 +167,28 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     changed = _restore(before)
     if changed:
         raise AssertionError(f"{item.nodeid} left process-wide state changed: " + "; ".join(changed))
+
+
+#: Variables that size the thread pools of torch (OpenMP, MKL) and of the libraries tests start.
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def threads_per_worker(cpus: int | None, workers: int) -> int:
+    """Cores each of ``workers`` parallel test processes gets (at least one)."""
+    return max(1, (cpus or 1) // max(1, workers))
+
+
+def share_cores_between_workers() -> None:
+    """Under pytest-xdist each worker gets its share of the cores for torch's thread pools.
+
+    Two workers that each start one thread per core oversubscribe the machine: OpenMP threads
+    spin waiting for siblings that are descheduled, and a matmul-heavy test runs slower than it
+    would alone. The variables are set before anything imports torch (collection comes later),
+    are inherited by the CLIs tests start, and a value the user set is kept.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2:
+        return
+    share = str(threads_per_worker(os.cpu_count(), workers))
+    for name in _THREAD_VARS:
+        os.environ.setdefault(name, share)

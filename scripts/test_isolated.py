@@ -31,6 +31,9 @@ VENVS = ROOT / ".venv-isolated"
 TORCH_SPEC = "torch==2.13.0"  # the CPU build on this machine's disk; see the Makefile
 BFCL_SPEC = "bfcl-eval==2026.3.23"  # BFCL data (knowlyr/bfcl), installed --no-deps; see the Makefile
 MPMATH_SPEC = "mpmath==1.3.0"  # what BFCL's MathAPI backend imports
+#: How the tests run: in parallel (pytest-xdist is in every package's dev extra), one worker per
+#: core, each test file on one worker.
+PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", "--dist", "loadfile"]
 DIST_TO_FOLDER = {
     tomllib.loads(p.read_text())["project"]["name"]: p.parent.name for p in PACKAGES.glob("*/pyproject.toml")
 }
@@ -122,7 +125,7 @@ def test_package(folder: str) -> int:
     # The integration tier already ran against the full install in `make test`.
     print(f"== {folder}: running its unit tests", flush=True)
     result = subprocess.run(
-        [python, "-m", "pytest", "-q", "-m", "not slow and not integration", "-p", "no:cacheprovider", str(tests)],
+        [python, *PYTEST, "-m", "not slow and not integration", str(tests)],
         cwd=ROOT,
     )
     mcp_1x = check_mcp_1x(folder, pip)
@@ -147,8 +150,7 @@ def check_mcp_1x(folder: str, pip: list[str]) -> int:
                              capture_output=True, text=True).stdout.strip()  # fmt: skip
     print(f"== {folder}: MCP tests on mcp {version}", flush=True)
     try:
-        done = subprocess.run([pip[0], "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *map(str, tests)],
-                              cwd=ROOT)  # fmt: skip
+        done = subprocess.run([pip[0], *PYTEST, "-m", "not slow", *map(str, tests)], cwd=ROOT)
     finally:
         run([*pip, "--upgrade", "mcp"])
     return done.returncode

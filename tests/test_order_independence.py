@@ -103,3 +103,53 @@ def test_a_test_that_leaves_a_setting_changed_fails_and_the_next_test_runs_clean
     for name in ("test_sees_clean_env", "test_sees_default_timeout", "test_restores_via_monkeypatch"):
         assert f"PASSED test_leaks.py::{name}" in out, out
     assert "2 errors" in out.splitlines()[-1]
+
+
+THREADS = """
+import json, os
+
+def test_share():
+    with open(os.environ["THREADS_OUT"], "a") as f:
+        f.write(json.dumps([os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")]) + "\\n")
+"""
+
+
+def test_parallel_workers_each_get_their_share_of_the_cores(tmp_path):
+    folder = scratch(tmp_path, "test_threads.py", THREADS)
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    shares = {}
+    for workers in ("2", "0"):  # -n 0: no workers, one process
+        out = tmp_path / f"threads-{workers}.jsonl"
+        done = run_session(
+            folder, "-p", "xdist", "-n", workers, "test_threads.py", env={**clean, "THREADS_OUT": str(out)}
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        shares[workers] = json.loads(out.read_text())
+    share = str(max(1, (os.cpu_count() or 1) // 2))
+    assert shares["2"] == [share, share]
+    assert shares["0"] == [None, None]  # one process keeps torch's own default
+    kept = tmp_path / "threads-kept.jsonl"
+    done = run_session(
+        folder,
+        "-p",
+        "xdist",
+        "-n",
+        "2",
+        "test_threads.py",
+        env={**clean, "OMP_NUM_THREADS": "7", "THREADS_OUT": str(kept)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(kept.read_text())[0] == "7"  # what the user set wins
+
+
+def test_threads_per_worker_divides_the_cores_and_never_gives_zero():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT_CONFTEST)
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert conftest.threads_per_worker(8, 2) == 4
+    assert conftest.threads_per_worker(2, 2) == 1
+    assert conftest.threads_per_worker(2, 4) == 1
+    assert conftest.threads_per_worker(None, 2) == 1
+    assert conftest.threads_per_worker(3, 2) == 1
