@@ -395,8 +395,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     started = time.perf_counter()
     # bf16 only where the hardware computes it natively: emulated, it is many times slower than fp32
-    args.bf16 = resolve_bf16(args.bf16, "cuda" if torch.cuda.is_available() else "cpu")
-    print(f"precision: {'bf16 (native here)' if args.bf16 else 'fp32'}")
+    asked = args.bf16
+    args.bf16 = resolve_bf16(asked, "cuda" if torch.cuda.is_available() else "cpu", warn=False)
+    print(f"precision: {'bf16 (native here)' if args.bf16 else 'fp32 (no native bf16 here)' if asked else 'fp32'}")
     root = Path(args.workdir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     suite = get_suite(args.suite)

@@ -31,6 +31,10 @@ def test_requested_bf16_falls_back_to_fp32_with_one_warning_where_it_is_emulated
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert precision.resolve_bf16(False, "cpu") is False  # not asked: nothing to say
+    precision._warn_fallback.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert precision.resolve_bf16(True, "cpu", warn=False) is False  # a "where native" default: the caller says it
     config = SFTConfig(model_name_or_path="unused", train_file="unused.jsonl", output_dir=str(tmp_path), bf16=True)
     assert make_accelerator(config).mixed_precision == "no"
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)

@@ -69,13 +69,17 @@ def _warn_fallback(kind: str) -> None:
     )
 
 
-def resolve_bf16(requested: bool, device: torch.device | str = "cpu") -> bool:
-    """``requested`` where bf16 is native on ``device``; otherwise False, with a one-time warning."""
+def resolve_bf16(requested: bool, device: torch.device | str = "cpu", *, warn: bool = True) -> bool:
+    """``requested`` where bf16 is native on ``device``; otherwise False, with a one-time warning.
+
+    ``warn=False`` is for callers whose bf16 is a default meaning "where native" (the demo) and
+    that say which precision they chose themselves: falling back there is the plan, not news."""
     if not requested:
         return False
     if native_bf16(device):
         return True
-    _warn_fallback(torch.device(device).type)
+    if warn:
+        _warn_fallback(torch.device(device).type)
     return False
 
 
