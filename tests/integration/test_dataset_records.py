@@ -4,6 +4,9 @@ recorded trajectory to the ids offline GRPO trains on."""
 
 from __future__ import annotations
 
+import pytest
+
+from knowlyrcore import AgentEnv, TimeStep, register, unregister
 from knowlyrcore.testing import require_module
 from knowlyrcore.trajectory import Trajectory
 
@@ -68,3 +71,62 @@ def test_every_export_reads_with_the_trainer_readers(tmp_path):
     chosen, _ = data.dpo_pair(record, where)
     assert chosen.messages[1]["tool_calls"][0]["function"]["arguments"] == '{"text": "a0"}'
     assert "token_ids" not in chosen.messages[1]  # the chat template gets plain messages
+
+
+class Ticks(AgentEnv):
+    """Ends after two steps, whatever the agent does."""
+
+    domain = "generic"
+
+    def reset(self, *, task=None, seed=None):
+        self.left = 2
+        return TimeStep(observation="Tick twice.")
+
+    def step(self, action):
+        self.left -= 1
+        return TimeStep(observation=f"{self.left} left", terminated=self.left <= 0)
+
+    @property
+    def available_tools(self):
+        return ["tick"]
+
+
+def test_online_rollouts_exported_train_offline_on_the_sampled_ids(tmp_path):
+    """A real rollout (tiny random model) -> its trajectory -> hub GRPO export -> the offline GRPO
+    data path: the sequence trained on is the rollout's own, token for token."""
+    import torch
+
+    from agenttrainer.generation import LocalGenerator
+    from agenttrainer.models import build_tiny_model
+    from agenttrainer.online import collect_rollouts
+
+    model, tokenizer = build_tiny_model(seed=0)
+    torch.manual_seed(0)
+    register("test/ticks", Ticks)
+    try:
+        rollouts = collect_rollouts(
+            "test/ticks",
+            [{"id": "t", "description": "tick"}],
+            LocalGenerator(model, tokenizer),
+            tokenizer,
+            group_size=2,
+            system_prompt="Tick.",
+            max_turns=3,
+            max_new_tokens=4,
+            max_episode_tokens=1024,
+            seed=0,
+        )
+    finally:
+        unregister("test/ticks")
+    # rewards that differ, as a reward model would give them (a group of equal ones is left out)
+    trajectories = [r.trajectory.model_copy(update={"reward": float(k)}) for k, r in enumerate(rollouts)]
+    hub.DatasetExporter(trajectories=trajectories).export_grpo(tmp_path / "grpo.jsonl")
+    ((where, record),) = data.read_jsonl(tmp_path / "grpo.jsonl")
+    for conv, rollout in zip(data.grpo_group(record, where), rollouts):
+        example = data.tokenize_conversation(tokenizer, conv)
+        assert example.input_ids == rollout.token_ids
+        sampled = [t for t, s in zip(rollout.token_ids, rollout.sampled) if s]
+        assert [t for t in example.labels if t != -100] == sampled
+        assert [lp for lp in example.meta["sampled_logprobs"] if lp is not None] == pytest.approx(
+            [lp for lp, s in zip(rollout.logprobs, rollout.sampled) if s]
+        )
