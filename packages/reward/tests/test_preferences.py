@@ -1,3 +1,7 @@
+import json
+import subprocess
+import sys
+
 import pytest
 
 from agentreward import build_preference_pairs
@@ -47,3 +51,19 @@ def test_unscored_input_is_an_error():
         build_preference_pairs([{"id": "a", "task": {"id": "x"}, "steps": []}])
     with pytest.raises(ValueError, match="pairing must be one of best_vs_worst, all_above_margin"):
         build_preference_pairs([t("a", "x", 1.0)], pairing="random")
+
+
+def test_without_knowlyr_core_pairs_says_what_to_install(tmp_path):
+    """The pairing rule is knowlyr-core's (one rule for this command and knowlyr-hub's export)."""
+    scored = tmp_path / "scored.jsonl"
+    scored.write_text("".join(json.dumps(t(i, "x", r)) + "\n" for i, r in (("a", 0.9), ("b", 0.1))))
+    standalone = "import sys; sys.modules['knowlyrcore'] = None; from agentreward.cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", standalone, "pairs", str(scored), "-o", str(tmp_path / "p.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: preference pairs need knowlyr-core")
+    assert not (tmp_path / "p.jsonl").exists()
