@@ -28,6 +28,7 @@ CHAT = [
     {"role": "tool", "tool_call_id": "c1", "content": "a.py", "token_ids": [9]},
     {"role": "assistant", "content": "a.py", "reward": 0.5},
 ]
+STEPPED = {"steps": [{"index": 0, "tool_call": {"name": "ls"}}]}
 # one record of each shape, as knowlyr-hub export writes them (and as older exports did)
 RECORDS = [
     (
@@ -176,6 +177,7 @@ def test_integer_task_ids_of_older_files_read_as_text():
             "trajectories[0].messages[0].token_ids[0]: Input should be a valid integer",
         ),
         (PreferenceRecord, {"chosen": {"steps": "none"}, "rejected": {}}, "chosen.steps: Input should be a valid list"),
+        (PreferenceRecord, {"chosen": STEPPED, "rejected": {}}, "rejected.steps: has no steps to train on"),
     ],
 )
 def test_a_malformed_record_is_named_by_file_line_and_field(tmp_path, model, record, error):

@@ -38,8 +38,16 @@ from collections.abc import Callable, Iterable
 from itertools import combinations
 from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
-from pydantic import model_validator as _model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from knowlyrcore.jsonl import SCHEMA_VERSION, schema_version_problem
@@ -102,7 +110,7 @@ class _Tokens(_Model):
     token_ids: list[TokenId] | None = None
     logprobs: list[Number] | None = None
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _aligned(self) -> _Tokens:
         if self.token_ids is not None and self.logprobs is not None and len(self.token_ids) != len(self.logprobs):
             raise _field_error(
@@ -169,7 +177,7 @@ def _needs_assistant(value: Any) -> Any:
     return value
 
 
-def _messages(value: Any) -> Any:
+def _non_empty(value: Any) -> Any:
     if isinstance(value, list) and not value:
         raise PydanticCustomError("empty", "must not be empty")
     return value
@@ -201,7 +209,7 @@ class SFTStep(_Tokens):
     observation: Any = None  # text, or JSON the trainer renders as text
     reward: Number | None = None  # the step's process reward: its loss weight
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _has_content(self) -> SFTStep:
         if self.action is None and not self.thought:
             raise PydanticCustomError("empty_step", "needs 'thought' or 'action'")
@@ -237,7 +245,7 @@ class SFTRecord(_Record):
     @field_validator("messages")
     @classmethod
     def _chat(cls, value: list[ChatMessage] | None) -> list[ChatMessage] | None:
-        return _needs_assistant(_messages(value))
+        return _needs_assistant(_non_empty(value))
 
     @field_validator("steps")
     @classmethod
@@ -250,7 +258,7 @@ class SFTRecord(_Record):
             raise PydanticCustomError("partial_rewards", "either every step has a 'reward' or none does")
         return value
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _shape(self) -> SFTRecord:
         if self.messages is None and self.steps is None and self.response is None:
             raise PydanticCustomError("shape", "an SFT record needs 'messages', 'steps' or 'response'")
@@ -273,7 +281,7 @@ class DPORecord(_Record):
     margin: Number | None = None  # the pair's reward difference
     metadata: dict[str, Any] = Field(default_factory=dict)  # the hub writes chosen_id, rejected_id
 
-    _completions = field_validator("chosen", "rejected")(lambda v: _needs_assistant(v))
+    _completions = field_validator("chosen", "rejected")(_needs_assistant)
 
 
 class GRPOTrajectory(_Model):
@@ -286,9 +294,9 @@ class GRPOTrajectory(_Model):
     step_rewards: list[Number] | None = None
     prompt_token_ids: list[TokenId] | None = None  # the prompt's ids, first assistant header included
 
-    _completion = field_validator("messages", "response")(lambda v: _needs_assistant(_messages(v)))
+    _completion = field_validator("messages", "response")(lambda v: _needs_assistant(_non_empty(v)))
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _has_completion(self) -> GRPOTrajectory:
         if self.messages is None and self.response is None:
             raise PydanticCustomError("shape", "needs 'messages' or 'response'")
@@ -311,7 +319,7 @@ class GRPORecord(_Record):
     prompt: TextOrMessages
     trajectories: list[GRPOTrajectory]
 
-    _non_empty = field_validator("trajectories")(lambda v: _messages(v))
+    _non_empty_group = field_validator("trajectories")(_non_empty)
 
 
 class PreferenceRecord(_Model):
@@ -321,6 +329,13 @@ class PreferenceRecord(_Model):
     chosen: Trajectory
     rejected: Trajectory
     margin: Number = 0.0
+
+    @field_validator("chosen", "rejected")
+    @classmethod
+    def _has_steps(cls, value: Trajectory) -> Trajectory:
+        if not value.steps:  # a DPO completion is its assistant turns
+            raise _field_error(("steps",), "empty", "has no steps to train on", [])
+        return value
 
 
 # ------------------------------------------------------------------------ pairing

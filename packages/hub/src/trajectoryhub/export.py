@@ -73,8 +73,12 @@ def _observation(step) -> str:
 
 
 def _sampled(step) -> dict[str, Any]:
-    """The step's ``token_ids`` / ``logprobs`` when the policy's were recorded (they survive export)."""
-    return {k: v for k, v in (("token_ids", step.token_ids), ("logprobs", step.logprobs)) if v is not None}
+    """The step's ``token_ids`` / ``logprobs`` when the policy's were recorded (they survive export;
+    ids that cannot be token ids, such as negative ones, are not carried)."""
+    ids = _token_list(step.token_ids)
+    if ids is None:
+        return {}
+    return {"token_ids": ids} if step.logprobs is None else {"token_ids": ids, "logprobs": step.logprobs}
 
 
 def _token_list(value: Any) -> list[int] | None:
