@@ -3,6 +3,7 @@ import json
 import pytest
 
 from knowlyrcore import read_jsonl, write_trajectories
+from knowlyrcore.datasets import DPORecord, GRPORecord, SFTRecord
 from trajectoryhub import DatasetExporter, ExportReport, trajectory_reward
 
 
@@ -88,7 +89,7 @@ def test_dpo_keeps_failures_as_rejected_never_as_chosen(traj, tmp_path):
     (pair,) = read_jsonl(tmp_path / "dpo.jsonl")
     assert (pair["metadata"]["chosen_id"], pair["metadata"]["rejected_id"]) == ("a", "b")
     assert report.skipped == {"chosen_failed": 1}
-    assert report.left_out() == "left out 1: 1 tasks whose best attempt failed"
+    assert report.left_out() == "left out 1: 1 tasks where only a failed attempt could be chosen"
 
 
 def test_dpo_from_preferences_file(traj, tmp_path):
@@ -125,3 +126,93 @@ def test_reads_files_and_folders(traj, tmp_path):
 def test_bad_sft_format(traj, tmp_path):
     with pytest.raises(ValueError, match="'steps' or 'messages'"):
         DatasetExporter(trajectories=[]).export_sft(tmp_path / "x.jsonl", format="alpaca")
+
+
+def _recorded(traj, tid, task, reward, base):
+    """A trajectory as an online rollout records it: each step's sampled ids and log-probs, the
+    tokens between answers (``observation_token_ids``) and the prompt's (``prompt_token_ids``)."""
+    t = traj(tid, task, reward=reward, success=reward > 0.5, steps=2)
+    steps = [
+        s.model_copy(
+            update={
+                "token_ids": [base + 10 * s.index + k for k in range(3)],
+                "logprobs": [-0.5, -0.25, -0.125],
+                "metadata": {"observation_token_ids": [base + 10 * s.index + 5] if s.index == 0 else []},
+            }
+        )
+        for s in t.steps
+    ]
+    return t.model_copy(update={"steps": steps, "metadata": {"prompt_token_ids": [1, 2, base]}})
+
+
+def test_exports_are_the_core_dataset_models(traj, tmp_path):
+    """What the hub writes validates as the knowlyr-core models the trainer reads with."""
+    items = [traj("a", "x", reward=0.9, success=True, steps=2), traj("b", "x", reward=0.1, success=False)]
+    exporter = DatasetExporter(trajectories=items)
+    exporter.export_sft(tmp_path / "steps.jsonl")
+    exporter.export_sft(tmp_path / "chat.jsonl", format="messages", system_prompt="be brief")
+    exporter.export_dpo(tmp_path / "dpo.jsonl")
+    exporter.export_grpo(tmp_path / "grpo.jsonl")
+    (steps,) = read_jsonl(tmp_path / "steps.jsonl", SFTRecord)
+    (chat,) = read_jsonl(tmp_path / "chat.jsonl", SFTRecord)
+    (pair,) = read_jsonl(tmp_path / "dpo.jsonl", DPORecord)
+    (group,) = read_jsonl(tmp_path / "grpo.jsonl", GRPORecord)
+    assert (steps.shape, chat.shape, chat.messages[0].role) == ("steps", "messages", "system")
+    assert pair.metadata == {"chosen_id": "a", "rejected_id": "b"} and pair.margin == pytest.approx(0.8)
+    assert [t.reward for t in group.trajectories] == [0.9, 0.1]
+    assert "token_ids" not in json.dumps(next(iter(read_jsonl(tmp_path / "grpo.jsonl"))))  # none recorded
+
+
+def test_token_ids_survive_export(traj, tmp_path):
+    """Before: export dropped Step.token_ids / logprobs, so offline GRPO re-tokenised the text."""
+    high, low = _recorded(traj, "a", "x", 0.9, 100), _recorded(traj, "b", "x", 0.1, 200)
+    exporter = DatasetExporter(trajectories=[high, low])
+    exporter.export_grpo(tmp_path / "g.jsonl")
+    (group,) = read_jsonl(tmp_path / "g.jsonl", GRPORecord)
+    for attempt, t in zip(group.trajectories, [high, low]):
+        expected = t.metadata["prompt_token_ids"] + [
+            i for s in t.steps for i in s.token_ids + s.metadata["observation_token_ids"]
+        ]
+        assert [i for span in attempt.recorded_token_ids() for i in span] == expected
+        assistant = [m for m in attempt.messages if m.role == "assistant"]
+        assert [m.logprobs for m in assistant] == [s.logprobs for s in t.steps]
+    exporter.export_sft(tmp_path / "s.jsonl")
+    (sft,) = read_jsonl(tmp_path / "s.jsonl", SFTRecord)
+    assert [s.token_ids for s in sft.steps] == [s.token_ids for s in high.steps]
+    exporter.export_sft(tmp_path / "m.jsonl", format="messages")
+    (chat,) = read_jsonl(tmp_path / "m.jsonl", SFTRecord)
+    assert [m.token_ids for m in chat.messages] == [None, [100, 101, 102], [105], [110, 111, 112], []]
+    exporter.export_dpo(tmp_path / "d.jsonl")
+    (pair,) = read_jsonl(tmp_path / "d.jsonl", DPORecord)
+    assert pair.chosen[0].token_ids == [100, 101, 102] and pair.rejected[0].token_ids == [200, 201, 202]
+
+
+def test_dpo_pairing_options(traj, tmp_path):
+    items = [traj("a", "x", reward=0.9), traj("b", "x", reward=0.1), traj("c", "x", reward=0.5)]
+    exporter = DatasetExporter(trajectories=items)
+
+    def pairs(**options):
+        exporter.export_dpo(tmp_path / "d.jsonl", **options)
+        return [(p["metadata"]["chosen_id"], p["metadata"]["rejected_id"]) for p in read_jsonl(tmp_path / "d.jsonl")]
+
+    assert pairs() == [("a", "b")]
+    assert pairs(pairing="all_above_margin") == [("a", "b"), ("a", "c"), ("c", "b")]
+    assert pairs(pairing="all_above_margin", max_pairs_per_task=1) == [("a", "b")]
+    assert pairs(pairing="all_above_margin", min_margin=0.5) == [("a", "b")]
+    with pytest.raises(ValueError, match="pairing must be one of"):
+        exporter.export_dpo(tmp_path / "d.jsonl", pairing="best")
+
+
+def test_records_the_trainer_would_refuse_are_left_out_and_counted(traj, tmp_path):
+    """A trajectory without steps has no assistant turn to train on (DPO, GRPO), and a steps record
+    with only some steps scored cannot be weighed (SFT): before, both were written and the
+    trainer refused the whole file."""
+    items = [traj("a", "x", reward=0.9, success=True), traj("b", "x", reward=0.1, steps=0)]
+    exporter = DatasetExporter(trajectories=[*items, traj("c", "x", reward=0.5)])
+    assert exporter.export_dpo(tmp_path / "d.jsonl").skipped == {"no_steps": 1}
+    assert exporter.export_grpo(tmp_path / "g.jsonl").skipped == {"no_steps": 1}
+    partly = traj("d", "y", reward=0.9, success=True, steps=2)
+    partly = partly.model_copy(update={"steps": [partly.steps[0], partly.steps[1].model_copy(update={"reward": None})]})
+    report = DatasetExporter(trajectories=[items[0], partly]).export_sft(tmp_path / "s.jsonl")
+    assert report.written == 1 and report.skipped == {"partly_scored": 1}
+    assert "1 with only some steps scored" in report.left_out()

@@ -82,7 +82,7 @@ def test_errors_are_one_line(tmp_path, tiny_path, rows):
     bad.write_text(json.dumps(rows.sft(1)[0]) + "\n" + json.dumps({"instruction": "x", "steps": "nope"}) + "\n")
     result = _run(["sft", "--train-file", str(bad), "--model", tiny_path, "--output-dir", str(tmp_path / "o"), *COMMON])
     assert result.exit_code == 2
-    assert result.output == f"error: {bad}:2: field 'steps' must be a list\n"
+    assert result.output == f"error: {bad}:2: steps: Input should be a valid list\n"
     config = tmp_path / "c.yaml"
     config.write_text("train_file: a.jsonl\nlearning_rat: 1\n")
     result = _run(["sft", "--config", str(config)])

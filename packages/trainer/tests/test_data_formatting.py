@@ -1,11 +1,14 @@
 """Chat-template formatting, observation masking, step weights, chunking, packing."""
 
+import json
+
 import pytest
 import torch
 
 from agenttrainer.data import (
     DataError,
     chunk_conversation,
+    grpo_group,
     pack,
     pad,
     sft_conversation,
@@ -135,3 +138,66 @@ def test_eager_attention_with_additive_mask_matches_sdpa(tokenizer):
         with torch.no_grad():
             outs.append(HiddenStates(model.eval())(packed["input_ids"], packed["position_ids"], packed["seq_ids"]))
     assert torch.allclose(outs[0], outs[1], atol=1e-5)
+
+
+def test_recorded_token_ids_are_used_as_stored(tokenizer):
+    """Before: offline GRPO re-rendered the chat template, so it trained on other tokens than the
+    policy sampled. Ids the template would never produce (10, 11, ...) show which ones are used."""
+    recorded = {
+        "prompt": "list the files",
+        "trajectories": [
+            {
+                "messages": [
+                    {"role": "assistant", "content": "", "token_ids": [10, 11, 12], "logprobs": [-0.5, -0.25, -0.125]},
+                    {"role": "tool", "content": "a.py", "token_ids": [20, 21]},
+                    {"role": "assistant", "content": "done", "token_ids": [30, 31]},
+                ],
+                "reward": 1.0,
+                "step_rewards": [0.5, 1.5],
+                "prompt_token_ids": [1, 2, 3],
+            },
+            {"response": "no", "reward": 0.0},
+        ],
+    }
+    conv, other = grpo_group(recorded, "g:1")
+    ex = tokenize_conversation(tokenizer, conv)
+    assert ex.input_ids == [1, 2, 3, 10, 11, 12, 20, 21, 30, 31]
+    assert ex.labels == [-100, -100, -100, 10, 11, 12, -100, -100, 30, 31]
+    assert ex.weights == [0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.0, 0.0, 1.5, 1.5]  # step reward / mean
+    assert ex.meta["sampled_logprobs"] == [None, None, None, -0.5, -0.25, -0.125, None, None, None, None]
+    assert tokenize_conversation(tokenizer, conv, max_length=5).input_ids == [1, 2, 3, 10, 11]
+    assert other.token_ids is None  # nothing recorded: the chat template renders it
+    assert "assistant\nno" in tokenizer.decode(tokenize_conversation(tokenizer, other).input_ids)
+    conv.token_ids[3] = [len(tokenizer)]
+    with pytest.raises(DataError, match=rf"^g:1: recorded token id {len(tokenizer)} is not in the tokenizer's vocab"):
+        tokenize_conversation(tokenizer, conv)
+
+
+def test_offline_grpo_trains_on_the_stored_token_ids(tmp_path, tiny):
+    """The GRPO recipe's own data path (read, check, tokenise) hands the stored ids to the model."""
+    from agenttrainer.config import GRPOConfig
+    from agenttrainer.trainers.grpo import GRPOTrainer
+
+    model, tok = tiny
+    stored = [[[5, 6, 7], [100, 101], [200], [300, 301, 302]], [[5, 6, 8], [110], [210, 211], [310]]]
+    trajectories = [
+        {
+            "messages": [
+                {"role": "assistant", "content": "a", "token_ids": ids[1]},
+                {"role": "tool", "content": "o", "token_ids": ids[2]},
+                {"role": "assistant", "content": "b", "token_ids": ids[3]},
+            ],
+            "reward": reward,
+            "prompt_token_ids": ids[0],
+        }
+        for ids, reward in zip(stored, [1.0, 0.0])
+    ]
+    path = tmp_path / "grpo.jsonl"
+    path.write_text(json.dumps({"task_id": "t", "prompt": "p", "trajectories": trajectories}) + "\n")
+    config = GRPOConfig(train_file=str(path), output_dir=str(tmp_path / "o"), progress_bar=False, bf16=False)
+    (group,) = GRPOTrainer(config, model=model, tokenizer=tok).load_groups(path)
+    assert [ex.input_ids for ex in group] == [[i for span in ids for i in span] for ids in stored]
+    assert [[i for i, lab in zip(ex.input_ids, ex.labels) if lab != -100] for ex in group] == [
+        [100, 101, 300, 301, 302],
+        [110, 310],
+    ]

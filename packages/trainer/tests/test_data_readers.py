@@ -81,17 +81,22 @@ def test_messages_format_with_tools_and_tool_role():
 @pytest.mark.parametrize(
     ("record", "message"),
     [
-        ({"instruction": "x"}, "f.jsonl:1: record needs one of 'messages', 'steps' or 'response'"),
-        ({"response": "x"}, "f.jsonl:1: missing field 'instruction'"),
-        ({"instruction": 3, "response": "x"}, "f.jsonl:1: field 'instruction' must be a string"),
-        ({"instruction": "x", "steps": []}, "f.jsonl:1: field 'steps' is empty"),
-        ({"instruction": "x", "steps": [{"observation": "o"}]}, "f.jsonl:1: steps[0] needs 'thought' or 'action'"),
+        ({"instruction": "x"}, "f.jsonl:1: <record>: an SFT record needs 'messages', 'steps' or 'response'"),
+        ({"response": "x"}, "f.jsonl:1: instruction: Field required"),
+        ({"instruction": 3, "response": "x"}, "f.jsonl:1: instruction: Input should be a valid string"),
+        ({"instruction": "x", "steps": []}, "f.jsonl:1: steps: must not be empty"),
+        ({"instruction": "x", "steps": [{"observation": "o"}]}, "f.jsonl:1: steps[0]: needs 'thought' or 'action'"),
         (
             {"instruction": "x", "steps": [{"action": "a", "reward": "hi"}]},
-            "f.jsonl:1: field 'steps[0].reward' must be a number",
+            "f.jsonl:1: steps[0].reward: must be a number, got str",
         ),
-        ({"messages": [{"role": "user", "content": "u"}]}, "no assistant message"),
-        ({"messages": [{"role": "bot", "content": "u"}]}, "messages[0].role 'bot'"),
+        (
+            {"instruction": "x", "steps": [{"action": "a", "reward": 1}, {"action": "b"}]},
+            "f.jsonl:1: steps: either every step has a 'reward' or none does",
+        ),
+        ({"messages": [{"role": "user", "content": "u"}]}, "f.jsonl:1: messages: has no assistant message"),
+        ({"messages": [{"role": "bot", "content": "u"}]}, "f.jsonl:1: messages[0].role: Input should be 'system'"),
+        ({"messages": [{"role": "assistant"}], "tools": {}}, "f.jsonl:1: tools: Input should be a valid list"),
     ],
 )
 def test_bad_sft_records_name_file_line_and_field(record, message):
@@ -129,10 +134,12 @@ def test_dpo_pair_text_and_messages():
         "d:1",
     )
     assert chosen.trainable == [False, False, True, False, True]
-    with pytest.raises(DataError, match="d:1: missing field 'rejected'"):
+    with pytest.raises(DataError, match="^d:1: rejected: Field required"):
         dpo_pair({"prompt": "p", "chosen": "c"}, "d:1")
-    with pytest.raises(DataError, match="d:1: field 'prompt' must be text or a list"):
+    with pytest.raises(DataError, match="^d:1: prompt: must be text or a list of messages, got int"):
         dpo_pair({"prompt": 1, "chosen": "c", "rejected": "r"}, "d:1")
+    with pytest.raises(DataError, match="^d:1: chosen: has no assistant message"):
+        dpo_pair({"prompt": "p", "chosen": [{"role": "user", "content": "c"}], "rejected": "r"}, "d:1")
 
 
 def test_grpo_group_rewards_and_step_weights():
@@ -166,5 +173,43 @@ def test_grpo_group_rewards_and_step_weights():
             },
             "g:1",
         )
-    with pytest.raises(DataError, match=r"g:1: missing field 'trajectories\[0\].reward'"):
+    with pytest.raises(DataError, match=r"^g:1: trajectories\[0\].reward: Field required"):
         grpo_group({"prompt": "p", "trajectories": [{"response": "x"}]}, "g:1")
+
+
+RECORDED = {
+    "task_id": "t",
+    "prompt": "list the files",
+    "trajectories": [
+        {
+            "messages": [
+                {"role": "assistant", "content": "", "token_ids": [10, 11, 12], "logprobs": [-0.5, -0.25, -0.125]},
+                {"role": "tool", "content": "a.py", "token_ids": [20, 21]},
+                {"role": "assistant", "content": "done", "token_ids": [30, 31], "logprobs": [-1.0, -2.0]},
+                {"role": "tool", "content": "ok", "token_ids": []},
+            ],
+            "reward": 1.0,
+            "step_rewards": [0.5, 1.5],
+            "prompt_token_ids": [1, 2, 3],
+        },
+        {"messages": [{"role": "assistant", "content": "no", "token_ids": [40]}], "reward": 0.0},
+    ],
+}
+
+
+def test_grpo_group_keeps_the_recorded_token_ids():
+    recorded, partial = grpo_group(RECORDED, "g:1")
+    assert recorded.token_ids == [[1, 2, 3], [10, 11, 12], [20, 21], [30, 31], []]  # the prompt's on its message
+    assert recorded.logprobs == [None, [-0.5, -0.25, -0.125], None, [-1.0, -2.0], None]
+    assert recorded.trainable == [False, True, False, True, False]
+    assert [m.get("token_ids") for m in recorded.messages] == [None] * 5  # not passed to a chat template
+    assert partial.token_ids is None  # no prompt_token_ids: the chat template renders it
+
+
+def test_readers_take_the_core_models_too():
+    from knowlyrcore.datasets import DPORecord, GRPORecord, SFTRecord
+
+    assert _conv(SFTRecord(instruction="t", response="r")).messages[1] == {"role": "assistant", "content": "r"}
+    chosen, _ = dpo_pair(DPORecord(prompt="p", chosen="c", rejected="r"), "d:1")
+    assert chosen.messages[1]["content"] == "c"
+    assert grpo_group(GRPORecord.model_validate(RECORDED), "g:1")[0].token_ids[0] == [1, 2, 3]

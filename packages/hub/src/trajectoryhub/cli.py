@@ -1,7 +1,7 @@
 """The ``knowlyr-hub`` command.
 
 knowlyr-hub export --format sft  -t trajectories.jsonl -o sft_train.jsonl  [--min-reward R] [--include-failures]
-knowlyr-hub export --format dpo  -t trajectories.jsonl [-p preferences.jsonl] -o dpo_train.jsonl
+knowlyr-hub export --format dpo  -t trajectories.jsonl [-p preferences.jsonl] -o dpo_train.jsonl  [--pairing P]
 knowlyr-hub export --format grpo -t trajectories.jsonl -o grpo_train.jsonl
 knowlyr-hub export --format atif -t trajectories.jsonl -o atif.jsonl      (also adp; extra: recorder)
 knowlyr-hub dedup -t trajectories.jsonl -o unique.jsonl [--store cas/]
@@ -31,6 +31,7 @@ import click
 
 from knowlyrcore import TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
 from knowlyrcore.clikit import Group, mcp_command, run
+from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, PAIRINGS
 from knowlyrcore.errors import DataFormatError, InputError, MissingExtraError
 from knowlyrcore.jsonl import iter_json_lines
 
@@ -140,11 +141,23 @@ def cli() -> None:
     help="ATIF, ADP: keep only successful trajectories. SFT: the default (accepted for old commands).",
 )
 @click.option(
+    "--pairing",
+    type=click.Choice(PAIRINGS),
+    default=DEFAULT_PAIRING,
+    show_default=True,
+    help="DPO: each task's best attempt against its worst, or every pair of its attempts.",
+)
+@click.option(
     "--min-margin",
     type=click.FloatRange(min=0),
-    default=0.1,
+    default=DEFAULT_MIN_MARGIN,
     show_default=True,
-    help="DPO: minimum reward gap of a pair.",
+    help="DPO: smallest reward difference between chosen and rejected.",
+)
+@click.option(
+    "--max-pairs-per-task",
+    type=click.IntRange(min=1),
+    help="DPO, all_above_margin: at most this many pairs per task (largest margins first).",
 )
 @click.option(
     "--min-group-size",
@@ -163,7 +176,9 @@ def export_command(
     min_reward: float | None,
     include_failures: bool,
     success_only: bool,
+    pairing: str,
     min_margin: float,
+    max_pairs_per_task: int | None,
     min_group_size: int,
 ) -> None:
     """Export trajectories as an SFT, DPO or GRPO dataset, or as ATIF / ADP documents.
@@ -183,7 +198,13 @@ def export_command(
     elif fmt in ("atif", "adp"):
         report = exporter.export_interchange(output, to=fmt, min_reward=min_reward, success_only=success_only)
     elif fmt == "dpo":
-        report = exporter.export_dpo(output, preferences=preferences, min_margin=min_margin)
+        report = exporter.export_dpo(
+            output,
+            preferences=preferences,
+            pairing=pairing,
+            min_margin=min_margin,
+            max_pairs_per_task=max_pairs_per_task,
+        )
     else:
         report = exporter.export_grpo(output, min_group_size=min_group_size)
     click.echo(f"{fmt}: wrote {report.written} records to {output}; {report.left_out()}", err=True)

@@ -1,5 +1,11 @@
 """``DatasetExporter``: trajectories -> SFT / DPO / GRPO training JSONL (docs/formats.md).
 
+Records are the models of ``knowlyrcore.datasets`` (``SFTRecord``, ``DPORecord``,
+``GRPORecord``), the ones knowlyr-trainer reads with. Token ids the policy sampled
+(``Step.token_ids`` / ``logprobs``) go along on each assistant message and ``steps`` entry, an
+online rollout's ``observation_token_ids`` on each tool message and its ``prompt_token_ids`` on
+each GRPO attempt, so GRPO trains on the exact tokens sampled.
+
 - SFT: one record per successful trajectory, in the agent ``steps`` format (``{thought,
   action, observation, reward}``, the action a ``{"name", "parameters"}`` call that the trainer
   renders as ``Action: {json}``) or in OpenAI chat ``messages`` + ``tools`` form. SFT imitates
@@ -7,9 +13,11 @@
   failed and unjudged ones are left out and counted (``include_failures`` keeps them, e.g. to
   select by ``min_reward`` alone).
 - DPO: ``prompt`` / ``chosen`` / ``rejected`` with the two responses as message lists, from a
-  preferences file (``knowlyr-reward pairs``) or paired here: per task, best against worst
-  when their rewards differ by at least ``min_margin``. Failures are what DPO learns to
-  avoid, so they stay in as ``rejected``; a pair whose ``chosen`` failed is left out.
+  preferences file (``knowlyr-reward pairs``) or paired here by the rule ``knowlyr-reward pairs``
+  applies (``knowlyrcore.datasets.pair_preferences``): per task, best against worst by default,
+  or every pair (``pairing="all_above_margin"``), rewards at least ``min_margin`` apart.
+  Failures are what DPO learns to avoid, so they stay in as ``rejected``; a pair whose
+  ``chosen`` failed is left out.
 - ATIF / ADP: one interchange document per trajectory (with knowlyr-recorder, the ``recorder``
   extra), for the other tools of the ecosystem: a conversion, so every trajectory by default.
 - GRPO: per task, every attempt, failed ones included (the group's spread of rewards is the
@@ -31,12 +39,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from knowlyrcore import SCHEMA_VERSION, Trajectory, read_trajectories, write_jsonl
+from knowlyrcore import Trajectory, read_jsonl, read_trajectories, write_jsonl
+from knowlyrcore.datasets import (
+    DEFAULT_MIN_MARGIN,
+    DEFAULT_PAIRING,
+    DPORecord,
+    GRPORecord,
+    GRPOTrajectory,
+    PreferenceRecord,
+    SFTRecord,
+    pair_preferences,
+)
 from knowlyrcore.errors import DataFormatError, DomainError, require_extra
 from knowlyrcore.errors import MissingExtraError as MissingExtraError  # the one type; still importable here
-from knowlyrcore.jsonl import iter_json_lines, validation_error
 
 
 def trajectory_reward(t: Trajectory) -> float | None:
@@ -54,6 +69,22 @@ def _observation(step) -> str:
     return f"{obs.output}\n[error] {obs.error}" if obs.error else obs.output
 
 
+def _sampled(step) -> dict[str, Any]:
+    """The step's ``token_ids`` / ``logprobs`` when the policy's were recorded (they survive export;
+    ids that cannot be token ids, such as negative ones, are not carried)."""
+    ids = _token_list(step.token_ids)
+    if ids is None:
+        return {}
+    return {"token_ids": ids} if step.logprobs is None else {"token_ids": ids, "logprobs": step.logprobs}
+
+
+def _token_list(value: Any) -> list[int] | None:
+    """``value`` when it is a list of token ids (what an online rollout writes in metadata), else None."""
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+        return value
+    return None
+
+
 def steps_of(t: Trajectory) -> list[dict[str, Any]]:
     """The agent ``steps`` form of a trajectory."""
     return [
@@ -62,13 +93,17 @@ def steps_of(t: Trajectory) -> list[dict[str, Any]]:
             "action": {"name": s.tool_call.name, "parameters": s.tool_call.parameters},
             "observation": _observation(s),
             "reward": s.reward,
+            **_sampled(s),
         }
         for s in t.steps
     ]
 
 
 def messages_of(t: Trajectory, *, include_task: bool = True) -> list[dict[str, Any]]:
-    """OpenAI chat messages: the task as the user turn, tool calls, tool results."""
+    """OpenAI chat messages: the task as the user turn, tool calls, tool results.
+
+    Recorded tokens come along: an assistant message gets its step's ``token_ids`` / ``logprobs``,
+    a tool message the tokens that followed the answer (``metadata.observation_token_ids``)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": t.task.description}] if include_task else []
     for s in t.steps:
         call_id = s.tool_call.id or f"call_{s.index}"
@@ -86,9 +121,12 @@ def messages_of(t: Trajectory, *, include_task: bool = True) -> list[dict[str, A
                         },
                     }
                 ],
+                **_sampled(s),
             }
         )
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": _observation(s)})
+        tool = {"role": "tool", "tool_call_id": call_id, "content": _observation(s)}
+        following = _token_list(s.metadata.get("observation_token_ids"))
+        messages.append(tool if following is None else {**tool, "token_ids": following})
     return messages
 
 
@@ -166,11 +204,12 @@ SKIP_REASONS = {
     "not_successful": "not successful (failed or not judged; --include-failures keeps them)",
     "below_min_reward": "below --min-reward",
     "no_steps": "without steps",
+    "partly_scored": "with only some steps scored (steps records weigh steps by reward: all or none)",
     "unscored": "without reward, score or outcome",
     "no_task_id": "without task id",
     "single_attempt": "tasks with a single attempt",
-    "margin_too_small": "tasks whose best and worst rewards differ by less than --min-margin",
-    "chosen_failed": "tasks whose best attempt failed",
+    "margin_too_small": "tasks without two rewards at least --min-margin apart",
+    "chosen_failed": "tasks where only a failed attempt could be chosen",
     "group_too_small": "tasks with fewer than --min-group-size attempts",
     "equal_rewards": "tasks whose attempts all have the same reward",
 }
@@ -214,9 +253,18 @@ class DatasetExporter:
             return [t for i in items for t in DatasetExporter._load(i)]
         return [i if isinstance(i, Trajectory) else Trajectory.model_validate(i) for i in items]
 
+    def _with_steps(self, report: ExportReport) -> Iterator[Trajectory]:
+        """The trajectories with at least one step: DPO and GRPO train on a completion's assistant
+        turns, and a trajectory without steps has none (the trainer would refuse the record)."""
+        for t in self.trajectories:
+            if t.steps:
+                yield t
+            else:
+                report.skip("no_steps")
+
     def _by_task(self, report: ExportReport) -> dict[str, list[tuple[float, Trajectory]]]:
         groups: dict[str, list[tuple[float, Trajectory]]] = defaultdict(list)
-        for t in self.trajectories:
+        for t in self._with_steps(report):
             reward = trajectory_reward(t)
             if reward is None:
                 report.skip("unscored")
@@ -266,25 +314,22 @@ class DatasetExporter:
         report = ExportReport()
         records = []
         for t in self._kept(report, min_reward=min_reward, success_only=not include_failures):
-            record: dict[str, Any] = {
-                "schema_version": SCHEMA_VERSION,
-                "task_id": t.task.id,
-                "reward": trajectory_reward(t),
-            }
+            if format == "steps" and len({s.reward is None for s in t.steps}) > 1:
+                report.skip("partly_scored")  # the trainer could not weigh the unscored steps
+                continue
             if format == "steps":
                 context = {k: v for k, v in {"repo": t.task.repo, "domain": t.task.domain}.items() if v}
-                record |= {
+                shape: dict[str, Any] = {
                     "instruction": t.task.description,
                     "input": json.dumps(context) if context else "",
                     "steps": steps_of(t),
                 }
             else:
                 system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-                record["messages"] = system + messages_of(t)
+                shape = {"messages": system + messages_of(t)}
                 if include_tools:
-                    record["tools"] = tools_of([t])
-            record["metadata"] = _metadata(t)
-            records.append(record)
+                    shape["tools"] = tools_of([t])
+            records.append(SFTRecord(task_id=t.task.id, reward=trajectory_reward(t), **shape, metadata=_metadata(t)))
         report.written = write_jsonl(output, records)
         return report
 
@@ -303,41 +348,44 @@ class DatasetExporter:
         return report
 
     def export_dpo(
-        self, output: str | os.PathLike, *, preferences: str | os.PathLike | None = None, min_margin: float = 0.1
+        self,
+        output: str | os.PathLike,
+        *,
+        preferences: str | os.PathLike | None = None,
+        min_margin: float = DEFAULT_MIN_MARGIN,
+        pairing: str = DEFAULT_PAIRING,
+        max_pairs_per_task: int | None = None,
     ) -> ExportReport:
-        """DPO pairs from ``preferences`` (``knowlyr-reward pairs`` output) or built per task here:
-        the best attempt against the worst, unless the best one failed."""
+        """DPO pairs from ``preferences`` (``knowlyr-reward pairs`` output) or paired here by
+        ``knowlyrcore.datasets.pair_preferences``, the rule ``knowlyr-reward pairs`` applies:
+        ``pairing="best_vs_worst"`` (default) or ``"all_above_margin"``, rewards at least
+        ``min_margin`` apart, never a failed attempt as the chosen one."""
         report = ExportReport()
-        pairs: list[tuple[Trajectory, Trajectory, float]] = []
         if preferences is not None:
             pairs = list(_read_preferences(preferences))
             if not pairs:
                 raise DataFormatError(str(preferences), None, "no preference pairs (empty file)")
         else:
-            for group in self._by_task(report).values():
-                if len(group) < 2:
-                    report.skip("single_attempt")
-                    continue
-                group.sort(key=lambda rt: rt[0], reverse=True)
-                (best_r, best), (worst_r, worst) = group[0], group[-1]
-                if best_r - worst_r < min_margin or best_r == worst_r:
-                    report.skip("margin_too_small")
-                    continue
-                if best.outcome.success is False:  # preferring one failure to another teaches a failure
-                    report.skip("chosen_failed")
-                    continue
-                pairs.append((best, worst, best_r - worst_r))
+            pairs = pair_preferences(
+                self._with_steps(report),
+                task_id=lambda t: t.task.id,
+                reward=trajectory_reward,
+                failed=lambda t: t.outcome.success is False,
+                pairing=pairing,
+                min_margin=min_margin,
+                max_pairs_per_task=max_pairs_per_task,
+                on_skip=report.skip,
+            )
         records = [
-            {
-                "schema_version": SCHEMA_VERSION,
-                "task_id": c.task.id,
-                "prompt": c.task.description,
-                "chosen": messages_of(c, include_task=False),
-                "rejected": messages_of(r, include_task=False),
-                "margin": round(m, 6),
-                "metadata": {"chosen_id": c.id, "rejected_id": r.id},
-            }
-            for c, r, m in pairs
+            DPORecord(
+                task_id=c.task.id,
+                prompt=c.task.description,
+                chosen=messages_of(c, include_task=False),
+                rejected=messages_of(r, include_task=False),
+                margin=round(m, 6),
+                metadata={"chosen_id": c.id, "rejected_id": r.id},
+            )
+            for _, c, r, m in pairs
         ]
         report.written = write_jsonl(output, records)
         return report
@@ -356,40 +404,32 @@ class DatasetExporter:
                 continue
             first = group[0][1]
             records.append(
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "task_id": task_id,
-                    "prompt": first.task.description,
-                    "trajectories": [
-                        {
-                            "messages": messages_of(t, include_task=False),
-                            "reward": r,
-                            "step_rewards": [s.reward if s.reward is not None else r for s in t.steps],
-                        }
-                        for r, t in group
-                    ],
-                }
+                GRPORecord(
+                    task_id=task_id,
+                    prompt=first.task.description,
+                    trajectories=[_grpo_trajectory(r, t) for r, t in group],
+                )
             )
         report.written = write_jsonl(output, records)
         return report
 
 
-def _read_preferences(path: str | os.PathLike) -> Iterator[tuple[Trajectory, Trajectory, float]]:
-    """``(chosen, rejected, margin)`` of each ``knowlyr-reward pairs`` record; a bad one is a
-    ``DataFormatError`` naming the file, the line and the field (``chosen.steps``, ``margin``)."""
-    for number, record in iter_json_lines(path):
-        sides = []
-        for key in ("chosen", "rejected"):
-            if not isinstance(record.get(key), dict):
-                raise DataFormatError(str(path), number, "must be a trajectory object", field=key)
-            try:
-                sides.append(Trajectory.model_validate(record[key]))
-            except ValidationError as err:
-                inner = validation_error(path, number, err)
-                raise DataFormatError(
-                    str(path), number, inner.problem, field=f"{key}.{inner.field}" if inner.field else key
-                ) from None
-        margin = record.get("margin", 0.0)
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
-            raise DataFormatError(str(path), number, "must be a number", field="margin")
-        yield sides[0], sides[1], float(margin)
+def _grpo_trajectory(reward: float, t: Trajectory) -> GRPOTrajectory:
+    """One attempt of a group; with the prompt's recorded ids (an online rollout's
+    ``metadata.prompt_token_ids``) when there are any."""
+    attempt: dict[str, Any] = {
+        "messages": messages_of(t, include_task=False),
+        "reward": reward,
+        "step_rewards": [s.reward if s.reward is not None else reward for s in t.steps],
+    }
+    prompt_ids = _token_list(t.metadata.get("prompt_token_ids"))
+    if prompt_ids is not None:
+        attempt["prompt_token_ids"] = prompt_ids
+    return GRPOTrajectory(**attempt)
+
+
+def _read_preferences(path: str | os.PathLike) -> Iterator[tuple[str, Trajectory, Trajectory, float]]:
+    """``(task id, chosen, rejected, margin)`` of each ``knowlyr-reward pairs`` record; a bad one is
+    a ``DataFormatError`` naming the file, the line and the field (``chosen.steps``, ``margin``)."""
+    for record in read_jsonl(path, PreferenceRecord):
+        yield record.chosen.task.id, record.chosen, record.rejected, record.margin

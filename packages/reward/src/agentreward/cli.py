@@ -2,7 +2,7 @@
 
 knowlyr-reward score TRAJ.jsonl --domain coding [-o scored.jsonl] [--preset seed-003] [--judge-url URL --judge-model M]
 knowlyr-reward eval LABELLED.jsonl [--domain D] [--preset P]   (how well rewards predict known labels)
-knowlyr-reward pairs SCORED.jsonl -o preferences.jsonl --min-margin 0.1
+knowlyr-reward pairs SCORED.jsonl -o preferences.jsonl [--pairing best_vs_worst|all_above_margin] [--min-margin 0.1]
 knowlyr-reward calibrate SCORED.jsonl [--labels labels.jsonl] -o calibration.json
 knowlyr-reward rubrics [--domain coding]
 """
@@ -231,21 +231,36 @@ def eval_command(input_paths: tuple[str, ...], output: str | None, **options: An
 @INPUT
 @OUTPUT
 @click.option(
+    "--pairing",
+    type=click.Choice(["best_vs_worst", "all_above_margin"]),
+    default="best_vs_worst",
+    show_default=True,
+    help="Each task's best trajectory against its worst, or every pair of its trajectories.",
+)
+@click.option(
     "--min-margin",
     type=click.FloatRange(min=0),
     default=0.1,
     show_default=True,
     help="Smallest reward difference between chosen and rejected.",
 )
-@click.option("--max-pairs-per-task", type=click.IntRange(min=1), help="At most this many pairs per task.")
-def pairs_command(input_path: str, output: str, min_margin: float, max_pairs_per_task: int | None) -> None:
+@click.option(
+    "--max-pairs-per-task",
+    type=click.IntRange(min=1),
+    help="all_above_margin: at most this many pairs per task (largest margins first).",
+)
+def pairs_command(
+    input_path: str, output: str, pairing: str, min_margin: float, max_pairs_per_task: int | None
+) -> None:
     """Build DPO preference pairs from scored trajectories."""
     from agentreward.preferences import build_preference_pairs
     from agentreward.trajectories import write_jsonl
 
     scored = list(_read_all(input_path))  # pairs need every trajectory of a task: all are read first
     try:
-        pairs = build_preference_pairs(scored, min_margin=min_margin, max_pairs_per_task=max_pairs_per_task)
+        pairs = build_preference_pairs(
+            scored, pairing=pairing, min_margin=min_margin, max_pairs_per_task=max_pairs_per_task
+        )
     except UnscoredError as exc:
         raise UnscoredError(f"{input_path}: {exc}") from None
     write_jsonl(output, pairs)

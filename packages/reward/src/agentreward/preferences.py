@@ -1,18 +1,20 @@
 """Preference pairs for DPO from scored trajectories of the same task.
 
-Within each task, every pair of trajectories whose total rewards differ by at least
-``min_margin`` gives a (chosen, rejected) pair; ``max_pairs_per_task`` keeps the pairs with
-the largest margins. Trajectories without a task id cannot be paired and are skipped.
+The pairing rule is knowlyr-core's ``knowlyrcore.datasets.pair_preferences``, the one
+``knowlyr-hub export --format dpo`` applies too: ``pairing="best_vs_worst"`` (the default) pairs
+each task's best trajectory against its worst; ``"all_above_margin"`` pairs every two, keeping
+the ``max_pairs_per_task`` largest margins. Either way the total rewards differ by at least
+``min_margin``, and a pair whose chosen trajectory failed (``outcome.success`` false) is left
+out. Trajectories without a task id cannot be paired and are skipped.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
-from itertools import combinations
 from typing import Any
 
 from agentreward.errors import UnscoredError
+from knowlyrcore.datasets import pair_preferences
 
 
 def task_key(trajectory: dict[str, Any]) -> str | None:
@@ -20,28 +22,32 @@ def task_key(trajectory: dict[str, Any]) -> str | None:
     return str(task.get("id") or "") or None
 
 
+def _failed(trajectory: dict[str, Any]) -> bool:
+    outcome = trajectory.get("outcome")
+    return isinstance(outcome, dict) and outcome.get("success") is False
+
+
 def build_preference_pairs(
-    scored: Iterable[dict[str, Any]], *, min_margin: float = 0.1, max_pairs_per_task: int | None = None
+    scored: Iterable[dict[str, Any]],
+    *,
+    pairing: str = "best_vs_worst",
+    min_margin: float = 0.1,
+    max_pairs_per_task: int | None = None,
 ) -> list[dict[str, Any]]:
     """Return ``{"task_id", "chosen", "rejected", "margin"}`` records, largest margins first per task."""
-    if min_margin < 0:
-        raise ValueError("min_margin must be >= 0")
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for trajectory in scored:
+    trajectories = list(scored)
+    for trajectory in trajectories:
         if trajectory.get("reward") is None:
             raise UnscoredError(f"trajectory {trajectory.get('id')!r} has no reward: score it first")
-        key = task_key(trajectory)
-        if key is not None:
-            groups[key].append(trajectory)
-    pairs: list[dict[str, Any]] = []
-    for task_id, group in groups.items():
-        candidates = []
-        for a, b in combinations(group, 2):
-            chosen, rejected = (a, b) if a["reward"] >= b["reward"] else (b, a)
-            margin = chosen["reward"] - rejected["reward"]
-            if margin >= min_margin and margin > 0:
-                candidates.append((margin, chosen, rejected))
-        candidates.sort(key=lambda c: -c[0])
-        for margin, chosen, rejected in candidates[:max_pairs_per_task]:
-            pairs.append({"task_id": task_id, "chosen": chosen, "rejected": rejected, "margin": round(margin, 6)})
-    return pairs
+    pairs = pair_preferences(
+        trajectories,
+        task_id=task_key,
+        reward=lambda t: t["reward"],
+        failed=_failed,
+        pairing=pairing,
+        min_margin=min_margin,
+        max_pairs_per_task=max_pairs_per_task,
+    )
+    return [
+        {"task_id": p.task_id, "chosen": p.chosen, "rejected": p.rejected, "margin": round(p.margin, 6)} for p in pairs
+    ]

@@ -64,9 +64,29 @@ def message_spans(tokenizer: Any, conv: Conversation) -> tuple[str, list[tuple[i
 def tokenize_conversation(tokenizer: Any, conv: Conversation, *, max_length: int | None = None) -> Example:
     """Tokenise ``conv``: labels on trainable messages only, per-token loss weights.
 
-    Truncates to ``max_length`` (from the right). Raises :class:`DataError` when nothing is left
-    to train on.
+    A conversation with recorded ``token_ids`` (the exact sequence a policy sampled, see
+    ``grpo_group``) is taken as it is, the chat template not rendered, and
+    ``meta["sampled_logprobs"]`` holds each token's sampling-time log-prob (None where not
+    recorded). Truncates to ``max_length`` (from the right). Raises :class:`DataError` when
+    nothing is left to train on.
     """
+    meta = _meta(conv)
+    if conv.token_ids is not None:
+        ids, labels, weights, logprobs = _recorded(tokenizer, conv)
+        meta["sampled_logprobs"] = logprobs[:max_length]
+    else:
+        ids, labels, weights = _rendered(tokenizer, conv)
+    if max_length is not None and len(ids) > max_length:
+        ids, labels, weights = ids[:max_length], labels[:max_length], weights[:max_length]
+    labels[0] = IGNORE_INDEX  # nothing predicts the first token
+    example = Example(ids, labels, weights, source=conv.source, meta=meta)
+    if example.num_trainable == 0:
+        raise DataError(f"{conv.source}: no trainable tokens left (all masked or cut by max_length={max_length})")
+    return example
+
+
+def _rendered(tokenizer: Any, conv: Conversation) -> tuple[list[int], list[int], list[float]]:
+    """Ids, labels and weights of ``conv`` rendered with the chat template."""
     text, spans = message_spans(tokenizer, conv)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"], enc["offset_mapping"]
@@ -81,13 +101,28 @@ def tokenize_conversation(tokenizer: Any, conv: Conversation, *, max_length: int
             if trainable:
                 labels[tok], weights[tok] = ids[tok], weight
             tok += 1
-    if max_length is not None and len(ids) > max_length:
-        ids, labels, weights = ids[:max_length], labels[:max_length], weights[:max_length]
-    labels[0] = IGNORE_INDEX  # nothing predicts the first token
-    example = Example(ids, labels, weights, source=conv.source, meta=_meta(conv))
-    if example.num_trainable == 0:
-        raise DataError(f"{conv.source}: no trainable tokens left (all masked or cut by max_length={max_length})")
-    return example
+    return ids, labels, weights
+
+
+def _recorded(tokenizer: Any, conv: Conversation) -> tuple[list[int], list[int], list[float], list[float | None]]:
+    """Ids, labels, weights and sampling log-probs from the recorded ids of each message."""
+    ids: list[int] = []
+    labels: list[int] = []
+    weights: list[float] = []
+    logprobs: list[float | None] = []
+    recorded_logprobs = conv.logprobs or [None] * len(conv.token_ids)
+    for span, trainable, weight, span_logprobs in zip(conv.token_ids, conv.trainable, conv.weights, recorded_logprobs):
+        ids += span
+        labels += span if trainable else [IGNORE_INDEX] * len(span)
+        weights += [weight if trainable else 0.0] * len(span)
+        logprobs += span_logprobs if span_logprobs is not None else [None] * len(span)
+    vocabulary = len(tokenizer)
+    unknown = next((i for i in ids if i >= vocabulary), None)
+    if unknown is not None:  # recorded with another tokenizer: the embedding lookup would fail
+        raise DataError(
+            f"{conv.source}: recorded token id {unknown} is not in the tokenizer's vocabulary ({vocabulary} tokens)"
+        )
+    return ids, labels, weights, logprobs
 
 
 def _meta(conv: Conversation) -> dict[str, Any]:

@@ -2,14 +2,17 @@
 
 Every record becomes a :class:`Conversation`: chat ``messages`` (what the tokenizer's chat
 template renders), and per message whether its tokens are trained on and with which weight.
-The readers accept exactly the formats ``knowlyr-hub export`` writes (see ``docs/formats.md``):
+Each record is validated with the knowlyr-core model ``knowlyr-hub export`` writes
+(``knowlyrcore.datasets``; see ``docs/formats.md``):
 
-* SFT: ``instruction`` / ``input`` / ``response``; agent ``steps`` ``[{thought, action,
-  observation, reward}]``; a ``response`` holding ``Step N: / Thought: / Action: / Observation:``
-  text; chat ``messages`` (+ ``tools``).
-* DPO: ``prompt`` / ``chosen`` / ``rejected``, each text or a list of messages.
-* GRPO: ``task_id``, ``prompt``, ``trajectories`` ``[{response | messages | steps, reward,
-  step_rewards}]``.
+* SFT (``SFTRecord``): ``instruction`` / ``input`` / ``response``; agent ``steps`` ``[{thought,
+  action, observation, reward}]``; a ``response`` holding ``Step N: / Thought: / Action: /
+  Observation:`` text; chat ``messages`` (+ ``tools``).
+* DPO (``DPORecord``): ``prompt`` / ``chosen`` / ``rejected``, each text or a list of messages.
+* GRPO (``GRPORecord``): ``task_id``, ``prompt``, ``trajectories`` ``[{response | messages,
+  reward, step_rewards, prompt_token_ids}]``. An attempt whose whole token sequence was recorded
+  (``prompt_token_ids`` and every message's ``token_ids``) keeps it in ``Conversation.token_ids``,
+  and ``tokenize_conversation`` trains on those ids instead of rendering the chat template.
 
 Bad input raises :class:`DataError` naming file, line and field (``path:line: field: problem``).
 Numbers must be finite: ``NaN``/``Infinity`` literals, overflowing numbers and weights that come
@@ -30,12 +33,17 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from agenttrainer.errors import TrainerError
 from agenttrainer.losses.sft import step_weights
+from knowlyrcore.datasets import ChatMessage, DPORecord, GRPORecord, SFTRecord, SFTStep
 from knowlyrcore.errors import DataFormatError, no_such_file
-from knowlyrcore.jsonl import iter_json_lines
+from knowlyrcore.jsonl import iter_json_lines, validation_error
+
+RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
 class DataError(TrainerError, ValueError):
@@ -62,6 +70,11 @@ class Conversation:
     reward: float | None = None
     loss_hint: float | None = None  # metadata.loss, a difficulty proxy for coreset selection
     step_rewards: list[float] = field(default_factory=list)
+    # Per message, its tokens exactly as the policy saw them, when the whole sequence was recorded
+    # (tokenize_conversation then uses them instead of the chat template), and the sampling-time
+    # log-probs of its tokens where recorded (None elsewhere).
+    token_ids: list[list[int]] | None = None
+    logprobs: list[list[float] | None] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -89,29 +102,15 @@ def read_jsonl(path: str | Path, *, max_line_bytes: int | None = None) -> Iterat
         raise DataError(str(exc)) from None
 
 
-def _text(record: dict[str, Any], key: str, where: str, *, required: bool = True) -> str:
-    value = record.get(key)
-    if value is None:
-        if required:
-            raise DataError(f"{where}: missing field {key!r}")
-        return ""
-    if not isinstance(value, str):
-        raise DataError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
-    return value
-
-
-def _number(value: Any, where: str, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DataError(f"{where}: field {name!r} must be a number, got {value!r}")
+def _validated(model: type[RecordT], record: RecordT | dict[str, Any], where: str) -> RecordT:
+    """``record`` as ``model`` (the knowlyr-core model the hub writes); a bad one is a
+    :class:`DataError` naming ``where`` (``file:line``) and the field."""
+    if isinstance(record, model):
+        return record
     try:
-        number = float(value)
-    except OverflowError:  # an integer beyond float range
-        raise DataError(f"{where}: {name}: number too large for a float") from None
-    if not math.isfinite(number):
-        raise DataError(f"{where}: {name}: not a finite number ({number})")
-    return number
+        return model.model_validate(record)
+    except ValidationError as err:
+        raise DataError(str(validation_error(where, None, err))) from None
 
 
 def _step_weights(rewards: list[float], where: str, name: str) -> list[float]:
@@ -128,6 +127,12 @@ def _action_text(action: Any) -> str:
     if isinstance(action, dict):  # a tool call {name, parameters}
         return json.dumps(action, ensure_ascii=False)
     return str(action)
+
+
+def _observation_text(observation: Any) -> str:
+    if observation is None:
+        return ""
+    return observation if isinstance(observation, str) else json.dumps(observation, ensure_ascii=False)
 
 
 _STEP_RE = re.compile(r"^\s*Step\s+\d+\s*:\s*$", re.MULTILINE)
@@ -153,138 +158,87 @@ def parse_step_text(text: str) -> list[dict[str, str]]:
     return steps
 
 
-def _task_text(record: dict[str, Any], where: str) -> str:
-    instruction = _text(record, "instruction", where)
-    extra = _text(record, "input", where, required=False)
-    return f"{instruction}\n\n{extra}" if extra else instruction
+def _task_text(record: SFTRecord) -> str:
+    return f"{record.instruction}\n\n{record.input}" if record.input else record.instruction or ""
 
 
-def _steps_conversation(task: str, steps: list[Any], where: str, mask_observations: bool) -> Conversation:
+def _steps_conversation(task: str, steps: list[SFTStep], where: str, mask_observations: bool) -> Conversation:
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
-    trainable, rewards, step_of_message = [False], [], [None]
+    trainable, step_of_message = [False], [None]
     for j, step in enumerate(steps):
-        if not isinstance(step, dict):
-            raise DataError(f"{where}: steps[{j}] must be an object")
-        thought, action = step.get("thought") or "", step.get("action")
-        if action is None and not thought:
-            raise DataError(f"{where}: steps[{j}] needs 'thought' or 'action'")
-        content = (
-            f"Thought: {thought}\nAction: {_action_text(action)}" if thought else f"Action: {_action_text(action)}"
+        action = f"Action: {_action_text(step.action)}"
+        messages.append(
+            {"role": "assistant", "content": f"Thought: {step.thought}\n{action}" if step.thought else action}
         )
-        messages.append({"role": "assistant", "content": content})
         trainable.append(True)
         step_of_message.append(j)
-        reward = _number(step.get("reward"), where, f"steps[{j}].reward")
-        rewards.append(reward)
-        observation = step.get("observation")
-        if observation not in (None, ""):
-            obs = observation if isinstance(observation, str) else json.dumps(observation, ensure_ascii=False)
-            messages.append({"role": "user", "content": f"Observation: {obs}"})
+        observation = _observation_text(step.observation)
+        if observation:
+            messages.append({"role": "user", "content": f"Observation: {observation}"})
             trainable.append(not mask_observations)
             step_of_message.append(j)
-    if not steps:
-        raise DataError(f"{where}: field 'steps' is empty")
-    known = [r for r in rewards if r is not None]
-    if known and len(known) != len(rewards):
-        raise DataError(f"{where}: either every step has a 'reward' or none does")
-    per_step = _step_weights(known, where, "steps[*].reward") if known else [1.0] * len(steps)
+    rewards = [s.reward for s in steps if s.reward is not None]  # all or none (SFTRecord checks)
+    per_step = _step_weights(rewards, where, "steps[*].reward") if rewards else [1.0] * len(steps)
     weights = [1.0 if j is None else per_step[j] for j in step_of_message]
-    return Conversation(messages, trainable, weights, step_rewards=known)
+    return Conversation(messages, trainable, weights, step_rewards=rewards)
 
 
-def _messages(value: Any, where: str, name: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list) or not value:
-        raise DataError(f"{where}: field {name!r} must be a non-empty list of messages")
-    for i, m in enumerate(value):
-        if not isinstance(m, dict) or "role" not in m:
-            raise DataError(f"{where}: {name}[{i}] must be an object with a 'role'")
-        if m["role"] not in ("system", "user", "assistant", "tool"):
-            raise DataError(f"{where}: {name}[{i}].role {m['role']!r} is not system/user/assistant/tool")
-    return value
+def _parsed_steps(text: str) -> list[SFTStep]:
+    return [SFTStep.model_validate(step) for step in parse_step_text(text)]
 
 
-def _chat_conversation(messages: list[dict[str, Any]], where: str, mask_observations: bool) -> Conversation:
-    trainable, rewards = [], []
-    for i, m in enumerate(messages):
-        if m["role"] == "assistant":
-            trainable.append(True)
-            rewards.append(_number(m.get("reward"), where, f"messages[{i}].reward"))
-        else:
-            # Tool results are observations; user/system turns are never the model's output.
-            trainable.append(m["role"] == "tool" and not mask_observations)
-    if not any(m["role"] == "assistant" for m in messages):
-        raise DataError(f"{where}: field 'messages' has no assistant message to train on")
+def _chat_conversation(messages: list[ChatMessage], where: str, mask_observations: bool) -> Conversation:
+    # Tool results are observations; user/system turns are never the model's output.
+    trainable = [m.role == "assistant" or (m.role == "tool" and not mask_observations) for m in messages]
+    rewards = [m.reward for m in messages if m.role == "assistant"]
     known = [r for r in rewards if r is not None]
     complete = known and len(known) == len(rewards)
     per_step = iter(_step_weights(known, where, "messages[*].reward")) if complete else None
-    weights = [next(per_step) if per_step and m["role"] == "assistant" else 1.0 for m in messages]
-    clean = [{k: v for k, v in m.items() if k != "reward"} for m in messages]
-    return Conversation(clean, trainable, weights, step_rewards=known if per_step else [])
+    weights = [next(per_step) if per_step and m.role == "assistant" else 1.0 for m in messages]
+    return Conversation([m.chat() for m in messages], trainable, weights, step_rewards=known if per_step else [])
 
 
 def sft_conversation(
-    record: dict[str, Any], where: str, *, agent_format: bool = True, mask_observations: bool = True
+    record: SFTRecord | dict[str, Any], where: str, *, agent_format: bool = True, mask_observations: bool = True
 ) -> Conversation:
-    """One SFT record as a :class:`Conversation` (see the module docstring for the formats)."""
-    if "messages" in record:
-        conv = _chat_conversation(_messages(record["messages"], where, "messages"), where, mask_observations)
-        tools = record.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise DataError(f"{where}: field 'tools' must be a list")
-        conv.tools = tools
-    elif "steps" in record:
-        steps = record["steps"]
-        if not isinstance(steps, list):
-            raise DataError(f"{where}: field 'steps' must be a list")
-        task = _task_text(record, where)
-        if agent_format:
-            conv = _steps_conversation(task, steps, where, mask_observations)
-        else:
-            text = "\n".join(
-                f"Step {j + 1}:\nThought: {s.get('thought', '')}\nAction: {_action_text(s.get('action'))}"
-                f"\nObservation: {s.get('observation', '')}"
-                for j, s in enumerate(steps)
-            )
-            conv = Conversation(
-                [{"role": "user", "content": task}, {"role": "assistant", "content": text}], [False, True], [1.0, 1.0]
-            )
-    elif "response" in record:
-        task, response = _task_text(record, where), _text(record, "response", where)
-        steps = parse_step_text(response) if agent_format else []
-        if steps:
-            conv = _steps_conversation(task, steps, where, mask_observations)
-        else:
-            conv = Conversation(
-                [{"role": "user", "content": task}, {"role": "assistant", "content": response}],
-                [False, True],
-                [1.0, 1.0],
-            )
+    """One SFT record (an :class:`~knowlyrcore.datasets.SFTRecord` or its dict) as a :class:`Conversation`."""
+    record = _validated(SFTRecord, record, where)
+    if record.shape == "messages":
+        conv = _chat_conversation(record.messages, where, mask_observations)
+        conv.tools = record.tools
+    elif record.shape == "steps" and agent_format:
+        conv = _steps_conversation(_task_text(record), record.steps, where, mask_observations)
+    elif record.shape == "steps":
+        text = "\n".join(
+            f"Step {j + 1}:\nThought: {s.thought or ''}\nAction: {_action_text(s.action)}"
+            f"\nObservation: {_observation_text(s.observation)}"
+            for j, s in enumerate(record.steps)
+        )
+        conv = _single_turn(_task_text(record), text)
     else:
-        raise DataError(f"{where}: record needs one of 'messages', 'steps' or 'response'")
+        steps = _parsed_steps(record.response) if agent_format else []
+        if steps:
+            conv = _steps_conversation(_task_text(record), steps, where, mask_observations)
+        else:
+            conv = _single_turn(_task_text(record), record.response)
+    metadata = record.metadata
     conv.source = where
-    conv.task_id = record.get("task_id")
-    metadata = record.get("metadata") or {}
-    conv.task_type = record.get("task_type") or (metadata.get("task_type") if isinstance(metadata, dict) else None)
-    conv.reward = _number(record.get("reward"), where, "reward")
-    conv.loss_hint = _number(metadata.get("loss"), where, "metadata.loss") if isinstance(metadata, dict) else None
+    conv.task_id = record.task_id
+    conv.task_type = record.task_type or (metadata.task_type if metadata else None)
+    conv.reward = record.reward
+    conv.loss_hint = metadata.loss if metadata else None
     return conv
 
 
-def _prompt_messages(record: dict[str, Any], where: str) -> list[dict[str, Any]]:
-    prompt = record.get("prompt")
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, list):
-        return _messages(prompt, where, "prompt")
-    raise DataError(f"{where}: field 'prompt' must be text or a list of messages")
+def _single_turn(task: str, answer: str) -> Conversation:
+    return Conversation(
+        [{"role": "user", "content": task}, {"role": "assistant", "content": answer}], [False, True], [1.0, 1.0]
+    )
 
 
-def _completion(value: Any, where: str, name: str) -> list[dict[str, Any]]:
-    if isinstance(value, str):
-        return [{"role": "assistant", "content": value}]
-    if isinstance(value, list):
-        return _messages(value, where, name)
-    raise DataError(f"{where}: field {name!r} must be text or a list of messages")
+def _as_messages(value: str | list[ChatMessage], role: str) -> list[dict[str, Any]]:
+    """A prompt (``role="user"``) or completion (``"assistant"``) given as text or as messages."""
+    return [{"role": role, "content": value}] if isinstance(value, str) else [m.chat() for m in value]
 
 
 def _completion_conversation(
@@ -292,53 +246,37 @@ def _completion_conversation(
 ) -> Conversation:
     messages = prompt + completion
     trainable = [False] * len(prompt) + [m["role"] == "assistant" for m in completion]
-    if not any(trainable):
-        raise DataError(f"{where}: completion has no assistant message")
     return Conversation(messages, trainable, [1.0] * len(messages), source=where)
 
 
-def dpo_pair(record: dict[str, Any], where: str) -> tuple[Conversation, Conversation]:
+def dpo_pair(record: DPORecord | dict[str, Any], where: str) -> tuple[Conversation, Conversation]:
     """``(chosen, rejected)`` conversations sharing the prompt; only completion turns are trainable."""
-    prompt = _prompt_messages(record, where)
-    pair = []
-    for name in ("chosen", "rejected"):
-        if name not in record:
-            raise DataError(f"{where}: missing field {name!r}")
-        conv = _completion_conversation(prompt, _completion(record[name], where, name), where)
-        conv.task_id = record.get("task_id")
-        pair.append(conv)
-    return pair[0], pair[1]
+    record = _validated(DPORecord, record, where)
+    prompt = _as_messages(record.prompt, "user")
+    chosen, rejected = (
+        _completion_conversation(prompt, _as_messages(completion, "assistant"), where)
+        for completion in (record.chosen, record.rejected)
+    )
+    chosen.task_id = rejected.task_id = record.task_id
+    return chosen, rejected
 
 
-def grpo_group(record: dict[str, Any], where: str) -> list[Conversation]:
-    """The trajectories of one task; each carries ``reward`` and per-message step weights."""
-    prompt = _prompt_messages(record, where)
-    trajectories = record.get("trajectories")
-    if not isinstance(trajectories, list) or not trajectories:
-        raise DataError(f"{where}: field 'trajectories' must be a non-empty list")
+def grpo_group(record: GRPORecord | dict[str, Any], where: str) -> list[Conversation]:
+    """The trajectories of one task; each carries ``reward`` and per-message step weights, and
+    ``token_ids`` when the whole sequence the policy saw was recorded (then trained on as is)."""
+    record = _validated(GRPORecord, record, where)
+    prompt = _as_messages(record.prompt, "user")
     group = []
-    for i, traj in enumerate(trajectories):
+    for i, traj in enumerate(record.trajectories):
         name = f"trajectories[{i}]"
-        if not isinstance(traj, dict):
-            raise DataError(f"{where}: {name} must be an object")
-        reward = _number(traj.get("reward"), where, f"{name}.reward")
-        if reward is None:
-            raise DataError(f"{where}: missing field '{name}.reward'")
-        if "messages" in traj:
-            completion = _messages(traj["messages"], where, f"{name}.messages")
-        elif "response" in traj:
-            completion = _completion(traj["response"], where, f"{name}.response")
+        if traj.messages is not None:
+            completion = [m.chat() for m in traj.messages]
+        elif isinstance(traj.response, str) and (steps := _parsed_steps(traj.response)):
+            completion = _steps_conversation("", steps, where, True).messages[1:]  # thought+action, not observations
         else:
-            raise DataError(f"{where}: {name} needs 'response' or 'messages'")
-        if "steps" not in traj and len(completion) == 1 and isinstance(traj.get("response"), str):
-            steps = parse_step_text(traj["response"])
-            if steps:  # agent text: train thought+action, not observations
-                completion = _steps_conversation("", steps, where, True).messages[1:]
+            completion = _as_messages(traj.response, "assistant")
         conv = _completion_conversation(prompt, completion, where)
-        step_rewards = traj.get("step_rewards") or []
-        if not isinstance(step_rewards, list):
-            raise DataError(f"{where}: field '{name}.step_rewards' must be a list")
-        step_rewards = [_number(r, where, f"{name}.step_rewards[{j}]") for j, r in enumerate(step_rewards)]
+        step_rewards = traj.step_rewards or []
         n_assistant = sum(1 for m in completion if m["role"] == "assistant")
         if step_rewards and len(step_rewards) != n_assistant:
             raise DataError(
@@ -349,6 +287,10 @@ def grpo_group(record: dict[str, Any], where: str) -> list[Conversation]:
             conv.weights = [
                 next(per_step) if t and m["role"] == "assistant" else 1.0 for t, m in zip(conv.trainable, conv.messages)
             ]
-        conv.reward, conv.step_rewards, conv.task_id = reward, step_rewards, record.get("task_id")
+        recorded = traj.recorded_token_ids()
+        if recorded is not None:  # the prompt's ids go on its last message, which is never trained on
+            conv.token_ids = [[] for _ in prompt[:-1]] + recorded
+            conv.logprobs = [None] * len(prompt) + [m.logprobs for m in traj.messages]
+        conv.reward, conv.step_rewards, conv.task_id = traj.reward, step_rewards, record.task_id
         group.append(conv)
     return group
