@@ -1,7 +1,7 @@
 """Rule-layer throughput of knowlyr-reward: scored steps per second (target >= 10,000).
 
 Builds realistic coding trajectories (reads, greps, edits, test runs with multi-KB outputs,
-some repeats and failures) and times RewardEngine.score over them. Prints one JSON line.
+some repeats and failures) and times RewardEngine.score_record over them. Prints one JSON line.
 
     python bench/reward.py [--trajectories 200] [--steps 30]
 """
@@ -53,12 +53,12 @@ def main() -> None:
     rng = random.Random(0)
     data = [make_trajectory(rng, args.steps) for _ in range(args.trajectories)]
     engine = RewardEngine()
-    engine.score(data[0])  # warm up regex caches
+    engine.score_record(data[0])  # warm up regex caches
     rates = []
     for _ in range(args.repeats):
         start = time.perf_counter()
         for trajectory in data:
-            engine.score(trajectory)
+            engine.score_record(trajectory)
         rates.append(args.trajectories * args.steps / (time.perf_counter() - start))
     rate = statistics.median(rates)
     print(json.dumps({"bench": "reward_rule_layer", "steps": args.trajectories * args.steps,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -35,7 +36,9 @@ from agentsandbox.suites import get_suite
 from knowlyrcore import TaskInfo, ToolCategory, get_domain_profile
 from trajectoryhub import collect_batched
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
+# the published real agent logs: $KNOWLYR_REAL_DATA, else shared/data/real beside the clone (as the
+# root conftest.py sets it for knowlyrcore.testing.real_data; a script does not import pytest)
+SHARED = Path(os.environ.get("KNOWLYR_REAL_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data" / "real")
 WHO_AND_WHEN_BEST_STEP_ACCURACY = 0.142  # the best step-level accuracy published with Who&When
 
 
@@ -140,7 +143,7 @@ def calibration_held_out(engine: RewardEngine, runs: list[dict[str, Any]]) -> di
         success = record["outcome"]["success"]
         if mistake is None and not success:
             continue
-        scored = engine.score(hide_labels(record))
+        scored = engine.score_record(hide_labels(record))
         fit_half = task_ids.index(record["task"]["id"]) % 2 == 0
         rubrics, human, baseline = halves[fit_half]
         for i, step in enumerate(scored["steps"]):

@@ -315,8 +315,8 @@ DRIFTS = {
         '    "click>=8.1",\n',
         '    "click>=8.1",\n    "torch>=2.1",\n',
         third_party_problems,
-        f"{DOC} says knowlyr-core requires click, jsonschema, pydantic, pyyaml, typing-extensions; "
-        "packages/core/pyproject.toml says click, jsonschema, pydantic, pyyaml, torch, typing-extensions",
+        f"{DOC} says knowlyr-core requires click, jsonschema, pydantic, pydantic-core, pyyaml, typing-extensions; "
+        "packages/core/pyproject.toml says click, jsonschema, pydantic, pydantic-core, pyyaml, torch, typing-extensions",
     ),
 }
 

@@ -87,7 +87,7 @@ def datasets(tmp_path_factory):
     bad = collect(LookupEnv, agent_factory=Flailer, tasks=TASKS, n_episodes=2, reward_fn=reward_fn,
                   agent_name="flailer", progress=False)  # fmt: skip
     engine = RewardEngine(domain="conversation")
-    scored = [Trajectory.model_validate(engine.score(t.model_dump(mode="json"))) for t in good + bad]
+    scored = [engine.score(t) for t in good + bad]
     write_trajectories(root / "scored.jsonl", scored)
     exporter = DatasetExporter(root / "scored.jsonl")
     reports = {

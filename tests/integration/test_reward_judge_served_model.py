@@ -106,7 +106,7 @@ def test_judge_scores_come_from_a_served_model(tmp_path):
     server = Served(str(tmp_path / "judge"), "tiny-judge")
     try:
         judge = Judge(model="tiny-judge", base_url=server.url, max_tokens=64, max_retries=0)
-        scored = RewardEngine(judge=judge).score(TRAJ)
+        scored = RewardEngine(judge=judge).score_record(TRAJ)
     finally:
         server.close()
     assert judge.failures == [] and judge.calls == 2
@@ -121,8 +121,8 @@ def test_judge_with_smollm2_parses_or_abstains():
     server = Served("smollm2-135m", "smollm2-135m")
     try:
         judge = Judge(model="smollm2-135m", base_url=server.url, max_tokens=48, max_retries=0)
-        rules_only = RewardEngine().score(TRAJ)
-        scored = RewardEngine(judge=judge).score(TRAJ)
+        rules_only = RewardEngine().score_record(TRAJ)
+        scored = RewardEngine(judge=judge).score_record(TRAJ)
     finally:
         server.close()
     assert judge.calls == 2

@@ -72,6 +72,7 @@ def test_a_sibling_left_at_an_older_version_of_ours_fails(monkeypatch):
 DEPENDENTS = {
     "agentsandbox": "knowlyr-sandbox",
     "agentrecorder": "knowlyr-recorder",
+    "agentreward": "knowlyr-reward",
     "trajectoryhub": "knowlyr-hub",
     "agenttrainer": "knowlyr-trainer",
 }

@@ -5,6 +5,9 @@ line length and ``schema_version``; the CLI runs on ``knowlyrcore.clikit`` like 
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -132,3 +135,15 @@ def test_a_missing_file_is_worded_as_in_every_knowlyr_command(tmp_path, capsys, 
     out, err = capsys.readouterr()
     assert (out, err) == ("", f"error: {no_such_file(values['missing'])}\n")
     assert not values["out"].exists()
+
+
+def test_mcp_without_the_sdk_is_cores_one_line(tmp_path):
+    """`knowlyr-reward mcp` without the mcp SDK (hidden by a package that fails to import, as when
+    it is not installed): core's missing-extra line, exit 2, no traceback."""
+    (tmp_path / "mcp").mkdir()
+    (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mcp'\", name='mcp')\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    hidden = subprocess.run([sys.executable, "-m", "agentreward.cli", "mcp"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PYTHONPATH": path})  # fmt: skip
+    assert hidden.returncode == 2, hidden.stderr
+    assert hidden.stderr == "error: knowlyr-reward mcp needs the 'mcp' extra: pip install 'knowlyr-reward[mcp]'\n"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from knowlyrcore.testing import real_data
+
 TRAJ = {"schema_version": "1.0", "id": "t1", "task": {"description": "read a.py", "domain": "coding"},
         "steps": [{"index": 0, "tool_call": {"name": "read_file", "parameters": {"path": "a.py"}},
                    "observation": {"output": "x = 1"}}]}  # fmt: skip
@@ -109,8 +111,6 @@ def test_security_empty_input_is_an_error(tmp_path, command):
 
 def test_security_scores_of_a_real_log_are_finite(tmp_path):
     """A real SWE-agent run, converted by knowlyr-recorder, scores to finite numbers only."""
-    from knowlyrcore.testing import real_data  # knowlyr-core comes with knowlyr-reward[mcp], in [dev]
-
     log = real_data("swe-agent_test-repo-i1.traj")
     pytest.importorskip("agentrecorder", reason="converting the log needs knowlyr-recorder, a sibling")
     from agentrecorder.convert import convert_file

@@ -22,6 +22,7 @@ from agenttrainer.online import OnlineRLTrainer
 from agenttrainer.serving.background import ServerProcess
 from agenttrainer.trainers.sft import SFTTrainer
 from knowlyrcore import AgentEnv, TimeStep, register, unregister
+from knowlyrcore.testing import require_module
 
 SYSTEM = "You are the shop's agent. Answer briefly."
 
@@ -95,7 +96,7 @@ def test_sft_writes_the_contract_of_its_data_into_every_checkpoint_and_a_chain_p
 
 
 def test_a_lora_adapter_checkpoint_carries_the_contract(tiny_path, tmp_path):
-    pytest.importorskip("peft")
+    require_module("peft", "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
     final = sft(tmp_path, tiny_path, chat_rows(), use_lora=True, lora_preset="minimal")
     adapter_checkpoint = tmp_path / "sft" / "checkpoint-2"
     assert (adapter_checkpoint / "adapter_config.json").is_file()

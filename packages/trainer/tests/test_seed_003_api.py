@@ -24,6 +24,7 @@ from agenttrainer.compat.agent_training import (
 )
 from agenttrainer.compat.hello_agents_rl import create_rl_dataset, create_sft_dataset
 from agenttrainer.config import ConfigError, DPOConfig, OnlineRLConfig
+from knowlyrcore.testing import require_module
 from knowlyrcore.tool_parsing import parse_reply
 
 CONFIG_WITH_CORESET = """
@@ -139,7 +140,7 @@ def test_seed_defaults_are_kept_except_model_and_data():
 
 def test_prepare_datasets_mixes_replay_from_the_previous_run(workdir, tiny_path):
     pytest.importorskip("agentsandbox", reason="the default train_data is knowlyr-sandbox's retail suite")
-    pytest.importorskip("peft", reason="AgentSFTConfig trains LoRA adapters")
+    require_module("peft", "AgentSFTConfig trains LoRA adapters: peft (knowlyr-trainer[peft], in [dev])")
     ns = {}
     exec(adapt(PREPARE_DATASETS, tiny_path), ns)
     assert ns["trainer"].prepare_datasets() == {"train": 4, "replay": 0}  # an empty buffer the first time
@@ -155,7 +156,7 @@ def test_python_api_runs_sft_dpo_and_evaluation(workdir, tiny_path, capsys):
 
     ``benchmark_loader`` (undefined in the seed) is a JSONL file of two test-split expert steps."""
     pytest.importorskip("agentsandbox", reason="the default train_data is knowlyr-sandbox's retail suite")
-    pytest.importorskip("peft", reason="AgentSFTConfig trains LoRA adapters")
+    require_module("peft", "AgentSFTConfig trains LoRA adapters: peft (knowlyr-trainer[peft], in [dev])")
     agentreward = pytest.importorskip("agentreward.seed003", reason="the reward half is knowlyr-reward's")
     benchmark = rows_file(workdir / "benchmark.jsonl", create_rl_dataset("test", 2))
     ns = {"AgentRewardConfig": agentreward.AgentRewardConfig, "benchmark_loader": str(benchmark)}

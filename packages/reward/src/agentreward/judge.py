@@ -25,6 +25,7 @@ from typing import Any
 
 from agentreward.errors import JudgeError
 from agentreward.rubrics import MODEL_RUBRICS, RUBRICS
+from knowlyrcore.errors import require_extra
 
 _JSON_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
 _HISTORY_STEPS = 6
@@ -180,21 +181,18 @@ class Judge:
     def _get_client(self) -> Any:
         if self._client is not None:
             return self._client
-        try:
-            if self.provider == "openai":
-                from openai import OpenAI
-
-                self._client = OpenAI(
-                    base_url=self.base_url, api_key=self.api_key or "not-needed", timeout=self.timeout, max_retries=0
-                )
-            else:
-                from anthropic import Anthropic
-
-                self._client = Anthropic(
-                    base_url=self.base_url, api_key=self.api_key or "not-needed", timeout=self.timeout, max_retries=0
-                )
-        except ImportError as exc:
-            raise JudgeError(f"the judge needs the {self.provider} SDK: pip install 'knowlyr-reward[llm]'") from exc
+        # a missing SDK is no flaky endpoint: MissingExtraError is not a JudgeError, so the judge
+        # does not abstain on it (leaving the rule scores in place) but stops the scoring
+        if self.provider == "openai":
+            OpenAI = require_extra("openai", "knowlyr-reward", "llm", "the openai judge").OpenAI
+            self._client = OpenAI(
+                base_url=self.base_url, api_key=self.api_key or "not-needed", timeout=self.timeout, max_retries=0
+            )
+        else:
+            Anthropic = require_extra("anthropic", "knowlyr-reward", "llm", "the anthropic judge").Anthropic
+            self._client = Anthropic(
+                base_url=self.base_url, api_key=self.api_key or "not-needed", timeout=self.timeout, max_retries=0
+            )
         return self._client
 
     def complete(self, prompt: str, system: str = SYSTEM_PROMPT) -> str:

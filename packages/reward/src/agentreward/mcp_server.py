@@ -5,9 +5,9 @@ SDK shim, error rule and launcher are ``knowlyrcore.mcp``). Bad input comes back
 carrying the same one-line ``file:line: field: problem`` message as the CLI.
 
 Paths are the client's, so every one is checked against the allowed roots (the working
-directory, or each ``--root DIR``, plus the roots the client declares; ``knowlyrcore.roots``,
-which is why the ``mcp`` extra brings knowlyr-core): inputs and outputs outside them are
-refused, and an output never replaces a file this server did not write.
+directory, or each ``--root DIR``, plus the roots the client declares; ``knowlyrcore.roots``):
+inputs and outputs outside them are refused, and an output never replaces a file this server
+did not write.
 """
 
 from __future__ import annotations
