@@ -2,26 +2,17 @@
 
 import asyncio
 import json
-import sys
 
 import pytest
 
 from knowlyrcore import write_trajectories
-from knowlyrcore.testing import check_mcp_path_refusals, mcp_is_error, require_module
+from knowlyrcore.testing import check_mcp_path_refusals, mcp_is_error, mcp_session_calls, require_module
 
 pytestmark = pytest.mark.integration
 require_module("mcp", "the MCP server needs mcp (knowlyr-hub[mcp], in [dev])")
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
 
 
-async def session_calls(calls, roots=(), command=("-m", "trajectoryhub.mcp_server")):
-    roots_args = [a for root in roots for a in ("--root", str(root))]
-    params = StdioServerParameters(command=sys.executable, args=[*command, *roots_args])
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        tools = {t.name for t in (await session.list_tools()).tools}
-        return tools, [await session.call_tool(name, args) for name, args in calls]
+SERVER = ("-m", "trajectoryhub.mcp_server")
 
 
 def payload(result):
@@ -36,7 +27,7 @@ def test_export_dedup_evaluate_compare_over_stdio(traj, tmp_path):
         [traj("a1", "x", reward=0.9, success=True), traj("a2", "y", reward=0.7, steps=2), traj("a3", "x", reward=0.2)],
     )
     write_trajectories(b, [traj("b1", "x", reward=0.1, agent="b"), traj("b2", "y", reward=0.3, agent="b")])
-    tools, (sft, dpo, unique, report, comparison, bad) = asyncio.run(session_calls([
+    tools, (sft, dpo, unique, report, comparison, bad) = asyncio.run(mcp_session_calls(SERVER, [
         ("export", {"format": "sft", "trajectories": [str(a)], "output": str(tmp_path / "sft.jsonl")}),
         ("export", {"format": "dpo", "trajectories": [str(a)], "output": str(tmp_path / "dpo.jsonl")}),
         ("deduplicate", {"trajectories": [str(a), str(a)], "output": str(tmp_path / "u.jsonl")}),
@@ -66,7 +57,7 @@ def test_security_paths_outside_the_roots_and_overwrites_are_refused(traj, tmp_p
     (root / "link.jsonl").symlink_to(outside / "host.jsonl")
     (root / "notes.jsonl").write_text("precious\n")
     host, link, mine = str(outside / "host.jsonl"), str(root / "link.jsonl"), [str(a)]
-    _, results = asyncio.run(session_calls([
+    _, results = asyncio.run(mcp_session_calls(SERVER, [
         ("export", {"format": "sft", "trajectories": [host], "output": str(root / "o.jsonl")}),
         ("export", {"format": "sft", "trajectories": [str(outside)], "output": str(root / "o.jsonl")}),
         ("deduplicate", {"trajectories": [link], "output": str(root / "o.jsonl")}),
@@ -92,10 +83,10 @@ def test_knowlyr_hub_mcp_starts_the_same_server_with_its_roots(traj, tmp_path):
     root.mkdir()
     write_trajectories(root / "a.jsonl", [traj("a1", "x", reward=0.9)])
     write_trajectories(tmp_path / "b.jsonl", [traj("b1", "x", reward=0.1)])
-    tools, (inside, outside) = asyncio.run(session_calls([
+    tools, (inside, outside) = asyncio.run(mcp_session_calls(("-m", "trajectoryhub.cli", "mcp"), [
         ("evaluate", {"trajectories": str(root / "a.jsonl")}),
         ("evaluate", {"trajectories": str(tmp_path / "b.jsonl")}),
-    ], roots=[root], command=("-m", "trajectoryhub.cli", "mcp")))  # fmt: skip
+    ], roots=[root]))  # fmt: skip
     assert tools == {"export", "deduplicate", "evaluate", "compare"}
     assert payload(inside)["episodes"] == 1
     assert mcp_is_error(outside) and "outside the allowed roots" in outside.content[0].text

@@ -87,6 +87,11 @@ def test_atif_invalid_json_reply(real, real_json):
     assert validate_atif(real_json(name)) == []
 
 
+def swe_row(t):
+    """(id, steps, model, tests passed, tests failed) of a converted SWE-agent row."""
+    return (t.id, len(t.steps), t.model, t.outcome.tests.passed, t.outcome.tests.failed)
+
+
 # per row: (id, actions in content = code + api + message actions, model, passed, failed)
 ADP_NEBIUS = [
     ("tomerfiliba__plumbum-366_17", 7, "swe-agent-llama-70b", 6, 0),
@@ -99,8 +104,7 @@ ADP_NEBIUS = [
 
 def test_adp_nebius_rows(real):
     rows = convert_file(real(INTEROP.format("adp_nebius_swe-agent.std.json")))
-    assert [(t.id, len(t.steps), t.model) for t in rows] == [(i, n, m) for i, n, m, *_ in ADP_NEBIUS]
-    assert [(t.outcome.tests.passed, t.outcome.tests.failed) for t in rows] == [(p, f) for *_, p, f in ADP_NEBIUS]
+    assert [swe_row(t) for t in rows] == ADP_NEBIUS
     t = rows[0]
     # content[1] code_action "ls -F"; [3] find_file; [5] open; [7] edit; [9] python; [11] submit; [13] message
     assert t.tool_names == ["bash", "find_file", "open", "edit", "bash", "submit", "respond"]
@@ -175,8 +179,7 @@ NEBIUS = [
 
 def test_nebius_rows(real):
     rows = convert_file(real(INTEROP.format("nebius_swe-agent-trajectories_5rows.json")))
-    assert [(t.id, len(t.steps), t.model) for t in rows] == [(i, n, m) for i, n, m, *_ in NEBIUS]
-    assert [(t.outcome.tests.passed, t.outcome.tests.failed) for t in rows] == [(p, f) for *_, p, f in NEBIUS]
+    assert [swe_row(t) for t in rows] == NEBIUS
     # every row: target true, exit_status submitted, the last ai turn runs submit
     for t in rows:
         assert t.outcome.success is True and t.outcome.exit_status == "submitted" and t.outcome.terminated

@@ -2,25 +2,16 @@
 
 import asyncio
 import json
-import sys
 
 import pytest
 
-from knowlyrcore.testing import check_mcp_path_refusals, mcp_is_error, require_module
+from knowlyrcore.testing import check_mcp_path_refusals, mcp_is_error, mcp_session_calls, require_module
 
 pytestmark = pytest.mark.integration
 require_module("mcp", "the MCP server needs mcp (knowlyr-reward[mcp], in [dev])")
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
 
 
-async def session_calls(calls, roots=(), command=("-m", "agentreward.mcp_server")):
-    roots_args = [a for root in roots for a in ("--root", str(root))]
-    params = StdioServerParameters(command=sys.executable, args=[*command, *roots_args])
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        tools = {t.name for t in (await session.list_tools()).tools}
-        return tools, [await session.call_tool(name, args) for name, args in calls]
+SERVER = ("-m", "agentreward.mcp_server")
 
 
 def test_score_pairs_rubrics_over_stdio(tmp_path):
@@ -32,7 +23,7 @@ def test_score_pairs_rubrics_over_stdio(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records))
     (tmp_path / "broken.jsonl").write_text('{"steps": 5}\n')
-    tools, (scored, paired, rubric, broken) = asyncio.run(session_calls([
+    tools, (scored, paired, rubric, broken) = asyncio.run(mcp_session_calls(SERVER, [
         ("score", {"input": str(src), "output": str(tmp_path / "s.jsonl"), "domain": "coding"}),
         ("pairs", {"input": str(tmp_path / "s.jsonl"), "output": str(tmp_path / "p.jsonl")}),
         ("rubrics", {"domain": "coding"}),
@@ -58,7 +49,7 @@ def test_security_paths_outside_the_roots_and_overwrites_are_refused(tmp_path):
     (root / "link.jsonl").symlink_to(outside / "shadow.jsonl")
     (root / "notes.jsonl").write_text("precious\n")
     src = str(root / "in.jsonl")
-    _, results = asyncio.run(session_calls([
+    _, results = asyncio.run(mcp_session_calls(SERVER, [
         ("score", {"input": str(outside / "shadow.jsonl"), "output": str(root / "a.jsonl")}),
         ("score", {"input": str(root / "link.jsonl"), "output": str(root / "a.jsonl")}),
         ("score", {"input": src, "output": str(outside / "out.jsonl")}),
@@ -80,10 +71,10 @@ def test_knowlyr_reward_mcp_starts_the_same_server_with_its_roots(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     (tmp_path / "in.jsonl").write_text('{"id": "t", "task": {"id": "t"}, "steps": []}\n')
-    tools, (weights, outside) = asyncio.run(session_calls([
+    tools, (weights, outside) = asyncio.run(mcp_session_calls(("-m", "agentreward.cli", "mcp"), [
         ("rubrics", {"domain": "coding"}),
         ("score", {"input": str(tmp_path / "in.jsonl"), "output": str(root / "s.jsonl")}),
-    ], roots=[root], command=("-m", "agentreward.cli", "mcp")))  # fmt: skip
+    ], roots=[root]))  # fmt: skip
     assert tools == {"score", "pairs", "rubrics"}
     assert json.loads(weights.content[0].text)["goal_progress"]["weight"] == pytest.approx(0.30)
     assert mcp_is_error(outside) and "outside the allowed roots" in outside.content[0].text

@@ -9,18 +9,14 @@ it, and fail under ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI) instead. The error test
 
 import functools
 import hashlib
-import importlib.util
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
+from bfcl_shared import needs_bfcl, run_python
 
 from agentsandbox.bfcl.data import (
     CATEGORIES,
-    INSTALL_STEP,
     LIVE_CATEGORIES,
     NON_LIVE_CATEGORIES,
     BFCLError,
@@ -30,14 +26,8 @@ from agentsandbox.bfcl.data import (
 from agentsandbox.bfcl.env import json_schema
 from agentsandbox.bfcl.library import bfcl_library, query_pairs
 from agentsandbox.suites.bfcl import BFCL, excluded, render_question
-from knowlyrcore.testing import require
 
-HAVE_BFCL = importlib.util.find_spec("bfcl_eval") is not None
 SPLITS = {"train": LIVE_CATEGORIES, "test": NON_LIVE_CATEGORIES}
-
-
-def needs_bfcl():
-    require(HAVE_BFCL, f"BFCL's data comes with bfcl-eval: {INSTALL_STEP}")
 
 
 @functools.cache
@@ -136,13 +126,6 @@ def test_no_test_function_is_gold_in_any_train_pair():
     assert not {function_of(gold) for gold in train_gold} & test_functions
 
 
-def run_python(code, *args, env=None):
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
-                            timeout=300, env=env)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
-
-
 def test_library_and_pairs_are_the_same_in_another_process():
     """Another hash seed too: nothing depends on the iteration order of a set."""
     assert [t.name for t in bfcl_library()] == list(library()) and query_pairs("test") == pairs("test")
@@ -152,7 +135,7 @@ def test_library_and_pairs_are_the_same_in_another_process():
         from agentsandbox.bfcl.library import bfcl_library, query_pairs
         value = [[t.name for t in bfcl_library()], query_pairs("train"), query_pairs("test")]
         print(hashlib.sha256(json.dumps(value).encode()).hexdigest())
-    """, env={**os.environ, "PYTHONHASHSEED": "12345"})  # fmt: skip
+    """, env={**os.environ, "PYTHONHASHSEED": "12345"}, timeout=300)  # fmt: skip
     assert lines == [expected]
 
 
@@ -171,6 +154,6 @@ def test_without_bfcl_eval_every_entry_point_says_how_to_install():
                 entry_point()
             except Exception as exc:
                 print(type(exc).__name__, getattr(exc, "exit_code", None), repr(str(exc)))
-    """)
+    """, timeout=300)  # fmt: skip
     expected = "BFCL tasks need the bfcl-eval package: pip install --no-deps bfcl-eval==2026.3.23 (docs/bfcl.md)"
     assert lines == [f"BFCLError 2 {expected!r}"] * 2

@@ -12,11 +12,10 @@ import functools
 import importlib.util
 import json
 import re
-import subprocess
 import sys
-import textwrap
 
 import pytest
+from bfcl_shared import HAVE_BFCL, RESPOND, BFCLEnvConformance, hub_tasks_without_bfcl_eval, run_python
 
 from agentsandbox.bfcl.data import INSTALL_STEP
 from agentsandbox.bfcl.multi_turn import (
@@ -34,9 +33,8 @@ from agentsandbox.suites import SuiteError
 from agentsandbox.suites import bfcl_multi_turn as suite_module
 from agentsandbox.suites.bfcl_multi_turn import BFCL_MULTI_TURN, scenario, split_of
 from knowlyrcore.domain import tool_schemas
-from knowlyrcore.testing import EnvConformance, require
+from knowlyrcore.testing import require
 
-HAVE_BFCL = importlib.util.find_spec("bfcl_eval") is not None
 HAVE_MPMATH = importlib.util.find_spec("mpmath") is not None
 
 
@@ -52,9 +50,6 @@ def split_tasks(split):
 
 def task_of(bfcl_id):
     return next(t for t in split_tasks(split_of(bfcl_id)) if t["metadata"]["bfcl_id"] == bfcl_id)
-
-
-RESPOND = {"tool": "respond", "params": {"message": "Done."}}
 
 
 def call(tool, **params):
@@ -89,29 +84,16 @@ def first_turn_only(task):
     return task
 
 
-class TestBFCLMultiTurnEnv(EnvConformance):
+class TestBFCLMultiTurnEnv(BFCLEnvConformance):
     """On the first turn of multi_turn_base_0 (cd, mkdir, mv), so ``respond`` ends the episode."""
-
-    terminal_action = RESPOND
 
     @property
     def task(self):
         return first_turn_only(task_of("multi_turn_base_0"))
 
-    @property
-    def actions(self):
-        return self.task["metadata"]["solution"][:-1]
-
     def make_env(self):
         needs_bfcl()
         return BFCLMultiTurnEnv()
-
-    def test_available_tools_are_names(self, env):
-        """The tools are the task's functions, so they are known once ``reset`` has shown it."""
-        env.reset(task=self.task)
-        tools = env.available_tools
-        assert all(isinstance(t, str) and t for t in tools)
-        assert {a["tool"] for a in [*self.actions, RESPOND]} <= set(tools)
 
 
 def test_expert_solves_every_task_of_every_category():
@@ -381,13 +363,6 @@ def test_ground_truth_parser_reads_literals_and_evaluates_nothing(tmp_path):
     assert not target.exists()
 
 
-def run_python(code, *args):
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
-                            timeout=120)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
-
-
 def test_without_bfcl_eval_or_mpmath_every_entry_point_says_how_to_install():
     code = """
         import sys
@@ -410,26 +385,9 @@ def test_without_bfcl_eval_or_mpmath_every_entry_point_says_how_to_install():
 
 
 def test_hub_tasks_without_bfcl_eval_prints_one_line_and_exits_2(tmp_path):
-    """``knowlyr-hub tasks bfcl-multi-turn`` on a bare install (the entry point declared by a dist-info
-    of its own, so the test holds before the package is reinstalled)."""
-    pytest.importorskip("trajectoryhub.cli", reason="the hub is an optional sibling of knowlyr-sandbox")
-    dist = tmp_path / "bfcl_multi_turn_entry-0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bfcl-multi-turn-entry\nVersion: 0\n")
-    (dist / "entry_points.txt").write_text(
-        "[knowlyr.task_suites]\nbfcl-multi-turn = agentsandbox.suites.bfcl_multi_turn:BFCL_MULTI_TURN\n"
-    )
-    lines = run_python(f"""
-        import contextlib, io, sys
-        sys.path.append({str(tmp_path)!r})
-        sys.modules["bfcl_eval"] = None
-        from trajectoryhub.cli import main
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-            code = main(["tasks", "bfcl-multi-turn", "--split", "test", "-o", {str(tmp_path / "t.jsonl")!r}])
-        print(code)
-        print(err.getvalue(), end="")
-    """)
+    """``knowlyr-hub tasks bfcl-multi-turn`` on a bare install."""
+    target = "agentsandbox.suites.bfcl_multi_turn:BFCL_MULTI_TURN"
+    lines = hub_tasks_without_bfcl_eval(tmp_path, "bfcl-multi-turn", target)
     assert lines[0] == "2" and len(lines) == 2, lines
     assert lines[1].startswith(f"error: BFCL tasks need the bfcl-eval package: {INSTALL_STEP} (docs/bfcl.md)")
 

@@ -7,13 +7,10 @@ it, and fail under ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI) instead. The error test
 """
 
 import functools
-import importlib.util
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
+from bfcl_shared import RESPOND, BFCLEnvConformance, hub_tasks_without_bfcl_eval, needs_bfcl, run_python
 
 from agentsandbox.bfcl import BFCLEnv
 from agentsandbox.bfcl.data import (
@@ -28,13 +25,6 @@ from agentsandbox.suites import SuiteError
 from agentsandbox.suites import bfcl as bfcl_suite
 from agentsandbox.suites.bfcl import BFCL
 from knowlyrcore.domain import tool_schemas
-from knowlyrcore.testing import EnvConformance, require
-
-HAVE_BFCL = importlib.util.find_spec("bfcl_eval") is not None
-
-
-def needs_bfcl():
-    require(HAVE_BFCL, f"BFCL's data comes with bfcl-eval: {INSTALL_STEP}")
 
 
 @functools.cache
@@ -59,30 +49,14 @@ def play(task, actions, reward="outcome"):
     return steps
 
 
-RESPOND = {"tool": "respond", "params": {"message": "Done."}}
-
-
-class TestBFCLEnv(EnvConformance):
-    terminal_action = RESPOND
-
+class TestBFCLEnv(BFCLEnvConformance):
     @property
     def task(self):
         return task_of("parallel_0")
 
-    @property
-    def actions(self):
-        return self.task["metadata"]["solution"][:-1]
-
     def make_env(self):
         needs_bfcl()
         return BFCLEnv()
-
-    def test_available_tools_are_names(self, env):
-        """The tools are the task's functions, so they are known once ``reset`` has shown it."""
-        env.reset(task=self.task)
-        tools = env.available_tools
-        assert all(isinstance(t, str) and t for t in tools)
-        assert {a["tool"] for a in [*self.actions, RESPOND]} <= set(tools)
 
 
 def test_expert_solves_every_task_of_every_category():
@@ -227,13 +201,6 @@ def test_env_refuses_a_task_whose_function_is_a_closing_tool():
         BFCLEnv().reset(task=task)
 
 
-def run_python(code, *args):
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
-                            timeout=120)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
-
-
 def test_without_bfcl_eval_every_entry_point_says_how_to_install():
     lines = run_python("""
         import sys
@@ -252,25 +219,8 @@ def test_without_bfcl_eval_every_entry_point_says_how_to_install():
 
 
 def test_hub_tasks_without_bfcl_eval_prints_one_line_and_exits_2(tmp_path):
-    """``knowlyr-hub tasks bfcl`` on a bare install. The suite is found through its entry point,
-    declared here by a dist-info of its own too, so the test holds before the package is
-    reinstalled with the new entry point."""
-    pytest.importorskip("trajectoryhub.cli", reason="the hub is an optional sibling of knowlyr-sandbox")
-    dist = tmp_path / "bfcl_suite_entry-0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bfcl-suite-entry\nVersion: 0\n")
-    (dist / "entry_points.txt").write_text("[knowlyr.task_suites]\nbfcl = agentsandbox.suites.bfcl:BFCL\n")
-    lines = run_python(f"""
-        import contextlib, io, sys
-        sys.path.append({str(tmp_path)!r})
-        sys.modules["bfcl_eval"] = None
-        from trajectoryhub.cli import main
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-            code = main(["tasks", "bfcl", "--split", "test", "-o", {str(tmp_path / "t.jsonl")!r}])
-        print(code)
-        print(err.getvalue(), end="")
-    """)
+    """``knowlyr-hub tasks bfcl`` on a bare install."""
+    lines = hub_tasks_without_bfcl_eval(tmp_path, "bfcl", "agentsandbox.suites.bfcl:BFCL")
     assert lines[0] == "2" and len(lines) == 2, lines
     assert lines[1].startswith(f"error: BFCL tasks need the bfcl-eval package: {INSTALL_STEP} (docs/bfcl.md)")
     assert not (tmp_path / "t.jsonl").exists()

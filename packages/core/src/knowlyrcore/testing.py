@@ -586,3 +586,23 @@ def check_mcp_path_refusals(refused: list[Any], outside: int, secret: str) -> li
     assert all("not written by this server" in m for m in messages[outside:]), messages
     assert not any(secret in m for m in messages), messages
     return messages
+
+
+async def mcp_session_calls(
+    command: tuple[str, ...] | list[str], calls: list[tuple[str, dict[str, Any]]], roots: Any = ()
+) -> tuple[set[str], list[Any]]:
+    """Start ``python <command> --root R ...`` (one ``--root`` per entry of ``roots``) as an MCP
+    server over stdio, drive it with the official client and make ``calls`` (``(tool, arguments)``
+    in order); returns the names of the tools it lists and the ``CallToolResult`` of each call.
+    Needs the ``mcp`` package (check it with ``require_module`` first)."""
+    import sys
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    roots_args = [a for root in roots for a in ("--root", str(root))]
+    params = StdioServerParameters(command=sys.executable, args=[*command, *roots_args])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = {t.name for t in (await session.list_tools()).tools}
+        return tools, [await session.call_tool(name, arguments) for name, arguments in calls]

@@ -13,7 +13,6 @@ non-finite number.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -21,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from agentreward.errors import TrajectoryFormatError
-from knowlyrcore.jsonl import DEFAULT_MAX_LINE_BYTES, MAX_JSON_DEPTH, MAX_LINE_BYTES_ENV, schema_version_problem
+from knowlyrcore.errors import DataFormatError
+from knowlyrcore.jsonl import (
+    DEFAULT_MAX_LINE_BYTES,
+    MAX_LINE_BYTES_ENV,
+    loads_record,
+    non_finite_field,
+    schema_version_problem,
+)
 
 
 def max_line_bytes() -> int:
@@ -36,65 +42,13 @@ def max_line_bytes() -> int:
     return int(value)
 
 
-class _NonFinite(ValueError):
-    pass
-
-
-def _refuse_constant(name: str) -> float:
-    raise _NonFinite(name)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e400 parses to inf
-        raise _NonFinite(text)
-    return value
-
-
-def non_finite_field(value: Any) -> str | None:
-    """The dotted path of the first NaN/Infinity float inside ``value``, or None."""
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        item, at = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return at or "<record>"
-        if isinstance(item, dict):
-            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(item.items())))
-        elif isinstance(item, (list, tuple)):
-            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(item))))
-    return None
-
-
-def _too_deep(value: Any) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return True
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
-
-
 def loads_strict(text: str, path: str, line: int | None) -> Any:
-    """Parse JSON refusing non-finite numbers and deep nesting, each as one ``TrajectoryFormatError``."""
+    """Parse JSON refusing non-finite numbers and deep nesting, each as one ``TrajectoryFormatError``
+    (knowlyr-core's ``loads_record``, so both packages refuse the same documents the same way)."""
     try:
-        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except _NonFinite as exc:
-        try:
-            field = non_finite_field(json.loads(text))
-        except (ValueError, RecursionError):
-            field = None
-        raise TrajectoryFormatError(path, line, f"non-finite number ({exc})", field=field) from None
-    except json.JSONDecodeError as exc:
-        raise TrajectoryFormatError(path, line, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-    except RecursionError:
-        raise TrajectoryFormatError(path, line, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
-        raise TrajectoryFormatError(path, line, f"invalid JSON: {exc}") from None
-    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _too_deep(data):
-        raise TrajectoryFormatError(path, line, f"nested deeper than {MAX_JSON_DEPTH} levels")
-    return data
+        return loads_record(text, path, line)
+    except DataFormatError as exc:
+        raise TrajectoryFormatError(exc.path, exc.line, exc.problem, field=exc.field) from None
 
 
 def check_trajectory(record: Any, path: str = "<trajectory>", line: int | None = None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, post_chat_completion
+from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, ChatEndpoint
 from knowlyrcore.domain import get_domain_profile
 from knowlyrcore.errors import KnowlyrError
 from knowlyrcore.policy import ChatTranscript
@@ -44,7 +44,7 @@ class ScriptedAgent:
         return action
 
 
-class EndpointAgent:
+class EndpointAgent(ChatEndpoint):
     """A policy served at ``base_url`` (``.../v1``) choosing tools by function calling."""
 
     def __init__(
@@ -58,11 +58,7 @@ class EndpointAgent:
         temperature: float = 0.0,
         timeout: float = 120.0,
     ):
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.api_key = api_key
-        self.temperature = temperature
-        self.timeout = timeout
+        super().__init__(base_url, model, api_key=api_key, temperature=temperature, timeout=timeout)
         self.tools = [t.to_openai_tool() for t in get_domain_profile(domain).tools]
         self.closing_tool = select_closing_tool(self.tools)
         self.transcript = ChatTranscript(system_prompt)
@@ -84,14 +80,8 @@ class EndpointAgent:
         return action
 
     def _complete(self) -> dict[str, Any]:
-        body = {
-            "model": self.model,
-            "messages": self.transcript.messages,
-            "tools": self.tools,
-            "temperature": self.temperature,
-        }
         try:
-            reply = post_chat_completion(self.base_url, body, api_key=self.api_key, timeout=self.timeout)
+            reply = self.post(self.transcript.messages, tools=self.tools)
             message = reply["choices"][0]["message"]
         except (*TRANSPORT_ERRORS, KeyError, IndexError, TypeError) as exc:
             raise AgentError(f"policy endpoint {self.base_url} failed: {exc}") from exc

@@ -36,6 +36,7 @@ from typing import Any
 from agentsandbox.config import SandboxConfig
 from agentsandbox.data_tools import query_records, search_entries
 from agentsandbox.env import SandboxEnv, timestep_for
+from agentsandbox.envkit import episode_over, error_step
 from agentsandbox.simulated_user import SimulatedUser
 from agentsandbox.tools import SANDBOX_TOOLS
 from knowlyrcore.actions import parse_action
@@ -126,19 +127,15 @@ class ConversationEnv(AgentEnv):
         if self._task is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
-            return TimeStep(
-                observation="[error] the episode is over; call reset()",
-                terminated=True,
-                info={"tool": tool, "error": "episode over"},
-            )
+            return episode_over(tool)
         if tool not in self.available_tools:
             error = f"unknown tool {tool!r}; available: {', '.join(self.available_tools)}"
-            return TimeStep(observation=f"[error] {error}", info={"tool": tool, "error": error})
+            return error_step(error, tool=tool)
         if tool in self.profile.tool_names:
             try:
                 self.profile.get_tool(tool).validate_params(params)
             except InvalidActionError as exc:
-                return TimeStep(observation=f"[error] {exc}", info={"tool": tool, "error": str(exc)})
+                return error_step(str(exc), tool=tool)
         if tool in self.tools:
             try:
                 result = as_tool_result(self.tools[tool](**params))

@@ -32,6 +32,7 @@ from typing import Any
 from agentsandbox.backends import make_sandbox
 from agentsandbox.backends.base import Sandbox, SandboxError
 from agentsandbox.config import SandboxConfig
+from agentsandbox.envkit import episode_over, error_step
 from agentsandbox.tools import SANDBOX_TOOLS, call_tool, diff, run_tests
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import get_domain_profile
@@ -232,22 +233,18 @@ class SandboxEnv(AgentEnv):
         if self._task is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
-            return TimeStep(
-                observation="[error] the episode is over; call reset()",
-                terminated=True,
-                info={"tool": tool, "error": "episode over"},
-            )
+            return episode_over(tool)
         try:
             self.profile.get_tool(tool).validate_params(params)
         except InvalidActionError as exc:
-            return TimeStep(observation=f"[error] {exc}", info={"tool": tool, "error": str(exc)})
+            return error_step(str(exc), tool=tool)
         if tool in self.profile.terminal_tools:
             return self._finish(tool, params)
         if tool in SANDBOX_TOOLS or tool == "run_tests":
             result = call_tool(self.sandbox, tool, params, test_command=self._task.test_command)
             return timestep_for(result, tool)
         error = f"tool {tool!r} has no implementation in {type(self).__name__}"
-        return TimeStep(observation=f"[error] {error}", info={"tool": tool, "error": error})
+        return error_step(error, tool=tool)
 
     def _finish(self, tool: str, params: dict[str, Any]) -> TimeStep:
         self._done = True

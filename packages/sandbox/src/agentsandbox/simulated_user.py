@@ -8,9 +8,7 @@ assistant conversation with the roles swapped. It ends the conversation by inclu
 
 from __future__ import annotations
 
-from typing import Any
-
-from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, post_chat_completion
+from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, ChatEndpoint
 from knowlyrcore.errors import InfrastructureError
 
 STOP = "###STOP###"
@@ -26,7 +24,7 @@ class SimulatedUserError(InfrastructureError):
     """The endpoint failed or answered something that is not a chat completion."""
 
 
-class SimulatedUser:
+class SimulatedUser(ChatEndpoint):
     """A user played by ``model`` at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``)."""
 
     def __init__(
@@ -39,12 +37,8 @@ class SimulatedUser:
         temperature: float = 0.0,
         timeout: float = 60.0,
     ):
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.api_key = api_key
+        super().__init__(base_url, model, api_key=api_key, temperature=temperature, timeout=timeout)
         self.instructions = instructions
-        self.temperature = temperature
-        self.timeout = timeout
         self.messages: list[dict[str, str]] = []
 
     def start(self, instructions: str | None = None) -> str:
@@ -71,9 +65,8 @@ class SimulatedUser:
         return content
 
     def _complete(self, messages: list[dict[str, str]]) -> str:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
         try:
-            payload = post_chat_completion(self.base_url, body, api_key=self.api_key, timeout=self.timeout)
+            payload = self.post(messages)
         except TRANSPORT_ERRORS as exc:
             raise SimulatedUserError(f"simulated user endpoint {self.base_url} failed: {exc}") from exc
         try:

@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList, iso_timestamp
+from agentrecorder.adapters.usage import reported_usage
 from agentrecorder.errors import FieldError
 from agentrecorder.extension import KEY, restore_step, restore_trajectory
 from agentrecorder.fields import expect, get, parse_arguments, path, type_name
@@ -395,13 +396,7 @@ class _Reader:
             prompt = get(final, "total_prompt_tokens", where, int, None)
             completion = get(final, "total_completion_tokens", where, int, None)
             cost = get(final, "total_cost_usd", where, (int, float), None)
-        return Usage(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=prompt + completion if prompt is not None and completion is not None else None,
-            cost_usd=float(cost) if cost is not None else None,
-            api_calls=self.agent_steps or None,
-        )
+        return reported_usage(prompt, completion, cost, self.agent_steps or None)
 
 
 class ATIFAdapter(Adapter):

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agentrecorder.adapters.base import Adapter, StepList
+from agentrecorder.adapters.usage import reported_usage
 from agentrecorder.errors import FieldError
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
 from agentrecorder.outcomes import TRUNCATING_EXITS
@@ -111,13 +112,7 @@ def _usage(info: dict, where: str) -> Usage | None:
     sent = get(stats, "tokens_sent", where, int, None)
     received = get(stats, "tokens_received", where, int, None)
     cost = get(stats, "instance_cost", where, (int, float), None)
-    return Usage(
-        prompt_tokens=sent,
-        completion_tokens=received,
-        total_tokens=sent + received if sent is not None and received is not None else None,
-        cost_usd=float(cost) if cost is not None else None,
-        api_calls=get(stats, "api_calls", where, int, None),
-    )
+    return reported_usage(sent, received, cost, get(stats, "api_calls", where, int, None))
 
 
 class SWEAgentAdapter(Adapter):

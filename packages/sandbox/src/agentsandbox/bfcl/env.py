@@ -49,6 +49,7 @@ from typing import Any
 
 from agentsandbox.bfcl.checker import check, show_value
 from agentsandbox.bfcl.data import data_dir
+from agentsandbox.envkit import episode_over, error_step, register_once
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import (
     DomainProfile,
@@ -60,7 +61,7 @@ from knowlyrcore.domain import (
     tool_spec,
 )
 from knowlyrcore.env import AgentEnv
-from knowlyrcore.errors import DomainError, InvalidActionError
+from knowlyrcore.errors import InvalidActionError
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
 from knowlyrcore.tool_parsing import CLOSING_TOOLS
@@ -82,10 +83,7 @@ BFCL_PROFILE = DomainProfile(
     outcome=OutcomeSpec(method="terminal_tool", description="the calls made match BFCL's possible answers"),
 )
 
-try:
-    register_domain_profile(BFCL_PROFILE)
-except DomainError:  # already registered (module reloaded)
-    pass
+register_once(BFCL_PROFILE)
 
 SYSTEM_PROMPT = (
     "You can call the functions offered as tools. Make the calls the request needs, one per turn; "
@@ -222,13 +220,9 @@ class BFCLEnv(AgentEnv):
         try:
             tool, params = parse_action(action)
         except InvalidActionError as exc:
-            return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
+            return error_step(str(exc))
         if self._done:
-            return TimeStep(
-                observation="[error] the episode is over; call reset()",
-                terminated=True,
-                info={"tool": printable_name(tool), "error": "episode over"},
-            )
+            return episode_over(printable_name(tool))
         if tool == "respond":
             return self._finish()
         call = {"tool": tool, "params": params}

@@ -50,10 +50,11 @@ from agentsandbox.bfcl.multi_turn import (
     offered_functions,
     parse_call,
 )
+from agentsandbox.envkit import episode_over, error_step, register_once
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolSpec, get_domain_profile, register_domain_profile
 from knowlyrcore.env import AgentEnv
-from knowlyrcore.errors import DomainError, InvalidActionError
+from knowlyrcore.errors import InvalidActionError
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
 
@@ -69,10 +70,7 @@ MULTI_TURN_PROFILE = DomainProfile(
     ),
 )
 
-try:
-    register_domain_profile(MULTI_TURN_PROFILE)
-except DomainError:  # already registered (module reloaded)
-    pass
+register_once(MULTI_TURN_PROFILE)
 
 SYSTEM_PROMPT = (
     "You can call the functions offered as tools; each call runs and you see its result. Make the calls "
@@ -189,19 +187,15 @@ class BFCLMultiTurnEnv(AgentEnv):
         try:
             tool, params = parse_action(action)
         except InvalidActionError as exc:
-            return TimeStep(observation=f"[error] {exc}", info={"error": str(exc)})
+            return error_step(str(exc))
         if self._done:
-            return TimeStep(
-                observation="[error] the episode is over; call reset()",
-                terminated=True,
-                info={"tool": printable_name(tool), "error": "episode over"},
-            )
+            return episode_over(printable_name(tool))
         if tool == RESPOND.name:
             return self._end_turn()
         info: dict[str, Any] = {"tool": printable_name(tool), "turn": self._turn}
         if action.get("format_error"):
             error = f"the arguments of {show_value(tool)} did not parse, so nothing ran; call it again"
-            return TimeStep(observation=f"[error] {error}", info={**info, "error": error})
+            return error_step(error, **info)
         result = self._model.call(tool, params, self._offered)
         self._turn_calls.append(result)
         if result.error:

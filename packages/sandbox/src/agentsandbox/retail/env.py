@@ -43,9 +43,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentsandbox.envkit import episode_over, error_step, register_once
 from agentsandbox.retail.db import CANCEL_REASONS, call_tool, clip_message, open_shop, state_facts
 from knowlyrcore.actions import parse_action
-from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, register_domain_profile, tool_spec
+from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, tool_spec
 from knowlyrcore.env import AgentEnv
 from knowlyrcore.errors import DomainError, InvalidActionError
 from knowlyrcore.models import TaskInfo
@@ -119,10 +120,7 @@ RETAIL_PROFILE = DomainProfile(
     outcome=OutcomeSpec(method="terminal_tool", description="database end state and final answer match the truth"),
 )
 
-try:
-    register_domain_profile(RETAIL_PROFILE)
-except DomainError:  # already registered (module reloaded)
-    pass
+register_once(RETAIL_PROFILE)
 
 #: A compact system prompt naming every tool with its parameters (short prompts keep a small
 #: model's context and the rollout cost low).
@@ -160,8 +158,7 @@ def _invalid(exc: Exception, tool: str | None = None) -> TimeStep:
     else:
         message = "invalid action: a value too large or too deeply nested to check"
         message = message if tool is None else f"tool {clip_message(tool)!r}: {message}"
-    info = {"error": message} if tool is None else {"tool": clip_message(tool), "error": message}
-    return TimeStep(observation=f"[error] {message}", info=info)
+    return error_step(message) if tool is None else error_step(message, tool=clip_message(tool))
 
 
 def _check_text(tool: str, params: dict[str, Any]) -> None:
@@ -254,11 +251,7 @@ class RetailEnv(AgentEnv):
         except (InvalidActionError, *_UNPRINTABLE) as exc:
             return _invalid(exc)
         if self._done:
-            return TimeStep(
-                observation="[error] the episode is over; call reset()",
-                terminated=True,
-                info={"tool": clip_message(tool), "error": "episode over"},
-            )
+            return episode_over(clip_message(tool))
         try:
             RETAIL_PROFILE.get_tool(tool).validate_params(params)
             _check_text(tool, params)

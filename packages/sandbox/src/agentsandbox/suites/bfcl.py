@@ -149,17 +149,19 @@ def excluded() -> dict[str, str]:
     return dict(_pools()[1])
 
 
+def draw(pool: list[dict[str, Any]], n: int, key: str) -> list[dict[str, Any]]:
+    """``n`` tasks of ``pool`` drawn without replacement by ``random.Random(key)``, in pool order
+    (the whole pool when ``n`` is at least its size); copies, as callers may edit their tasks and
+    the cached pool must not change."""
+    chosen = pool if n >= len(pool) else [pool[i] for i in sorted(random.Random(key).sample(range(len(pool)), n))]
+    return copy.deepcopy(chosen)
+
+
 def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` tasks of ``split`` (all of them when ``n`` is at least its size); deterministic."""
     if split not in SPLIT_CATEGORIES:
         raise SuiteError(f"the bfcl suite has splits train and test (no function of test is in train), not {split!r}")
-    pool = _pools()[0][split]
-    chosen = (
-        pool
-        if n >= len(pool)
-        else [pool[i] for i in sorted(random.Random(f"bfcl/{split}/{seed}").sample(range(len(pool)), n))]
-    )
-    return copy.deepcopy(chosen)  # callers may edit their tasks; the cached pool must not change
+    return draw(_pools()[0][split], n, f"bfcl/{split}/{seed}")
 
 
 BFCL = TaskSuite(

@@ -36,10 +36,8 @@ Examples:
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
-import random
 from typing import Any
 
 from agentsandbox.bfcl.env import tool_specs
@@ -56,7 +54,7 @@ from agentsandbox.bfcl.multi_turn import (
 )
 from agentsandbox.bfcl.multi_turn_env import SYSTEM_PROMPT
 from agentsandbox.suites import SuiteError, TaskSuite
-from agentsandbox.suites.bfcl import render_question
+from agentsandbox.suites.bfcl import draw, render_question
 
 SPLITS = ("train", "test")
 STEPS_PER_TURN = 5  # room beyond the expert's calls in each turn (BFCL allows a model 20 steps a turn)
@@ -143,12 +141,7 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` tasks of ``split`` (all of them when ``n`` is at least its size); deterministic."""
     if split not in SPLITS:
         raise SuiteError(f"the bfcl-multi-turn suite has splits train and test (split by scenario), not {split!r}")
-    pool = _pools()[0][split]
-    if n >= len(pool):
-        chosen = pool
-    else:
-        chosen = [pool[i] for i in sorted(random.Random(f"bfcl-multi-turn/{split}/{seed}").sample(range(len(pool)), n))]
-    return copy.deepcopy(chosen)  # callers may edit their tasks; the cached pool must not change
+    return draw(_pools()[0][split], n, f"bfcl-multi-turn/{split}/{seed}")
 
 
 BFCL_MULTI_TURN = TaskSuite(

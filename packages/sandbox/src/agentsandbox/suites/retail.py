@@ -490,74 +490,70 @@ def _email_on_file(rng, pools, world, user):
     return request, solution, *_check(answer, [user["email"]], [u["email"] for u in world["users"] if u is not user])
 
 
-def _address_by_email(rng, pools, world, user):
-    request = _request(user, "email_or_both")
+def _find_user(user, lookup):
+    """The call finding the customer by ``lookup``: "name" or "email"."""
+    if lookup == "name":
+        return _call("find_user_by_name", name=user["name"])
+    return _call("find_user_by_email", email=user["email"])
+
+
+def _address_of(world, user, lookup, identity):
+    """The address on file of a customer found by ``lookup`` (the request names them by ``identity``)."""
     answer = f"Your address on file is {user['address']}."
-    solution = [
-        _call("find_user_by_email", email=user["email"]),
-        _call("get_user", user_id=user["user_id"]),
-        _call("respond", message=answer),
-    ]
-    return request, solution, *_check(answer, [user["address"]], _other_addresses(world, user["address"]))
+    solution = [_find_user(user, lookup), _call("get_user", user_id=user["user_id"]), _call("respond", message=answer)]
+    check = _check(answer, [user["address"]], _other_addresses(world, user["address"]))
+    return _request(user, identity), solution, *check
+
+
+def _address_by_email(rng, pools, world, user):
+    return _address_of(world, user, "email", "email_or_both")
 
 
 def _address_on_file(rng, pools, world, user):
-    request = _request(user, "name")
-    answer = f"Your address on file is {user['address']}."
-    solution = [
-        _call("find_user_by_name", name=user["name"]),
-        _call("get_user", user_id=user["user_id"]),
-        _call("respond", message=answer),
-    ]
-    return request, solution, *_check(answer, [user["address"]], _other_addresses(world, user["address"]))
+    return _address_of(world, user, "name", "name")
 
 
-def _only_pending(world, user):
-    """Leave ``user`` with at most one pending order, so "my pending order" names exactly one."""
+def _only_pending_order(rng, pools, world, user):
+    """The customer's one pending order: any other pending order of theirs becomes processed, so
+    "my pending order" names exactly one."""
     for order in _orders_of(world, user, "pending")[1:]:
         order["status"] = "processed"
+    return _ensure_order(rng, pools, world, user, "pending")
+
+
+def _via_order_list(user, lookup, action, answer):
+    """The solution of a request naming no order id: find the customer (``lookup``: "name" or
+    "email"), list their orders, then ``action``, then the answer."""
+    return [
+        _find_user(user, lookup),
+        _call("list_orders", user_id=user["user_id"]),
+        action,
+        _call("respond", message=answer),
+    ]
 
 
 def _cancel_pending_by_name(rng, pools, world, user):
-    _only_pending(world, user)  # exactly one pending order, so the request is clear
-    order = _ensure_order(rng, pools, world, user, "pending")
-    request = _request(user, "name", reason="ordered by mistake")
-    answer = f"Order {order['order_id']} is now cancelled."
-    solution = [
-        _call("find_user_by_name", name=user["name"]),
-        _call("list_orders", user_id=user["user_id"]),
-        _call("cancel_order", order_id=order["order_id"], reason="ordered by mistake"),
-        _call("respond", message=answer),
-    ]
-    return request, solution, *_cancelled_check(answer, world, order["order_id"])
+    order = _only_pending_order(rng, pools, world, user)
+    oid = order["order_id"]
+    answer = f"Order {oid} is now cancelled."
+    solution = _via_order_list(user, "name", _call("cancel_order", order_id=oid, reason="ordered by mistake"), answer)
+    return _request(user, "name", reason="ordered by mistake"), solution, *_cancelled_check(answer, world, oid)
 
 
 def _change_address_by_name(rng, pools, world, user):
-    _only_pending(world, user)
-    order = _ensure_order(rng, pools, world, user, "pending")
+    order = _only_pending_order(rng, pools, world, user)
     oid, new = order["order_id"], pools.address(rng)
     answer = f"Order {oid} will now ship to {new}."
-    solution = [
-        _call("find_user_by_name", name=user["name"]),
-        _call("list_orders", user_id=user["user_id"]),
-        _call("change_address", order_id=oid, address=new),
-        _call("respond", message=answer),
-    ]
+    solution = _via_order_list(user, "name", _call("change_address", order_id=oid, address=new), answer)
     check = _check(answer, [new], _other_addresses(world, new, order["address"]), [REFUSAL], _other_orders(world, oid))
     return _request(user, "name", new=new), solution, *check
 
 
 def _cancel_pending_by_email(rng, pools, world, user):
-    _only_pending(world, user)
-    order = _ensure_order(rng, pools, world, user, "pending")
+    order = _only_pending_order(rng, pools, world, user)
     oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
     answer = f"Order {oid} is now cancelled."
-    solution = [
-        _call("find_user_by_email", email=user["email"]),
-        _call("list_orders", user_id=user["user_id"]),
-        _call("cancel_order", order_id=oid, reason=reason),
-        _call("respond", message=answer),
-    ]
+    solution = _via_order_list(user, "email", _call("cancel_order", order_id=oid, reason=reason), answer)
     return _request(user, "email_or_both", reason=reason), solution, *_cancelled_check(answer, world, oid)
 
 
