@@ -22,16 +22,29 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``module`` whose names ``moved`` (name -> new module) moved."""
+def moved_names(
+    module: str,
+    moved: Mapping[str, str],
+    replaced: Mapping[str, tuple[str, Callable[[], Any]]] | None = None,
+) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``module`` whose names ``moved`` (name -> new module) moved.
+
+    ``replaced`` maps a name that has no new home to ``(what to use instead, a function giving
+    its value)``.
+    """
+    replaced = dict(replaced or {})
     warned: set[str] = set()
 
     def __getattr__(name: str) -> Any:
-        if name not in moved:
+        if name in moved:
+            message = f"{module}.{name} moved to {moved[name]}.{name}"
+        elif name in replaced:
+            message = f"{module}.{name} is deprecated: use {replaced[name][0]}"
+        else:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         if name not in warned:
             warned.add(name)
-            warnings.warn(f"{module}.{name} moved to {moved[name]}.{name}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(moved[name]), name)
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(moved[name]), name) if name in moved else replaced[name][1]()
 
     return __getattr__
