@@ -37,7 +37,7 @@ from agenttrainer.generation import Generator
 from agenttrainer.online.token_policy import TokenPolicy, TokenRecord
 from knowlyrcore import AgentEnv, TaskInfo, TimeStep, Trajectory
 from knowlyrcore.errors import InfrastructureError, InvalidActionError
-from knowlyrcore.rollout import build_env, env_tools, play_episodes
+from knowlyrcore.rollout import Episode, build_env, env_tools, play_episodes
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
 
 # What out of an environment's step is not the agent's doing: the machinery around the episode
@@ -169,17 +169,14 @@ class _StepErrors:
         return TimeStep(terminated=True)
 
 
-def _fill(rollout: Rollout, record: TokenRecord, episode: Any) -> None:
+def _fill(rollout: Rollout, record: TokenRecord, episode: Episode) -> None:
     """``rollout`` from its tokens (the policy's record) and how its episode went (the loop's)."""
     own = (rollout.finish, rollout.infra_error)  # set while playing: an environment that failed
     for f in dataclasses.fields(TokenRecord):
         setattr(rollout, f.name, getattr(record, f.name))
     if own[0]:
         rollout.finish, rollout.infra_error = own
-    if rollout.finish == "action_error":
-        rollout.env_reward = 0.0
-    else:
-        rollout.env_reward = episode.reward
+    rollout.env_reward = 0.0 if rollout.finish == "action_error" else episode.reward
     if not rollout.finish:
         rollout.finish = episode.end
         if episode.end in ("terminated", "truncated") and "success" in episode.info and episode.turns:
