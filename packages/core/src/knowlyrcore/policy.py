@@ -10,6 +10,12 @@ turn for every live episode instead of one sequence at a time: ``reset_batch(tas
 (``None`` for an episode that has ended) and returns one action per episode (``None`` where
 the observation was ``None``).
 
+A batch policy that cannot go on with a live episode (its token budget is spent, its generation
+backend failed) returns ``STOP`` for it: the episode ends there, recorded as far as it got. One
+that keeps per-episode records of its own (the token ids it sampled) may define
+``finish_trajectory(i, trajectory)``: the acting loop (``knowlyrcore.rollout.play_episodes``)
+hands it episode ``i``'s recorded trajectory and keeps what it returns.
+
 ``as_batch_policy`` lifts any per-episode policy into a ``BatchPolicy`` (one policy object per
 episode, called in turn), so runners only need to speak the batched protocol.
 
@@ -51,6 +57,17 @@ class Policy(Protocol):
     def reset(self, task: TaskInfo | None = None) -> None: ...
 
     def __call__(self, observation: Any) -> Action: ...
+
+
+class _Stop:
+    """The type of ``STOP`` (one instance, so ``action is STOP`` tells it apart)."""
+
+    def __repr__(self) -> str:
+        return "STOP"
+
+
+#: What ``act_batch`` returns for a live episode the policy ends (see the module docs).
+STOP: Any = _Stop()
 
 
 @runtime_checkable

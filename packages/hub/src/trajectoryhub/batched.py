@@ -10,13 +10,13 @@ works too (``as_batch_policy`` calls one fresh agent per episode in turn), and g
 trajectories as ``collect()`` with that factory.
 
 When an episode's environment offers other tools than it did as built (per task, or from a
-later turn on: see ``trajectoryhub.rollout.ToolWatch``), the policy is told before it acts: a
+later turn on: see ``knowlyrcore.rollout.ToolWatch``), the policy is told before it acts: a
 batch policy through ``set_tools_batch(tools_batch)`` (one entry per episode, None where that
 episode's tools did not change), each per-episode agent through ``set_tools(tools)``.
 
 Environments are built and wrapped as ``collect()`` does (registry id or factory;
-``MaxStepsWrapper`` -> ``RewardWrapper`` -> ``RecorderWrapper``) and always closed, also when
-a step or the policy raises. Each finished chunk is appended to ``output_path`` atomically, so
+``MaxStepsWrapper`` -> ``RewardWrapper`` -> ``RecorderWrapper``), played by knowlyr-core's acting
+loop (``knowlyrcore.rollout.play_episodes``) and always closed, also when a step or the policy raises. Each finished chunk is appended to ``output_path`` atomically, so
 a failure in a later chunk keeps the earlier ones.
 
 The progress bar counts finished episodes, which stay at 0 for the many turns the first
@@ -50,16 +50,10 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from knowlyrcore import AgentEnv, TaskInfo, TimeStep, Trajectory, write_trajectories
-from knowlyrcore.policy import BatchPolicy, SequentialBatchPolicy, as_batch_policy
-from trajectoryhub.rollout import (
-    ToolWatch,
-    _build_env,
-    _progress_bar,
-    env_error_trajectory,
-    offer_tools,
-    wrap_episode_env,
-)
+from knowlyrcore import AgentEnv, TaskInfo, Trajectory, write_trajectories
+from knowlyrcore.policy import BatchPolicy, as_batch_policy
+from knowlyrcore.rollout import build_env, play_episodes, wrap_episode_env
+from trajectoryhub.rollout import _end_on_env_error, _progress_bar, _recorded
 
 
 def collect_batched(
@@ -143,52 +137,24 @@ def _run_lockstep(
     before the policy acts in each turn (the progress bar)."""
     with ExitStack() as closing:  # every environment built so far is closed, whatever happens
         recorders = []
-        broken: dict[int, Trajectory] = {}  # episodes whose environment raised, as recorded
         for _ in tasks:
-            instance = _build_env(env, env_kwargs)
+            instance = build_env(env, env_kwargs)
             closing.callback(instance.close)
             recorders.append(wrap_episode_env(instance, **options))
-        watches = [ToolWatch(recorder) for recorder in recorders]
-        policy.reset_batch(tasks)
-        steps = [recorder.reset(task=task, seed=s) for recorder, task, s in zip(recorders, tasks, seeds)]
-        ended = sum(ts.done for ts in steps)
-        advance(ended)
-        turn = 0
-        while ended < len(steps):
-            turn += 1
-            show_turn(turn, len(steps) - ended)
-            _offer_tools(policy, [None if ts.done else watch.changed() for ts, watch in zip(steps, watches)])
-            actions = policy.act_batch([None if ts.done else ts.observation for ts in steps])
-            if len(actions) != len(steps):
-                raise ValueError(f"act_batch returned {len(actions)} actions for {len(steps)} episodes")
-            for i, (ts, action) in enumerate(zip(steps, actions)):
-                if ts.done:
-                    continue
-                if action is None:
-                    raise ValueError(f"act_batch returned no action for live episode {i}")
-                try:
-                    steps[i] = recorders[i].step(action)
-                except Exception as exc:
-                    if not record_env_errors:
-                        raise
-                    broken[i] = env_error_trajectory(recorders[i], action, exc)
-                    steps[i] = TimeStep(observation="", terminated=True)  # ended: never stepped again
-            advance(sum(ts.done for ts in steps) - ended)
-            ended = sum(ts.done for ts in steps)
-        return [
-            watches[i].record(broken[i] if i in broken else recorder.get_trajectory())
-            for i, recorder in enumerate(recorders)
-        ]
+        running = len(tasks)
 
+        def ended(turn: int, live: int) -> None:
+            nonlocal running
+            advance(running - live)
+            running = live
 
-def _offer_tools(policy: BatchPolicy, tools_batch: list[list[dict[str, Any]] | None]) -> None:
-    """Tell the policy the tools of the episodes whose tools changed (None: unchanged)."""
-    if all(tools is None for tools in tools_batch):
-        return
-    set_tools_batch = getattr(policy, "set_tools_batch", None)
-    if callable(set_tools_batch):
-        set_tools_batch(tools_batch)
-    elif isinstance(policy, SequentialBatchPolicy):  # per-episode agents, one per episode
-        for agent, tools in zip(policy.policies, tools_batch):
-            if tools is not None:
-                offer_tools(agent, tools)
+        episodes = play_episodes(
+            recorders,
+            policy,
+            tasks,
+            seeds,
+            on_step_error=_end_on_env_error if record_env_errors else None,
+            before_turn=show_turn,
+            after_turn=ended,
+        )
+        return _recorded(episodes)

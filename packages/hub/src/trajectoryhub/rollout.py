@@ -2,7 +2,8 @@
 
 Each episode gets its own environment (built from the registry id or a factory) wrapped in
 ``MaxStepsWrapper`` -> ``RewardWrapper`` (when a reward function is given) ->
-``RecorderWrapper``, so what is recorded is exactly what the agent saw. Episodes run
+``RecorderWrapper``, so what is recorded is exactly what the agent saw, and is played by
+knowlyr-core's acting loop (``knowlyrcore.rollout.play_episodes``, which online RL shares). Episodes run
 concurrently in threads (``concurrency``): environment steps are I/O bound (containers,
 processes, HTTP policies), so threads overlap them without copying the policy.
 
@@ -16,7 +17,7 @@ Some environments offer each task its own tools (BFCL: the task's functions), an
 them during an episode (BFCL multi-turn adds withheld functions at a later turn). A policy is
 built with the tools of a fresh environment, so whenever the episode's environment offers
 different ones (after ``reset`` or a step) an agent with ``set_tools(tools)`` is handed their
-OpenAI schemas (``ToolWatch``), and the trajectory's ``metadata["tools"]`` keeps every tool
+OpenAI schemas (``knowlyrcore.rollout.ToolWatch``), and the trajectory's ``metadata["tools"]`` keeps every tool
 offered in the episode, for export. Environments whose tools never change see neither.
 
 Examples:
@@ -38,89 +39,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from knowlyrcore import AgentEnv, InfrastructureError, TaskInfo, Trajectory, make, tool_schemas, write_trajectories
-from knowlyrcore.policy import reset_policy
-from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper, RewardWrapper
+from knowlyrcore import AgentEnv, InfrastructureError, TaskInfo, TimeStep, Trajectory, write_trajectories
+from knowlyrcore.deprecation import moved_names
+from knowlyrcore.policy import as_batch_policy
+from knowlyrcore.rollout import build_env as _build_env
+from knowlyrcore.rollout import play_episodes, wrap_episode_env
+from knowlyrcore.wrappers import RecorderWrapper
 from trajectoryhub.ray_executor import INFRASTRUCTURE_FAILURE
 
 Agent = Callable[[Any], dict[str, Any]]
 
-
-def _build_env(env: str | Callable[[], AgentEnv], env_kwargs: dict[str, Any]) -> AgentEnv:
-    if isinstance(env, str):
-        return make(env, **env_kwargs)
-    built = env(**env_kwargs)
-    if not isinstance(built, AgentEnv):
-        raise TypeError(f"env factory returned {type(built).__name__}, not an AgentEnv")
-    return built
-
-
-def wrap_episode_env(
-    env: AgentEnv,
-    *,
-    max_steps: int = 30,
-    reward_fn: Callable | None = None,
-    agent_name: str = "agent",
-    model_name: str = "",
-) -> RecorderWrapper:
-    """``env`` wrapped for one recorded episode: ``MaxStepsWrapper`` -> ``RewardWrapper`` (when
-    ``reward_fn`` is given) -> ``RecorderWrapper`` outermost, so what is recorded is what the agent saw."""
-    wrapped: AgentEnv = MaxStepsWrapper(env, max_steps=max_steps)
-    if reward_fn is not None:
-        wrapped = RewardWrapper(wrapped, reward_fn=reward_fn)
-    return RecorderWrapper(wrapped, agent_name=agent_name, model_name=model_name)
-
-
-class ToolWatch:
-    """The tools an episode's environment offers, watched so a policy hears when they change.
-
-    It starts from the tools of the environment as built (before ``reset``), the ones a policy
-    is built with (``knowlyr-hub evaluate`` does so); ``changed()`` gives the OpenAI schemas of
-    the tools offered now when they differ from the last ones seen, else None. ``offered`` keeps
-    every tool reported in the episode, by name in order of arrival.
-    """
-
-    def __init__(self, env: AgentEnv) -> None:
-        self.env = env
-        self._key = self._names()
-        self._schemas: list[dict[str, Any]] | None = None  # of _key, computed once it changes
-        self.offered: dict[str, dict[str, Any]] = {}
-
-    def _names(self) -> tuple[str, list[Any]] | None:
-        try:
-            return self.env.domain, list(self.env.available_tools)
-        except Exception:  # an environment that cannot tell (yet): no tools
-            return None
-
-    def changed(self) -> list[dict[str, Any]] | None:
-        key = self._names()
-        if key == self._key:  # the same names in the same domain: cheap to compare at every step
-            return None
-        before = self._schemas if self._schemas is not None else _schemas_of(self._key)
-        self._key, self._schemas = key, _schemas_of(key)
-        if self._schemas == before:
-            return None
-        for schema in self._schemas:
-            self.offered.setdefault(schema["function"]["name"], schema)
-        return self._schemas
-
-    def record(self, trajectory: Trajectory) -> Trajectory:
-        """``trajectory`` with ``metadata["tools"]`` when the episode offered other tools than the
-        environment as built (unchanged otherwise)."""
-        if not self.offered:
-            return trajectory
-        return trajectory.model_copy(update={"metadata": {**trajectory.metadata, "tools": list(self.offered.values())}})
-
-
-def _schemas_of(key: tuple[str, list[Any]] | None) -> list[dict[str, Any]]:
-    return [] if key is None else tool_schemas(key[1], key[0])
-
-
-def offer_tools(agent: Any, tools: list[dict[str, Any]]) -> None:
-    """Tell a per-episode agent the tools its environment offers now (when it can take them)."""
-    set_tools = getattr(agent, "set_tools", None)
-    if callable(set_tools):
-        set_tools(tools)
+# The acting loop and its pieces moved to knowlyr-core (knowlyrcore.rollout), shared with online RL.
+__getattr__ = moved_names(__name__, {"ToolWatch": "knowlyrcore.rollout", "offer_tools": "knowlyrcore.rollout"})
 
 
 #: ``outcome.exit_status`` and ``metadata`` key of an episode whose environment raised on an action.
@@ -136,18 +66,40 @@ def env_error_trajectory(recorder: RecorderWrapper, action: Any, exc: Exception)
     recorded the same way under ``infrastructure_failure``, as the Ray executor records a worker
     that kept dying, and still counts as a failure.
     """
-    kind = INFRASTRUCTURE_FAILURE if isinstance(exc, InfrastructureError) else ENV_ERROR
-    lines = str(exc).strip().splitlines()
-    reason = type(exc).__name__ + (f": {lines[0][:300]}" if lines else "")
+    _record_refused(recorder, exc, action)
+    return _as_env_error(recorder.get_trajectory(), exc)
+
+
+def _record_refused(recorder: RecorderWrapper, exc: Exception, action: Any) -> None:
     try:
-        recorder.record_refused(action, f"the environment raised {reason}")
+        recorder.record_refused(action, f"the environment raised {_reason(exc)}")
     except ValueError:  # not even a tool call: there is no step to show it as
         pass
-    recorded = recorder.get_trajectory()
+
+
+def _reason(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return type(exc).__name__ + (f": {lines[0][:300]}" if lines else "")
+
+
+def _as_env_error(recorded: Trajectory, exc: Exception) -> Trajectory:
+    kind = INFRASTRUCTURE_FAILURE if isinstance(exc, InfrastructureError) else ENV_ERROR
     outcome = recorded.outcome.model_copy(update={"success": False, "exit_status": kind, "terminated": True})
     return recorded.model_copy(
-        update={"outcome": outcome, "reward": 0.0, "metadata": {**recorded.metadata, kind: reason}}
+        update={"outcome": outcome, "reward": 0.0, "metadata": {**recorded.metadata, kind: _reason(exc)}}
     )
+
+
+def _end_on_env_error(i: int, recorder: RecorderWrapper, action: Any, exc: Exception) -> TimeStep:
+    """``play_episodes``' ``on_step_error`` of evaluation: the episode ends there, its last step the
+    refused action (``_recorded`` then marks it failed, see ``env_error_trajectory``)."""
+    _record_refused(recorder, exc, action)
+    return TimeStep(observation="", terminated=True)
+
+
+def _recorded(episodes: list[Any]) -> list[Trajectory]:
+    """The trajectories of ``play_episodes``, an episode ended by ``_end_on_env_error`` marked failed."""
+    return [e.trajectory if e.error is None else _as_env_error(e.trajectory, e.error) for e in episodes]
 
 
 def run_episode(
@@ -170,20 +122,14 @@ def run_episode(
     recorder = wrap_episode_env(
         env, max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name
     )
-    watch = ToolWatch(recorder)
-    reset_policy(agent, None if task is None else TaskInfo.coerce(task))
-    ts = recorder.reset(task=task, seed=seed)
-    while not ts.done:
-        if (tools := watch.changed()) is not None:
-            offer_tools(agent, tools)
-        action = agent(ts.observation)
-        try:
-            ts = recorder.step(action)
-        except Exception as exc:
-            if not record_env_errors:
-                raise
-            return watch.record(env_error_trajectory(recorder, action, exc))
-    return watch.record(recorder.get_trajectory())
+    episodes = play_episodes(
+        [recorder],
+        as_batch_policy(lambda: agent),
+        [task],
+        [seed],
+        on_step_error=_end_on_env_error if record_env_errors else None,
+    )
+    return _recorded(episodes)[0]
 
 
 def collect(

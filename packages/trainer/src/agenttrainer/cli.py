@@ -73,6 +73,12 @@ def _config_options(config_cls: type[TrainConfig]):
                 opt = click.option(
                     *names, f.name, default=None, callback=lambda c, p, v: _parse_dict(v), help=help_text + " (JSON)"
                 )
+            elif "choices" in f.metadata:  # a registry's names, each with its summary
+                choices = f.metadata["choices"]()
+                described = "; ".join(f"{name}: {summary}" for name, summary in choices.items())
+                opt = click.option(
+                    *names, f.name, type=click.Choice(list(choices)), default=None, help=f"{help_text} {described}."
+                )
             else:
                 opt = click.option(*names, f.name, type=str, default=None, help=help_text)
             fn = opt(fn)
@@ -132,7 +138,7 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
     """GRPO: offline over scored trajectory groups (--train-file), or online in a live environment.
 
     Online: knowlyr-trainer grpo --online --env knowlyr/retail --tasks train.jsonl --model ./sft/final
-    (--algorithm grpo|dr_grpo|rloo|ppo; YAML configs may set online: true).
+    (--algorithm: any registered algorithm; YAML configs may set online: true).
     """
     values = _yaml_values(config_file)
     online = bool(online or values.pop("online", False))

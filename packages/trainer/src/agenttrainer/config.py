@@ -357,7 +357,7 @@ class DPOConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from agenttrainer.losses.dpo import LOSS_TYPES
+        from agenttrainer.algorithms.dpo import LOSS_TYPES
 
         if self.beta <= 0:
             raise ConfigError(f"beta must be positive, got {self.beta}")
@@ -369,12 +369,36 @@ class DPOConfig(TrainConfig):
             raise ConfigError("label_smoothing applies to loss_type 'sigmoid' only")
 
 
+def algorithm_choices() -> dict[str, str]:
+    """The registered policy-gradient algorithms and their summaries (the ``--algorithm`` choices)."""
+    from agenttrainer.algorithms import summaries
+
+    return summaries()
+
+
 @dataclass
 class GRPOConfig(TrainConfig):
     """Offline group relative policy optimisation over groups of scored trajectories."""
 
     recipe: ClassVar[str] = "grpo"  # online RL (``grpo --online``) too
+    online: ClassVar[bool] = False  # the episodes are played during training (OnlineRLConfig)
 
+    algorithm: str = field(
+        default="grpo",
+        metadata={
+            "help": "Policy-gradient algorithm (agenttrainer.algorithms); offline, those that compare the "
+            "trajectories of a group.",
+            "choices": algorithm_choices,
+        },
+    )
+    loss_normalization: str | None = field(
+        default=None,
+        metadata={
+            "help": "How token losses add up: sequence (mean per sequence, then over sequences), token (mean over "
+            "every token of the step) or constant (sum per sequence / a fixed token budget: max_turns x "
+            "max_new_tokens online, max_length offline). Default: the algorithm's own."
+        },
+    )
     batch_size: int = field(default=2, metadata={"help": "Groups (tasks) per micro-batch per process."})
     learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate of AdamW."})
     group_size: int | None = field(
@@ -416,6 +440,22 @@ class GRPOConfig(TrainConfig):
             raise ConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.grpo_iterations <= 0:
             raise ConfigError(f"grpo_iterations must be positive, got {self.grpo_iterations}")
+        from agenttrainer.algorithms import get
+        from agenttrainer.algorithms.registry import NORMALIZATIONS
+
+        try:
+            algorithm = get(self.algorithm)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not self.online and not algorithm.group_baseline:
+            raise ConfigError(
+                f"algorithm {self.algorithm} learns from episodes played during training, not from recorded groups: "
+                "run it with --online (online: true)"
+            )
+        if self.loss_normalization not in (None, *NORMALIZATIONS):
+            raise ConfigError(
+                f"loss_normalization must be sequence, token or constant, got {self.loss_normalization!r}"
+            )
         if self.eval_file or self.eval_steps:
             raise ConfigError("GRPO does not evaluate during training; run `knowlyr-trainer eval` on the saved model")
 
@@ -429,6 +469,8 @@ class OnlineRLConfig(GRPOConfig):
     process rewards - format penalties) and takes ``grpo_iterations`` optimizer steps on them.
     """
 
+    online: ClassVar[bool] = True
+
     env_id: str | None = field(
         default=None, metadata={"help": "Registered environment id (knowlyr-core make()), e.g. knowlyr/retail."}
     )
@@ -437,21 +479,6 @@ class OnlineRLConfig(GRPOConfig):
     )
     env_kwargs: dict[str, Any] | None = field(
         default=None, metadata={"help": "Keyword arguments for the environment's constructor."}
-    )
-    algorithm: str = field(
-        default="grpo",
-        metadata={
-            "help": "grpo, dr_grpo, rloo, ppo (value head) or rft (rejection fine-tuning: the likelihood of the "
-            "successful episodes is raised, the others are left out)."
-        },
-    )
-    loss_normalization: str | None = field(
-        default=None,
-        metadata={
-            "help": "How token losses add up: sequence (mean per episode, then over episodes), token (mean over "
-            "every token of the step) or constant (sum per episode / the token budget). Default: sequence for "
-            "grpo and rloo, constant for dr_grpo, token for ppo and rft."
-        },
     )
     group_size: int | None = field(default=4, metadata={"help": "Episodes per task per iteration."})
     tasks_per_iteration: int = field(default=4, metadata={"help": "Tasks sampled per iteration."})
@@ -550,22 +577,17 @@ class OnlineRLConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        from agenttrainer.losses.advantages import ALGORITHMS
+        from agenttrainer.algorithms import get, names
 
         super().__post_init__()
+        algorithm = get(self.algorithm)
         if self.clip_range is not None:
             if not 0 < self.clip_range < 1:
                 raise ConfigError(f"clip_range must be in (0, 1), got {self.clip_range}")
             self.clip_eps = self.clip_range
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.group_size is None or self.group_size < 1:
             raise ConfigError(f"group_size must be >= 1, got {self.group_size}")
-        if self.loss_normalization not in (None, "sequence", "token", "constant"):
-            raise ConfigError(
-                f"loss_normalization must be sequence, token or constant, got {self.loss_normalization!r}"
-            )
-        if self.algorithm != "ppo" and self.group_size < 2:
+        if not algorithm.value_head and self.group_size < 2:
             raise ConfigError(f"{self.algorithm} compares episodes of a task: group_size must be >= 2")
         for name in ("tasks_per_iteration", "num_iterations", "max_turns", "max_new_tokens", "max_episode_tokens"):
             if getattr(self, name) < 1:
@@ -587,10 +609,10 @@ class OnlineRLConfig(GRPOConfig):
             raise ConfigError("vf_coef must be >= 0, gae_lambda in [0, 1], gamma in (0, 1]")
         if not 0 <= self.max_refill_rounds <= 9:  # refill rounds take episode seeds 1000 apart within an iteration
             raise ConfigError(f"max_refill_rounds must be in [0, 9], got {self.max_refill_rounds}")
-        if self.dynamic_sampling and self.algorithm in ("ppo", "rft"):
+        if self.dynamic_sampling and not algorithm.group_baseline:
             raise ConfigError(
                 f"dynamic_sampling keeps groups whose rewards differ; {self.algorithm} does not compare the episodes "
-                "of a group (use grpo, dr_grpo or rloo)"
+                f"of a group (use {', '.join(names(offline=True))})"
             )
         if self.task_sampling not in ("sequential", "pass_rate"):
             raise ConfigError(f"task_sampling must be sequential or pass_rate, got {self.task_sampling!r}")

@@ -11,8 +11,11 @@ Thin adapters over the recipes for callers that hold a dataset object (a Hugging
   convention; columns are repeated per completion), and takes one offline GRPO pass over those
   groups. The optimizer restarts each epoch and the KL reference is the policy at the start of
   that epoch (simplification: generation and training alternate). Completions are sampled in
-  batches of ``batch_size`` groups (:class:`~agenttrainer.generation.LocalGenerator`) from one
-  RNG stream seeded by ``seed + epoch``.
+  batches of ``batch_size`` groups from one RNG stream seeded by ``seed + epoch``: each prompt is
+  a one-turn episode that knowlyr-core's acting loop (``knowlyrcore.rollout.play_episodes``)
+  plays with the token-recording policy of online RL
+  (:class:`~agenttrainer.online.token_policy.TokenPolicy` over a
+  :class:`~agenttrainer.generation.LocalGenerator`).
 
 Both pass every other keyword to the config: ``fp16=True`` (refused in one line where the device
 has no fp16 training), ``gradient_accumulation_steps``, ``max_steps``, ... ``model_name`` may be
@@ -38,6 +41,8 @@ from tqdm.auto import tqdm
 from agenttrainer.config import GRPOConfig, SFTConfig
 from agenttrainer.data.readers import read_jsonl
 from agenttrainer.trainers.output_dir import check_output_dir
+from knowlyrcore import AgentEnv, TaskInfo, TimeStep
+from knowlyrcore.wrappers import RecorderWrapper
 
 
 def _rows(dataset: Any) -> list[dict[str, Any]]:
@@ -124,6 +129,17 @@ class SFTTrainerWrapper:
         return self.trainer.save_model(path)
 
 
+class _OneAnswer(AgentEnv):
+    """One turn: the task's ``metadata.prompt`` (text, or a chat as a list of messages) is the
+    observation, and the policy's answer ends the episode."""
+
+    def reset(self, *, task: Any = None, seed: int | None = None) -> TimeStep:
+        return TimeStep(observation=task.metadata["prompt"])
+
+    def step(self, action: Any) -> TimeStep:
+        return TimeStep(observation="", terminated=True)
+
+
 class GRPOTrainerWrapper:
     """Seed 002's GRPO wrapper: sample groups with the current policy, score, train (see module doc)."""
 
@@ -171,49 +187,44 @@ class GRPOTrainerWrapper:
         import torch
 
         from agenttrainer.generation import LocalGenerator
-        from agenttrainer.inference import AgentInference
+        from agenttrainer.online.token_policy import TokenPolicy
+        from knowlyrcore.rollout import play_episodes
 
-        tokenizer, group = self.trainer.tokenizer, self.config.group_size
-        encode = AgentInference(self.trainer.model, tokenizer).encode
-        prompts = [
-            [{"role": "user", "content": r["prompt"]}] if isinstance(r["prompt"], str) else r["prompt"]
-            for r in self.rows
-        ]
-        ids = [encode(messages)[0].tolist() for messages in prompts]
-        # batch_size prompts at a time, each with its group of completions; one seeded RNG stream per epoch
-        generator = LocalGenerator(
-            self.trainer.model, tokenizer, batch_size=group * self.config.batch_size, logprobs=False
-        )
-        per_call = self.config.batch_size  # prompts per generate call: one batch of their groups each
-        samples = []
+        tokenizer, group, per_call = self.trainer.tokenizer, self.config.group_size, self.config.batch_size
+        # batch_size prompts at a time, each with its group of completions: one generate call each
+        generator = LocalGenerator(self.trainer.model, tokenizer, batch_size=group * per_call, logprobs=False)
+        policy = TokenPolicy(generator, tokenizer, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+        completions: list[str] = []
         bar = tqdm(
-            total=len(ids),
+            total=len(self.rows),
             desc=f"sampling epoch {epoch + 1}/{self.num_epochs}",
             unit="prompt",
             leave=False,
             disable=True if not self.config.progress_bar else None,
         )
-        with torch.random.fork_rng(devices=[]), bar:
+        with torch.random.fork_rng(devices=[]), bar:  # one seeded RNG stream per epoch
             torch.manual_seed(self.config.seed + epoch)
-            for start in range(0, len(ids), per_call):
-                chunk = [p for p in ids[start : start + per_call] for _ in range(group)]
-                samples += generator.generate(chunk, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
-                bar.update(len(chunk) // group)
+            for start in range(0, len(self.rows), per_call):
+                rows = [row for row in self.rows[start : start + per_call] for _ in range(group)]
+                tasks = [TaskInfo(metadata={"prompt": row["prompt"]}) for row in rows]
+                envs = [RecorderWrapper(_OneAnswer()) for _ in rows]
+                for episode in play_episodes(envs, policy, tasks):
+                    (step,) = episode.trajectory.steps
+                    completions.append(tokenizer.decode(step.token_ids, skip_special_tokens=True))
+                bar.update(len(rows) // group)
         records = []
         for i, row in enumerate(self.rows):
-            completions = [
-                tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples[i * group : (i + 1) * group]
-            ]
+            answers = completions[i * group : (i + 1) * group]
             prompt = row["prompt"]
-            extra = {k: [v] * len(completions) for k, v in row.items() if k != "prompt"}
-            rewards = self.reward_fn(completions=completions, prompts=[prompt] * len(completions), **extra)
-            if len(rewards) != len(completions):
-                raise ValueError(f"reward_fn returned {len(rewards)} rewards for {len(completions)} completions")
+            extra = {k: [v] * len(answers) for k, v in row.items() if k != "prompt"}
+            rewards = self.reward_fn(completions=answers, prompts=[prompt] * len(answers), **extra)
+            if len(rewards) != len(answers):
+                raise ValueError(f"reward_fn returned {len(rewards)} rewards for {len(answers)} completions")
             records.append(
                 {
                     "task_id": str(row.get("task_id", i)),
                     "prompt": prompt,
-                    "trajectories": [{"response": c, "reward": float(r)} for c, r in zip(completions, rewards)],
+                    "trajectories": [{"response": c, "reward": float(r)} for c, r in zip(answers, rewards)],
                 }
             )
         return _write_jsonl(records, self.output_dir / f"rollouts-epoch{epoch}.jsonl")

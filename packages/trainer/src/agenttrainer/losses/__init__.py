@@ -3,32 +3,35 @@
 Every loss is normalised by an explicit item count (``num_items``) so that a trainer can pass
 the count of the whole optimizer step (all accumulation micro-batches, all processes) and get
 gradients that do not depend on how the step was split.
+
+Here: SFT's cross-entropy and the token log-probs every recipe scores with. The policy-gradient
+algorithms (GRPO, Dr. GRPO, RLOO, PPO, RFT, GSPO) and the DPO losses live in
+``agenttrainer.algorithms``, one module each; their old names here keep working with a
+``DeprecationWarning``.
 """
 
-from agenttrainer.losses.advantages import (
-    DEFAULT_NORMALIZATION,
-    gae,
-    group_baseline_advantages,
-    rejection_advantages,
-    spread_over_steps,
-    value_loss,
-)
-from agenttrainer.losses.dpo import dpo_loss
-from agenttrainer.losses.grpo import group_advantages, grpo_loss, step_level_advantages
+from agenttrainer.losses.advantages import _REPLACED, group_baseline_advantages
 from agenttrainer.losses.sft import chunked_token_logps, sft_loss, step_weights
+from knowlyrcore.deprecation import moved_names
+
+__getattr__ = moved_names(
+    __name__,
+    {
+        "dpo_loss": "agenttrainer.algorithms.dpo",
+        "gae": "agenttrainer.algorithms.ppo",
+        "group_advantages": "agenttrainer.algorithms.grpo",
+        "grpo_loss": "agenttrainer.algorithms.grpo",
+        "rejection_advantages": "agenttrainer.algorithms.rft",
+        "spread_over_steps": "agenttrainer.algorithms.steps",
+        "step_level_advantages": "agenttrainer.algorithms.steps",
+        "value_loss": "agenttrainer.algorithms.ppo",
+    },
+    {"DEFAULT_NORMALIZATION": _REPLACED["DEFAULT_NORMALIZATION"]},
+)
 
 __all__ = [
-    "DEFAULT_NORMALIZATION",
     "chunked_token_logps",
-    "dpo_loss",
-    "gae",
-    "group_advantages",
     "group_baseline_advantages",
-    "grpo_loss",
-    "rejection_advantages",
     "sft_loss",
-    "spread_over_steps",
-    "step_level_advantages",
     "step_weights",
-    "value_loss",
 ]

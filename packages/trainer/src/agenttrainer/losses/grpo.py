@@ -1,120 +1,13 @@
-"""Group Relative Policy Optimisation: group-normalised advantages and the clipped objective.
+"""Former home of GRPO's advantages and loss: they live in ``agenttrainer.algorithms.grpo`` (and
+``agenttrainer.algorithms.steps``) now; the old names keep working with a ``DeprecationWarning``."""
 
-For a group of ``G`` trajectories of one task with rewards ``r_1..r_G``:
-``A_i = (r_i - mean(r)) / (std(r) + eps)`` (``std`` unbiased, as in TRL). With
-``step_level_advantage`` the advantage of step ``j`` of trajectory ``i`` is
-``A_ij = A_i * r_step_j / mean(r_steps_i)``.
+from knowlyrcore.deprecation import moved_names
 
-Per completion token ``t`` with ratio ``rho = exp(logp - old_logp)``:
-``l_t = -min(rho * A, clip(rho, 1 - eps_clip, 1 + eps_high) * A) + kl_coef * kl_t`` with the k3
-estimator ``kl_t = exp(ref - logp) - (ref - logp) - 1`` (unbiased, always >= 0). Each sequence's
-token losses are averaged over its completion tokens, then summed over sequences and divided by
-``num_items`` (the number of sequences in the optimizer step) — TRL's ``loss_type="grpo"``.
-``eps_high`` defaults to ``eps_clip``; a larger one ("clip-higher", as in DAPO: 0.2 / 0.28) lets
-the probability of a rare good token grow further in one update, which keeps the policy from
-collapsing onto what it already does (entropy collapse) while bad tokens stay tightly clipped.
-"""
-
-from __future__ import annotations
-
-from collections.abc import Sequence
-
-import torch
-
-from agenttrainer.losses.sft import step_weights
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-4) -> torch.Tensor:
-    """Normalise rewards within consecutive groups of ``group_size``.
-
-    Rewards ``[1, 0, 0.5, 0.5]`` with ``group_size=2``: group 1 has mean 0.5 and unbiased std
-    ``sqrt(((0.5)^2 + (0.5)^2) / 1) = 0.70711``, so ``A = +-0.5 / (0.70711 + 1e-4) = +-0.70701``;
-    group 2 has std 0, so ``A = 0``.
-    """
-    if rewards.numel() % group_size:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    grouped = rewards.view(-1, group_size).float()  # (num_groups, G)
-    mean = grouped.mean(dim=1, keepdim=True)
-    std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
-    return ((grouped - mean) / (std + eps)).view(-1)
-
-
-def step_level_advantages(advantage: float, step_rewards: Sequence[float]) -> list[float]:
-    """``A_ij = A_i * r_step_j / mean(r_steps)``; ``A_i = 2`` with step rewards ``[0.7, 0.9]`` gives ``[1.75, 2.25]``."""
-    return [advantage * w for w in step_weights(step_rewards)]
-
-
-def grpo_loss(
-    logps: torch.Tensor,
-    old_logps: torch.Tensor,
-    ref_logps: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.04,
-    num_items: float | None = None,
-    normalization: str = "sequence",
-    max_tokens: int | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped surrogate + k3 KL, per-sequence token mean, summed and divided by ``num_items``.
-
-    ``normalization`` says how token losses become the loss: ``"sequence"`` (above; GRPO),
-    ``"constant"`` (Dr. GRPO: every sequence's token losses summed and divided by the same
-    ``max_tokens``, so long answers are not down-weighted per token; then divided by
-    ``num_items``) or ``"token"`` (PPO: mean over every counted token of the step, ``num_items``
-    being that token count).
-
-    Args:
-        logps, old_logps, ref_logps: per-token log-probs ``(B, T)`` of the completion tokens.
-        advantages: ``(B,)`` per trajectory or ``(B, T)`` per token (step-level advantages).
-        mask: ``(B, T)``, 1 on completion tokens that count.
-
-    Hand-derived check (used by the unit test): one sequence, two tokens, ``A = 1``,
-    ``logp - old = (ln 1.5, 0)``, ``clip_eps = 0.2``, ``ref = logp - ln 2`` on both tokens.
-    Token 1: ``rho = 1.5``, ``min(1.5, 1.2) = 1.2``; token 2: ``rho = 1``. Surrogate
-    ``= -(1.2 + 1) / 2 = -1.1``. ``kl = e^{-ln 2} + ln 2 - 1 = 0.5 + 0.69315 - 1 = 0.19315`` per
-    token, so with ``kl_coef = 0.1`` the loss is ``-1.1 + 0.019315 = -1.080685``. With
-    ``clip_eps_high = 0.28`` token 1 is clipped at 1.28 instead: ``-(1.28 + 1) / 2 = -1.14``.
-    """
-    high = clip_eps if clip_eps_high is None else clip_eps_high
-    mask = mask.to(logps.dtype)
-    if advantages.dim() == 1:
-        advantages = advantages[:, None]  # (B, 1)
-    ratio = torch.exp(logps - old_logps)  # (B, T)
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high)
-    pg = -torch.min(ratio * advantages, clipped * advantages)  # (B, T)
-    per_token = pg
-    kl = None
-    if kl_coef != 0.0:
-        if ref_logps is None:
-            raise ValueError("ref_logps is required when kl_coef != 0")
-        diff = ref_logps - logps
-        kl = torch.exp(diff) - diff - 1  # (B, T)
-        per_token = pg + kl_coef * kl
-    lengths = mask.sum(dim=1).clamp(min=1)  # (B,)
-    if normalization == "sequence":
-        per_seq = (per_token * mask).sum(dim=1) / lengths  # (B,)
-        loss = per_seq.sum() / (per_seq.numel() if num_items is None else num_items)
-    elif normalization == "constant":
-        if not max_tokens:
-            raise ValueError("normalization='constant' needs max_tokens")
-        per_seq = (per_token * mask).sum(dim=1) / max_tokens  # (B,)
-        loss = per_seq.sum() / (per_seq.numel() if num_items is None else num_items)
-    elif normalization == "token":
-        per_seq = (per_token * mask).sum(dim=1) / lengths  # (B,), for the metric only
-        loss = (per_token * mask).sum() / (mask.sum().clamp(min=1) if num_items is None else num_items)
-    else:
-        raise ValueError(f"normalization must be 'sequence', 'constant' or 'token', got {normalization!r}")
-    with torch.no_grad():
-        n = mask.sum().clamp(min=1)
-        is_clipped = ((ratio < 1 - clip_eps) & (advantages < 0)) | ((ratio > 1 + high) & (advantages > 0))
-        metrics = {
-            "loss/grpo": float(per_seq.mean()),
-            "loss/pg": float(((pg * mask).sum(dim=1) / lengths).mean()),
-            "train/clip_ratio": float((is_clipped.to(mask.dtype) * mask).sum() / n),
-        }
-        if kl is not None:
-            metrics["train/kl"] = float((kl * mask).sum() / n)
-    return loss, metrics
+__getattr__ = moved_names(
+    __name__,
+    {
+        "group_advantages": "agenttrainer.algorithms.grpo",
+        "grpo_loss": "agenttrainer.algorithms.grpo",
+        "step_level_advantages": "agenttrainer.algorithms.steps",
+    },
+)

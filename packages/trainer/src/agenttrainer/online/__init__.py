@@ -6,6 +6,7 @@ reward (knowlyr-reward's rule layer) and an environment package that registers t
 
 from agenttrainer.online.chat_tokens import ChatTokens, TemplateError
 from agenttrainer.online.rollout import Rollout, collect_rollouts
+from agenttrainer.online.token_policy import TokenPolicy, TokenRecord
 from agenttrainer.online.trainer import OnlineRLTrainer, load_tasks, rollout_metrics
 
 __all__ = [
@@ -13,6 +14,8 @@ __all__ = [
     "OnlineRLTrainer",
     "Rollout",
     "TemplateError",
+    "TokenPolicy",
+    "TokenRecord",
     "collect_rollouts",
     "load_tasks",
     "rollout_metrics",

@@ -69,9 +69,11 @@ class ChatTokens:
             raise TemplateError("the chat template does not end an assistant turn with an end-of-turn token")
         return ids[ends[-1] + 1 :]
 
-    def prompt(self, first_message: Message) -> list[int]:
-        """The first prompt: system turn, tool schemas, ``first_message``, the assistant turn opened."""
-        return self._ids([*self.system, first_message], generation_prompt=True)
+    def prompt(self, first_message: Message | list[Message]) -> list[int]:
+        """The first prompt: system turn, tool schemas, ``first_message`` (or a list of messages),
+        the assistant turn opened."""
+        messages = first_message if isinstance(first_message, list) else [first_message]
+        return self._ids([*self.system, *messages], generation_prompt=True)
 
     def continuation(self, answer_ids: list[int], message: Message) -> list[int]:
         """Tokens to append after a sampled answer so the chat continues with ``message`` and the

@@ -1,8 +1,10 @@
 """Batched multi-turn rollouts that keep every token: ``collect_rollouts``.
 
-``G`` episodes per task run in lockstep in live environments: each turn, every live episode's
-token ids go to the generator in ONE call, each sampled answer is parsed into an action by the
-rules every knowlyr policy shares (``knowlyrcore.tool_parsing``), and each environment steps.
+``G`` episodes per task run in lockstep in live environments, played by knowlyr-core's acting
+loop (``knowlyrcore.rollout.play_episodes``, shared with knowlyr-hub's ``collect``) with a
+``TokenPolicy``: each turn, every live episode's token ids go to the generator in ONE call, each
+sampled answer is parsed into an action by the rules every knowlyr policy shares
+(``knowlyrcore.tool_parsing``), and each environment steps.
 
 Each ``Rollout`` keeps the token ids of the whole episode (prompt, answers, observations), a
 mask of the tokens the model sampled, their log-probs at sampling time, and each step's span,
@@ -26,16 +28,16 @@ a generation endpoint that failed or answered with ids that are no tokens, see
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from agenttrainer.generation import GenerationError, Generator, TokenSample, check_sample
-from agenttrainer.inference import answer_style, observation_message
-from agenttrainer.online.chat_tokens import ChatTokens
-from knowlyrcore import AgentEnv, TaskInfo, Trajectory, make, tool_schemas
+from agenttrainer.generation import Generator
+from agenttrainer.online.token_policy import TokenPolicy, TokenRecord
+from knowlyrcore import AgentEnv, TaskInfo, TimeStep, Trajectory
 from knowlyrcore.errors import InfrastructureError, InvalidActionError
-from knowlyrcore.tool_parsing import parse_reply
+from knowlyrcore.rollout import Episode, build_env, env_tools, play_episodes
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
 
 # What out of an environment's step is not the agent's doing: the machinery around the episode
@@ -43,39 +45,25 @@ from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
 INFRASTRUCTURE_ERRORS = (InfrastructureError, ConnectionError, TimeoutError)
 
 
-@dataclass
-class Rollout:
-    """One episode as the trainer sees it (token level) and as knowlyr records it (``trajectory``)."""
+@dataclass(kw_only=True)
+class Rollout(TokenRecord):
+    """One episode as the trainer sees it (token level) and as knowlyr records it (``trajectory``).
+
+    ``finish`` is terminated | truncated | max_turns | token_budget | action_error | infra_error.
+    """
 
     task: TaskInfo
     group: int  # index of the task in this batch; the G rollouts of a task share it
-    token_ids: list[int] = field(default_factory=list)
-    sampled: list[bool] = field(default_factory=list)  # True where the model produced the token
-    logprobs: list[float] = field(default_factory=list)  # sampling-time log-prob (0.0 where not sampled)
-    step_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each answer in token_ids
-    format_errors: list[bool] = field(default_factory=list)  # per step
-    entropies: list[float] = field(default_factory=list)  # per step: mean sampling entropy (local backend)
     env_reward: float = 0.0
     success: bool | None = None
-    finish: str = ""  # terminated | truncated | max_turns | token_budget | action_error | infra_error
-    infra_error: str | None = None
     trajectory: Trajectory | None = None
-    step_rewards: list[float] = field(default_factory=list)  # process rewards, filled by the trainer
+    step_rewards: list[float] = dataclasses.field(default_factory=list)  # process rewards, filled by the trainer
     reward: float = 0.0  # the scalar the advantages are computed from, filled by the trainer
 
     @property
     def valid(self) -> bool:
         """Whether the rollout may enter the update (it did not fail for infrastructure reasons)."""
         return self.infra_error is None and bool(self.step_spans)
-
-    @property
-    def sampled_tokens(self) -> int:
-        return sum(self.sampled)
-
-    def extend(self, ids: Sequence[int], *, sampled: bool, logprobs: Sequence[float] | None = None) -> None:
-        self.token_ids.extend(ids)
-        self.sampled.extend([sampled] * len(ids))
-        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
 
 
 def collect_rollouts(
@@ -110,199 +98,89 @@ def collect_rollouts(
     """
     if group_size < 1 or max_turns < 1 or max_new_tokens < 1:
         raise ValueError("group_size, max_turns and max_new_tokens must be >= 1")
-    vocab = vocab_size or len(tokenizer)
     task_list = [TaskInfo.coerce(t) for t in tasks]
     rollouts = [Rollout(task=t, group=g) for g, t in enumerate(task_list) for _ in range(group_size)]
-    envs: list[RecorderWrapper | None] = [None] * len(rollouts)
-    chats: list[ChatTokens | None] = [None] * len(rollouts)
-    tools_of: list[list[Any] | None] = [None] * len(rollouts)
-    styles: list[str | None] = [None] * len(rollouts)
-    live: list[bool] = [False] * len(rollouts)
+    playing: list[int] = []  # the rollouts whose environment was built
+    envs: list[RecorderWrapper] = []
     try:
         for i, rollout in enumerate(rollouts):
             try:
-                instance = make(env, **(env_kwargs or {})) if isinstance(env, str) else env(**(env_kwargs or {}))
                 # As evaluation does: the episode ends at max_turns or the task's own max_steps, if smaller.
-                instance = MaxStepsWrapper(instance, max_steps=max_turns)
-                envs[i] = RecorderWrapper(instance, agent_name="online-rl", model_name=model_name)
-                first = envs[i].reset(task=rollout.task, seed=None if seed is None else seed + i)
+                instance = MaxStepsWrapper(build_env(env, env_kwargs), max_steps=max_turns)
             except Exception as exc:  # the environment could not start: not the agent's doing
-                _fail(rollout, exc)
+                rollout.fail(exc)
                 continue
-            tools = _tool_list(envs[i])
-            tools_of[i] = tools
-            prompt = system_prompt or rollout.task.metadata.get("system_prompt") or None
-            chats[i] = ChatTokens(tokenizer, system_prompt=prompt, tools=tools if include_tools else None)
-            rollout.extend(chats[i].prompt(observation_message(first.observation, None)), sampled=False)
-            if len(rollout.token_ids) + max_new_tokens > max_episode_tokens:
-                raise ValueError(
-                    f"task {rollout.task.id or f'#{rollout.group}'}: the first prompt has {len(rollout.token_ids)} tokens; "
-                    f"max_episode_tokens={max_episode_tokens} leaves no room for an answer of {max_new_tokens}"
-                )
-            live[i] = not first.done
-            if first.done:
-                rollout.finish = "terminated" if first.terminated else "truncated"
-        for _turn in range(max_turns):
-            active = [i for i in range(len(rollouts)) if live[i]]
-            if not active:
-                break
-            try:
-                samples = generator.generate(
-                    [rollouts[i].token_ids for i in active],
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                )
-                if len(samples) != len(active):
-                    raise GenerationError(f"{len(samples)} answers to {len(active)} prompts")
-            except Exception as exc:  # the backend failed every episode waiting on it
-                for i in active:
-                    _fail(rollouts[i], exc)
-                    live[i] = False
-                break
-            for i, sample in zip(active, samples):
-                try:
-                    check_sample(sample, vocab)
-                except GenerationError as exc:  # the backend's answer, not the policy's: masked
-                    _fail(rollouts[i], exc)
-                    live[i] = False
-                    continue
-                live[i] = _take_turn(
-                    rollouts[i],
-                    envs[i],
-                    chats[i],
-                    sample,
-                    tools_of[i],
-                    styles,
-                    i,
-                    closing_tool,
-                    tokenizer,
-                    max_new_tokens,
-                    max_episode_tokens,
-                )
-            if on_turn is not None:
-                on_turn(_turn + 1, sum(live))
-        for i, rollout in enumerate(rollouts):
-            if live[i]:
-                rollout.finish = "max_turns"
-            if envs[i] is not None and rollout.infra_error is None and rollout.step_spans:
-                rollout.trajectory = _with_tokens(envs[i].get_trajectory(), rollout)
+            envs.append(RecorderWrapper(instance, agent_name="online-rl", model_name=model_name))
+            playing.append(i)
+        policy = TokenPolicy(
+            generator,
+            tokenizer,
+            system_prompt=system_prompt,
+            tools=env_tools(envs[0]) if envs else None,  # as built; each episode's own follow (ToolWatch)
+            include_tools=include_tools,
+            closing_tool=closing_tool,
+            max_new_tokens=max_new_tokens,
+            max_episode_tokens=max_episode_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            vocab_size=vocab_size,
+        )
+        step_errors = _StepErrors([rollouts[i] for i in playing], policy)
+        episodes = play_episodes(
+            envs,
+            policy,
+            [rollouts[i].task for i in playing],
+            [None if seed is None else seed + i for i in playing],
+            max_turns=max_turns,
+            on_step_error=step_errors,
+            on_reset_error=lambda k, exc: rollouts[playing[k]].fail(exc),  # not the agent's doing
+            after_turn=None if on_turn is None else lambda turn, live: on_turn(turn, live) if turn else None,
+        )
     finally:
         for recorder in envs:
-            if recorder is not None:
-                try:
-                    recorder.close()
-                except Exception:  # closing must not mask the rollout's result
-                    pass
+            try:
+                recorder.close()
+            except Exception:  # closing must not mask the rollout's result
+                pass
+    for k, (i, episode) in enumerate(zip(playing, episodes)):
+        _fill(rollouts[i], policy.records[k], episode)
     return rollouts
 
 
-def _take_turn(
-    rollout: Rollout,
-    env: RecorderWrapper,
-    chat: ChatTokens,
-    sample: TokenSample,
-    tools: list[dict[str, Any]] | None,
-    styles: list[str | None],
-    i: int,
-    closing_tool: str | None,
-    tokenizer: Any,
-    room: int,
-    budget: int,
-) -> bool:
-    """Append one sampled answer, step the environment; returns whether the episode goes on."""
-    start = len(rollout.token_ids)
-    rollout.extend(sample.token_ids, sampled=True, logprobs=sample.logprobs)
-    rollout.step_spans.append((start, len(rollout.token_ids)))
-    if sample.entropy is not None:
-        rollout.entropies.append(sample.entropy)
-    text = tokenizer.decode(sample.token_ids, skip_special_tokens=True)
-    reply = parse_reply(text, tools, closing_tool=closing_tool)
-    action = {k: v for k, v in reply.action.items() if k != "format_error"}
-    malformed = "format_error" in reply.action
-    styles[i] = answer_style(reply)
-    try:
-        ts = env.step(action)
-        observation, done = ts.observation, ts.done
-    except InvalidActionError as exc:  # the environment refused the call: the agent's mistake
-        observation, done, ts, malformed = f"Error: {exc}", False, None, True
-        env.record_refused(action, str(exc))
-    except INFRASTRUCTURE_ERRORS as exc:  # the environment's machinery broke: not the agent's doing
-        _fail(rollout, exc)
-        return False
-    except Exception as exc:  # the environment could not take this action: the agent's failure, scored 0
+class _StepErrors:
+    """``on_step_error`` of online RL: what an exception out of an environment's ``step`` means."""
+
+    def __init__(self, rollouts: list[Rollout], policy: TokenPolicy) -> None:
+        self.rollouts, self.policy = rollouts, policy
+
+    def __call__(self, k: int, env: RecorderWrapper, action: Any, exc: Exception) -> TimeStep:
+        rollout, record = self.rollouts[k], self.policy.records[k]
+        if isinstance(exc, InvalidActionError):  # the environment refused the call: the agent's mistake
+            env.record_refused(action, str(exc))
+            record.format_errors[-1] = True
+            return TimeStep(observation=f"Error: {exc}")
+        if isinstance(exc, INFRASTRUCTURE_ERRORS):  # the environment's machinery broke: not the agent's doing
+            rollout.fail(exc)
+            return TimeStep(terminated=True)
+        # the environment could not take this action: the agent's failure, scored 0
         env.record_refused(action, f"{type(exc).__name__}: {exc}"[:500])
-        rollout.format_errors.append(True)
-        rollout.env_reward, rollout.success, rollout.finish = 0.0, False, "action_error"
-        return False
-    rollout.format_errors.append(malformed)
-    if ts is not None:
-        rollout.env_reward += float(ts.reward)
-        if ts.done:
-            rollout.finish = "terminated" if ts.terminated else "truncated"
-            if "success" in ts.info:
-                rollout.success = bool(ts.info["success"])
-    if done:
-        return False
-    following = chat.continuation(sample.token_ids, observation_message(observation, styles[i]))
-    if len(rollout.token_ids) + len(following) + room > budget:
-        rollout.finish = "token_budget"  # the observation and another answer would not fit
-        return False
-    rollout.extend(following, sampled=False)
-    return True
+        record.format_errors[-1] = True
+        rollout.success, rollout.finish = False, "action_error"
+        return TimeStep(terminated=True)
 
 
-def _fail(rollout: Rollout, exc: BaseException) -> None:
-    rollout.infra_error = f"{type(exc).__name__}: {exc}"[:500]
-    rollout.finish = "infra_error"
-
-
-def _tool_list(env: AgentEnv) -> list[dict[str, Any]] | None:
-    """The environment's tools as OpenAI schemas (described by its domain profile)."""
-    try:
-        tools = env.available_tools
-    except Exception:  # an environment without a tool list: the model is told none
-        return None
-    return tool_schemas(list(tools), env.domain) if tools else None
-
-
-def _with_tokens(trajectory: Trajectory, rollout: Rollout) -> Trajectory:
-    """The recorded trajectory with each step's sampled token ids and log-probs, the observation
-    tokens that followed it, and the first prompt's ids, so the token sequence is reproducible."""
-    steps = []
-    spans = rollout.step_spans
-    for j, step in enumerate(trajectory.steps):
-        if j >= len(spans):
-            break
-        start, end = spans[j]
-        following = spans[j + 1][0] if j + 1 < len(spans) else len(rollout.token_ids)
-        metadata = {**step.metadata, "observation_token_ids": rollout.token_ids[end:following]}
-        if rollout.format_errors[j]:
-            metadata["format_error"] = True
-        steps.append(
-            step.model_copy(
-                update={
-                    "token_ids": rollout.token_ids[start:end],
-                    "logprobs": rollout.logprobs[start:end],
-                    "metadata": metadata,
-                }
-            )
-        )
-    metadata = {**trajectory.metadata, "prompt_token_ids": rollout.token_ids[: spans[0][0]], "finish": rollout.finish}
-    recorded = trajectory.model_copy(update={"steps": steps, "metadata": metadata})
-    return Trajectory.model_validate(_unicode_safe(recorded.model_dump()))
-
-
-def _unicode_safe(value: Any) -> Any:
-    """``value`` with each lone UTF-16 surrogate in its strings written as its ``\\udXXX`` escape.
-
-    A policy writes one as a JSON escape in a tool argument (and an environment may echo it);
-    it is no Unicode text, so the trajectory file (UTF-8) and the process reward could not take it.
-    """
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_unicode_safe(k): _unicode_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unicode_safe(v) for v in value]
-    return value
+def _fill(rollout: Rollout, record: TokenRecord, episode: Episode) -> None:
+    """``rollout`` from its tokens (the policy's record) and how its episode went (the loop's)."""
+    own = (rollout.finish, rollout.infra_error)  # set while playing: an environment that failed
+    for f in dataclasses.fields(TokenRecord):
+        setattr(rollout, f.name, getattr(record, f.name))
+    if own[0]:
+        rollout.finish, rollout.infra_error = own
+    rollout.env_reward = 0.0 if rollout.finish == "action_error" else episode.reward
+    if not rollout.finish:
+        rollout.finish = episode.end
+        if episode.end in ("terminated", "truncated") and "success" in episode.info and episode.turns:
+            rollout.success = bool(episode.info["success"])
+    if rollout.infra_error is None and rollout.step_spans and episode.trajectory is not None:
+        metadata = {**episode.trajectory.metadata, "finish": rollout.finish}
+        rollout.trajectory = episode.trajectory.model_copy(update={"metadata": metadata})

@@ -12,14 +12,15 @@ One iteration:
    plus ``process_reward_coef`` x the mean process reward of its steps (knowlyr-reward's rule
    layer by default) minus ``format_penalty`` per malformed tool call. Rollouts that failed for
    infrastructure reasons are masked: out of the group statistics, out of the loss, counted.
-3. **Advantages.** ``grpo`` / ``dr_grpo`` / ``rloo`` group baselines, spread over the steps by
-   their process rewards without changing sign (``step_level_advantage``); ``ppo``: GAE over
-   the model's tokens with a value head on the policy's last hidden state (rewards on each
-   step's last token, the outcome on the final one), whitened over the batch; ``rft``: 1 for a
-   successful episode and 0 for the rest (rejection fine-tuning on the policy's own samples).
+3. **Advantages**, by the ``algorithm`` (``agenttrainer.algorithms``, one module each): group
+   baselines (``grpo``, ``dr_grpo``, ``rloo``, ``gspo``), spread over the steps by their process
+   rewards without changing sign (``step_level_advantage``); ``ppo``: GAE over the model's
+   tokens with a value head on the policy's last hidden state (rewards on each step's last
+   token, the outcome on the final one), whitened over the batch; ``rft``: 1 for a successful
+   episode and 0 for the rest (rejection fine-tuning on the policy's own samples).
 4. **Update.** ``grpo_iterations`` optimizer steps over the rollouts, each accumulating over
-   micro-batches of ``batch_size`` episodes: the clipped surrogate against the log-probs before
-   the first step, plus ``kl_coef`` x the k3 KL to the reference (the adapter-disabled base with
+   micro-batches of ``batch_size`` episodes: the algorithm's loss (a clipped surrogate) against
+   the log-probs before the first step, plus ``kl_coef`` x the k3 KL to the reference (the adapter-disabled base with
    LoRA, a frozen copy of the initial weights otherwise), plus ``vf_coef`` x the clipped value
    loss for PPO. The ids trained on are the ids sampled; the mean absolute difference between
    their sampling-time and training-time log-probs is logged (``train/logprob_mismatch``).
@@ -46,21 +47,15 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from agenttrainer.algorithms import get as get_algorithm
+from agenttrainer.algorithms.ppo import gae, value_loss, whiten
+from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import ConfigError, OnlineRLConfig
 from agenttrainer.data import DataError, Example, collate
 from agenttrainer.generation import Generator, LocalGenerator, ServerGenerator
 from agenttrainer.logging_backends import MetricsLogger
-from agenttrainer.losses import (
-    DEFAULT_NORMALIZATION,
-    chunked_token_logps,
-    gae,
-    group_baseline_advantages,
-    grpo_loss,
-    rejection_advantages,
-    spread_over_steps,
-    value_loss,
-)
+from agenttrainer.losses import chunked_token_logps
 from agenttrainer.models.attention import HiddenStates, base_model
 from agenttrainer.models.prompt_contract import PromptContract, attach_contract, contract_of
 from agenttrainer.online.rollout import Rollout, collect_rollouts
@@ -157,8 +152,9 @@ class OnlineRLTrainer:
         self.prompt = self._prompt_contract()
         attach_contract(self.model, self.prompt)  # the checkpoints this run writes are prompted this way
         self.wrapped = HiddenStates(self.model)
+        self.algorithm = get_algorithm(c.algorithm)
         hidden = base_model(self.model).config.hidden_size
-        self.value_head = nn.Linear(hidden, 1) if c.algorithm == "ppo" else None
+        self.value_head = nn.Linear(hidden, 1) if self.algorithm.value_head else None
         if self.value_head is not None:
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
@@ -318,19 +314,16 @@ class OnlineRLTrainer:
             r.trajectory = r.trajectory.model_copy(update={"steps": recorded, "reward": r.reward})
 
     def token_advantages(self, rollouts: list[Rollout]) -> list[list[float]]:
-        """Per valid rollout, one advantage per sampled token (group baselines; PPO fills later)."""
+        """Per valid rollout, one advantage per sampled token (the algorithm's; PPO fills them later)."""
         c = self.config
         by_group: dict[int, list[Rollout]] = {}
         for r in rollouts:
             by_group.setdefault(r.group, []).append(r)
         advantage: dict[int, float] = {}
         for members in by_group.values():
-            if c.algorithm == "rft":
-                values = rejection_advantages([m.success for m in members], [m.valid for m in members])
-            else:
-                values = group_baseline_advantages(
-                    [m.reward for m in members], [m.valid for m in members], algorithm=c.algorithm
-                )
+            values = self.algorithm.advantages(
+                [m.reward for m in members], [m.success for m in members], [m.valid for m in members]
+            )
             for m, a in zip(members, values):
                 advantage[id(m)] = a
         out = []
@@ -412,11 +405,11 @@ class OnlineRLTrainer:
         self, rollouts: list[Rollout], optimizer: Any, scheduler: Any, state: dict[str, Any]
     ) -> dict[str, float]:
         """``grpo_iterations`` optimizer steps on the valid rollouts; returns the update's metrics."""
-        c = self.config
+        c, algorithm = self.config, self.algorithm
         valid = [r for r in rollouts if r.valid]
         group_advantages: list[list[float]] = []
         uniform = 0
-        if c.algorithm != "ppo":
+        if not algorithm.value_head:
             group_advantages = self.token_advantages(rollouts)
             if c.skip_uniform_groups:  # no policy-gradient signal: spare their forward and backward
                 keep = [k for k, a in enumerate(group_advantages) if any(x != 0.0 for x in a)]
@@ -429,14 +422,14 @@ class OnlineRLTrainer:
         ref = self.reference_logps(examples) if c.kl_coef else None
         old: list[torch.Tensor] | None = None
         values_old: list[torch.Tensor | None] = [None] * len(valid)
-        if c.algorithm == "ppo" or c.grpo_iterations > 1:
+        if algorithm.value_head or c.grpo_iterations > 1:
             old, values_old = self.old_logps_and_values(examples)
-        if c.algorithm == "ppo":
+        if algorithm.value_head:
             advantages, returns = self._ppo_targets(valid, values_old)
         else:
             advantages, returns = [torch.tensor(a) for a in group_advantages], None
         total_tokens = sum(int(a.numel()) for a in advantages)
-        normalization = c.loss_normalization or DEFAULT_NORMALIZATION[c.algorithm]
+        normalization = c.loss_normalization or algorithm.normalization
         num_items = total_tokens if normalization == "token" else len(valid)
         params = [p for p in self.trainable.parameters() if p.requires_grad]
         index = list(range(len(valid)))
@@ -448,11 +441,11 @@ class OnlineRLTrainer:
             self.trainable.train()
             step_loss = 0.0
             for mb in micro_batches:
-                logps, mask, values = self.forward(self.wrapped, [examples[i] for i in mb], values=c.algorithm == "ppo")
+                logps, mask, values = self.forward(self.wrapped, [examples[i] for i in mb], values=algorithm.value_head)
                 adv = _pad([advantages[i] for i in mb], logps)
                 ref_t = None if ref is None else _pad([ref[i] for i in mb], logps)
                 old_t = logps.detach() if old is None else _pad([old[i] for i in mb], logps)
-                loss, metrics = grpo_loss(
+                loss, metrics = algorithm.loss(
                     logps,
                     old_t,
                     ref_t,
@@ -505,8 +498,8 @@ class OnlineRLTrainer:
         sums["train/logprob_mismatch"] = mismatch_sum / max(mismatch_n, 1)
         sums["train/learning_rate"] = scheduler.get_last_lr()[0]
         sums["train/tokens"] = float(sum(len(ex) for ex in examples) * c.grpo_iterations)
-        sums.pop("loss/grpo", None)
-        return sums
+        # the per-sequence mean the loss reports (loss/grpo, ...): loss/train says it for the whole step
+        return {k: v for k, v in sums.items() if k in ("loss/train", "loss/pg") or not k.startswith("loss/")}
 
     def _ppo_targets(
         self, valid: list[Rollout], values_old: list[torch.Tensor | None]
@@ -519,9 +512,7 @@ class OnlineRLTrainer:
             a = gae(rewards, v, gamma=c.gamma, lam=c.gae_lambda)
             advantages.append(a)
             returns.append(a + v)
-        flat = torch.cat(advantages)
-        mean, std = flat.mean(), flat.std() if flat.numel() > 1 else torch.tensor(1.0)
-        return [(a - mean) / (std + 1e-8) for a in advantages], returns
+        return whiten(advantages), returns
 
     # -- the loop ---------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from agenttrainer.algorithms.dpo import dpo_loss
 from agenttrainer.config import DPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -33,7 +34,7 @@ from agenttrainer.data import (
     shuffled_batches,
     tokenize_conversation,
 )
-from agenttrainer.losses import chunked_token_logps, dpo_loss
+from agenttrainer.losses import chunked_token_logps
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import sequence_sums, to_device
 from agenttrainer.trainers.loop import start_run

@@ -1,11 +1,15 @@
 """Offline GRPO over groups of scored trajectories (the GRPO recipe).
 
 Each record of the GRPO JSONL is one task with ``G`` trajectories and their rewards (from
-``knowlyr-hub export --format grpo``). Advantages are normalised within the group; with
-``step_level_advantage`` each step's tokens get ``A_i * r_step_j / mean(r_steps)``. The loss is
-the clipped surrogate plus ``kl_coef`` times the k3 KL to the reference (the initial policy,
-scored once in a cached pre-pass). ``grpo_iterations > 1`` takes several optimizer steps on the
-same groups; the log-probs before the first of them are the "old" policy of the ratio.
+``knowlyr-hub export --format grpo``). The ``algorithm`` (``agenttrainer.algorithms``: ``grpo``
+by default, or any other that compares the trajectories of a group: ``dr_grpo``, ``rloo``,
+``gspo``, ...) turns the group's rewards into advantages; with ``step_level_advantage`` each
+step's tokens get ``A_i * r_step_j / mean(r_steps)``. The loss is the algorithm's clipped
+surrogate plus ``kl_coef`` times the k3 KL to the reference (the initial policy, scored once in
+a cached pre-pass), its token losses added up as ``loss_normalization`` (default: the
+algorithm's) says, the constant budget being ``max_length``. ``grpo_iterations > 1`` takes
+several optimizer steps on the same groups; the log-probs before the first of them are the
+"old" policy of the ratio.
 
 Every group is read and checked (rewards finite, group sizes, advantages) before the model is
 loaded; a NaN/Infinity loss stops training before its optimizer step (``NonFiniteLossError``).
@@ -19,12 +23,15 @@ Run: ``knowlyr-trainer grpo --train-file grpo.jsonl --model ./output/sft/final``
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agenttrainer.algorithms import Algorithm
+from agenttrainer.algorithms import get as get_algorithm
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -36,7 +43,7 @@ from agenttrainer.data import (
     shuffled_batches,
     tokenize_conversation,
 )
-from agenttrainer.losses import chunked_token_logps, group_advantages, grpo_loss
+from agenttrainer.losses import chunked_token_logps
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.packed import to_device, unpack_tokens
 from agenttrainer.trainers.loop import start_run
@@ -49,6 +56,10 @@ class GRPOTrainer(Recipe):
     """``GRPOTrainer(config).train()``; pass ``model``/``tokenizer`` to train an already loaded model."""
 
     config: GRPOConfig
+
+    @property
+    def algorithm(self) -> Algorithm:
+        return get_algorithm(self.config.algorithm)
 
     def read_data(self) -> list[tuple[list[Conversation], list[float]]]:
         return self.read_groups(self.config.train_file)
@@ -63,16 +74,19 @@ class GRPOTrainer(Recipe):
                 raise DataError(f"{where}: field 'trajectories' has {len(convs)} entries, group_size is {c.group_size}")
             if len(convs) < 2:
                 raise DataError(f"{where}: field 'trajectories' needs at least 2 trajectories to compare")
-            adv = group_advantages(torch.tensor([cv.reward for cv in convs]), len(convs))
-            if not bool(torch.isfinite(adv).all()):  # finite rewards can still overflow the std
+            try:
+                adv = self.algorithm.advantages([cv.reward for cv in convs], [None] * len(convs), [True] * len(convs))
+            except OverflowError:  # finite rewards can still overflow the std
+                adv = [math.inf]
+            if not all(math.isfinite(a) for a in adv):
                 raise DataError(f"{where}: trajectories[*].reward: rewards too large to normalise")
-            groups.append((convs, adv.tolist()))
+            groups.append((convs, adv))
         if not groups:
             raise DataError(f"{path}: no groups")
         return groups
 
     def tokenize(self, read: list[tuple[list[Conversation], list[float]]]) -> list[list[Example]]:
-        """Tokenised trajectories per task; ``meta['advantage']`` holds the group-normalised advantage."""
+        """Tokenised trajectories per task; ``meta['advantage']`` holds the algorithm's advantage."""
         c = self.config
         groups = []
         for convs, adv in read:
@@ -122,7 +136,7 @@ class GRPOTrainer(Recipe):
         return cached_reference_logps(c, self.accelerator, self.wrapped, f"ref_token_logps-{name}", ids, compute)
 
     def _loss(self, model, examples, ref, old, num_items):
-        """GRPO loss of one micro-batch; returns ``(loss, metrics, detached logps)``."""
+        """The algorithm's loss of one micro-batch; returns ``(loss, metrics, detached logps)``."""
         logps, mask, batch = self.token_logps(model, examples)
         weights = unpack_tokens(
             batch["weights"][:, 1:], batch["labels"][:, 1:] != -100, batch["seq_ids"], len(examples)
@@ -132,15 +146,19 @@ class GRPOTrainer(Recipe):
         if ref is not None:
             ref_t = torch.nn.utils.rnn.pad_sequence([r.to(logps.device) for r in ref], batch_first=True)  # (S, L)
         old_t = logps.detach() if old is None else old
-        loss, metrics = grpo_loss(
+        c, algorithm = self.config, self.algorithm
+        loss, metrics = algorithm.loss(
             logps,
             old_t,
             ref_t,
             adv,
             mask,
-            clip_eps=self.config.clip_eps,
-            kl_coef=self.config.kl_coef,
+            clip_eps=c.clip_eps,
+            clip_eps_high=c.clip_eps_high,
+            kl_coef=c.kl_coef,
             num_items=num_items,
+            normalization=c.loss_normalization or algorithm.normalization,
+            max_tokens=c.max_length,
         )
         return loss, metrics, logps.detach()
 
@@ -172,8 +190,11 @@ class GRPOTrainer(Recipe):
                 window_no += 1
                 if window_no <= state["windows_done"]:
                     continue  # resuming: these groups were already trained on
-                # Trajectories in the whole step on all processes, per process (DDP averages grads).
-                num_items = sum(len(groups[g]) for b in window for g in b) / acc.num_processes
+                # Trajectories (or, normalised per token, completion tokens) in the whole step on all
+                # processes, per process (DDP averages grads).
+                per_token = (c.loss_normalization or self.algorithm.normalization) == "token"
+                count = _completion_tokens if per_token else len
+                num_items = sum(count(groups[g]) for b in window for g in b) / acc.num_processes
                 micro = [shard(b, acc) for b in window]
                 old_logps: list[torch.Tensor | None] = [None] * len(micro)
                 steps_before = state["global_step"]
@@ -196,7 +217,8 @@ class GRPOTrainer(Recipe):
                         state["tokens"] += sum(len(ex) for ex in examples)
                     last_loss, grad_norm = run.optimizer_step(step_loss)
                     rewards = [ex.meta["reward"] for m in micro for g in m for ex in groups[g]]
-                    extra = {k: v / n_seq for k, v in sums.items() if not k.startswith("loss/grpo")}
+                    # the per-sequence loss mean (loss/grpo, ...): the logged loss says it for the step
+                    extra = {k: v / n_seq for k, v in sums.items() if k == "loss/pg" or not k.startswith("loss/")}
                     run.log_step(
                         last_loss, grad_norm, epoch, {**extra, "rollout/reward_mean": sum(rewards) / len(rewards)}
                     )
@@ -230,3 +252,8 @@ class GRPOTrainer(Recipe):
             save_model(self.model, self.tokenizer, path)
         self.accelerator.wait_for_everyone()
         return Path(path)
+
+
+def _completion_tokens(group: list[Example]) -> int:
+    """Tokens the loss scores in a group: every label after the first that is not ignored."""
+    return sum(1 for ex in group for label in ex.labels[1:] if label != -100)
