@@ -54,7 +54,7 @@ REAL_DATA_ENV_VAR = "KNOWLYR_REAL_DATA"
 def pytest_configure(config: pytest.Config) -> None:
     default = Path(__file__).resolve().parent.parent / "shared" / "data" / "real"
     os.environ[REAL_DATA_ENV_VAR] = str(Path(os.environ.get(REAL_DATA_ENV_VAR) or default).resolve())
-    share_cores_between_workers()
+    share_cores_between_workers(config)
 
 
 def _seed_for(nodeid: str) -> int:
@@ -178,7 +178,7 @@ def threads_per_worker(cpus: int | None, workers: int) -> int:
     return max(1, (cpus or 1) // max(1, workers))
 
 
-def share_cores_between_workers() -> None:
+def share_cores_between_workers(config: pytest.Config) -> None:
     """Under pytest-xdist each worker gets its share of the cores for torch's thread pools.
 
     Two workers that each start one thread per core oversubscribe the machine: OpenMP threads
@@ -186,7 +186,9 @@ def share_cores_between_workers() -> None:
     would alone. The variables are set before anything imports torch (collection comes later),
     are inherited by the CLIs tests start, and a value the user set is kept.
     """
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    # ``workerinput`` exists only in an xdist worker of this session (the variable
+    # PYTEST_XDIST_WORKER_COUNT is inherited by any pytest a test starts, so it cannot tell).
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     if workers < 2:
         return
     share = str(threads_per_worker(os.cpu_count(), workers))
