@@ -143,7 +143,9 @@ def grpo_loss(
     being that token count).
 
     Args:
-        logps, old_logps, ref_logps: per-token log-probs ``(B, T)`` of the completion tokens.
+        logps: per-token log-probs ``(B, T)`` of the completion tokens under the policy.
+        old_logps: the same under the policy that sampled them.
+        ref_logps: the same under the reference model (None: no KL term).
         advantages: ``(B,)`` per trajectory or ``(B, T)`` per token (step-level advantages).
         mask: ``(B, T)``, 1 on completion tokens that count.
 
