@@ -619,7 +619,7 @@ def compare_command(trajectories: tuple[str, ...], alpha: float, as_json: bool) 
     callback=lambda c, p, v: _formats(v),
     help="Datasets to export, comma-separated: sft, dpo, grpo.",
 )
-@click.option("--min-margin", type=click.FloatRange(min=0), default=0.1, show_default=True)
+@click.option("--min-margin", type=click.FloatRange(min=0), default=DEFAULT_MIN_MARGIN, show_default=True)
 @click.option(
     "--include-failures",
     is_flag=True,

@@ -19,6 +19,7 @@ import click
 
 from agentreward.errors import RewardError, TrajectoryFormatError, UnscoredError
 from knowlyrcore.clikit import Group, mcp_command, run
+from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, PAIRINGS
 from knowlyrcore.errors import no_such_file
 
 
@@ -232,15 +233,15 @@ def eval_command(input_paths: tuple[str, ...], output: str | None, **options: An
 @OUTPUT
 @click.option(
     "--pairing",
-    type=click.Choice(["best_vs_worst", "all_above_margin"]),
-    default="best_vs_worst",
+    type=click.Choice(PAIRINGS),
+    default=DEFAULT_PAIRING,
     show_default=True,
     help="Each task's best trajectory against its worst, or every pair of its trajectories.",
 )
 @click.option(
     "--min-margin",
     type=click.FloatRange(min=0),
-    default=0.1,
+    default=DEFAULT_MIN_MARGIN,
     show_default=True,
     help="Smallest reward difference between chosen and rejected.",
 )

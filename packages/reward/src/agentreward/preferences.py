@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentreward.errors import UnscoredError
-from knowlyrcore.datasets import pair_preferences
+from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, pair_preferences
 
 
 def task_key(trajectory: dict[str, Any]) -> str | None:
@@ -30,8 +30,8 @@ def _failed(trajectory: dict[str, Any]) -> bool:
 def build_preference_pairs(
     scored: Iterable[dict[str, Any]],
     *,
-    pairing: str = "best_vs_worst",
-    min_margin: float = 0.1,
+    pairing: str = DEFAULT_PAIRING,
+    min_margin: float = DEFAULT_MIN_MARGIN,
     max_pairs_per_task: int | None = None,
 ) -> list[dict[str, Any]]:
     """Return ``{"task_id", "chosen", "rejected", "margin"}`` records, largest margins first per task."""
