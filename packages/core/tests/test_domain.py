@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from knowlyrcore import (
     DomainError,
@@ -187,3 +188,17 @@ def test_hostile_tool_arguments_give_a_bounded_invalid_action_error(value, expec
     assert expected in message
     assert len(message) < 500
     message.encode("utf-8")  # no lone surrogate left to break a JSONL writer
+
+
+def test_a_schema_checked_before_is_judged_the_same_again():
+    """The metaschema check is remembered per schema: a bad one stays refused, a good one accepted."""
+    bad = {"type": "object", "properties": {"x": {"type": "no-such-type"}}}
+    for _ in range(2):
+        with pytest.raises(ValidationError, match="not a valid JSON Schema"):
+            ToolSpec(name="t", parameters=bad)
+        assert ToolSpec(name="t", parameters={"type": "object", "properties": {"x": {"type": "string"}}})
+
+
+def test_a_schema_that_is_not_json_is_still_checked():
+    with pytest.raises(ValidationError, match="not a valid JSON Schema"):
+        ToolSpec(name="t", parameters={"type": "object", "properties": {"x": {"type": {1, 2}}}})

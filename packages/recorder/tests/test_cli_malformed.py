@@ -1,7 +1,7 @@
 """Every ``knowlyr-recorder`` command that reads files refuses the malformed corpus the knowlyr way.
 
 The corpus (``knowlyrcore.testing.malformed_corpus``: empty, truncated, binary, UTF-16, Latin-1,
-nested 100,000 deep, an overlong line, NaN, wrong types, a bad line 50,000) is built three times:
+nested 100,000 deep, an overlong line, NaN, wrong types, a bad line 5,000) is built three times:
 as trajectory JSONL, as an OpenAI-chat JSONL log and as a one-document ``.json`` log (the last two
 go through format auto-detection). The answer (``check_refusal``): exit 2, one ``error:`` line
 naming the file, no traceback, nothing on stdout, an existing output file untouched.
@@ -41,7 +41,7 @@ CORPORA = {
     "trajectory": (TRAJECTORY, {"schema_version": "1.0", "steps": [{"tool_call": "ls"}], "outcome": 7}, ".jsonl", None),
     "log-jsonl": (CHAT_LOG, {"task_id": 1, "messages": [{"role": 5, "content": {"x": 1}}]}, ".jsonl", None),
     # a one-document log has no lines to bound or count
-    "log-json": (CHAT_LOG, {"messages": "none"}, ".json", set(MALFORMED_KINDS) - {"long_line", "bad_line_50000"}),
+    "log-json": (CHAT_LOG, {"messages": "none"}, ".json", set(MALFORMED_KINDS) - {"long_line", "bad_line"}),
 }
 COMMANDS = {
     "convert": ["convert", "{F}", "-o", "{OUT}"],
@@ -54,13 +54,14 @@ COMMANDS = {
 }
 PRECIOUS = b'{"precious": "an earlier result"}\n'
 LINE_LIMIT = 1 << 20  # KNOWLYR_MAX_LINE_BYTES for the table; the overlong line is 2 MiB
+BAD_LINE = 5_000  # the table's bad line: any line past the first shows the number is the one read
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
     root = tmp_path_factory.mktemp("malformed")
     return {
-        name: malformed_corpus(root / name, good, wrong, suffix=suffix, kinds=kinds, long_line_mb=2)
+        name: malformed_corpus(root / name, good, wrong, suffix=suffix, kinds=kinds, long_line_mb=2, bad_line=BAD_LINE)
         for name, (good, wrong, suffix, kinds) in CORPORA.items()
     }
 
@@ -85,12 +86,12 @@ def test_every_reading_command_refuses_malformed_input(name, kind, command, corp
         "utf16": "the file is UTF-16 text; convert it to UTF-8",
         "long_line": f"line longer than {LINE_LIMIT} bytes",
         "nan": "non-finite number (NaN)",
-        "bad_line_50000": ":50000: ",
+        "bad_line": f":{BAD_LINE}: ",
         "empty": "empty file",
         "binary": "binary data",
         "latin1": "not UTF-8 text",
     }.get(kind)
-    if command == "convert" and name == "trajectory" and kind == "bad_line_50000":
+    if command == "convert" and name == "trajectory" and kind == "bad_line":
         expected = ":1: unknown log format"  # convert takes logs: a trajectory line is none of their formats
     assert expected is None or expected in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing-output"]  # no temp file, no page
@@ -165,9 +166,9 @@ def test_skip_invalid_converts_what_it_can_and_exits_2_when_nothing_is_left(corp
     assert captured.out == "" and captured.err.splitlines()[-1].endswith("(3 skipped); nothing written")
 
 
-def test_show_reads_to_the_end_before_printing(corpus, capsys):
+def test_show_reads_to_the_end_before_printing(tmp_path, capsys):
     """--index 0 is on line 1, but line 50,000 is broken: nothing is shown."""
-    bad = corpus["trajectory"]["bad_line_50000"]
+    bad = malformed_corpus(tmp_path, TRAJECTORY, {}, kinds=["bad_line"])["bad_line"]
     assert main(["show", str(bad), "--index", "0"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith(f"error: {bad}:50000: ")

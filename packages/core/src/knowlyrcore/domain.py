@@ -15,6 +15,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from enum import Enum
@@ -71,9 +72,13 @@ class ToolSpec(BaseModel):
     @classmethod
     def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
         try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+            canonical = json.dumps(schema, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):  # not JSON: checked as it is, without the cache
+            problem = _schema_problem_of(schema)
+        else:
+            problem = _schema_problem(canonical)
+        if problem is not None:
+            raise ValueError(f"not a valid JSON Schema: {problem}")
         if schema.get("type", "object") != "object":
             raise ValueError("tool parameters must be a JSON Schema of type 'object'")
         return schema
@@ -107,6 +112,23 @@ class ToolSpec(BaseModel):
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
+
+
+def _schema_problem_of(schema: Any) -> str | None:
+    """Why ``schema`` is no valid JSON Schema (draft 2020-12), or None."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return exc.message
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(canonical: str) -> str | None:
+    """``_schema_problem_of`` for a schema given as sorted-key JSON, remembered: checking a schema
+    against the metaschema takes ~1 ms, and a library of thousands of tools repeats a few dozen
+    parameter schemas (a 50,000-tool file took 25 s to load before)."""
+    return _schema_problem_of(json.loads(canonical))
 
 
 def tool_spec(

@@ -493,8 +493,10 @@ MALFORMED_KINDS = {
     "long_line": "one 200 MB line",
     "nan": "a good record with a NaN number",
     "wrong_types": "a record whose fields have the wrong types",
-    "bad_line_50000": "49,999 good records, then a broken line 50,000",
+    "bad_line": "good records, then a broken line (line 50,000 unless ``bad_line`` says otherwise)",
 }
+#: The kind's earlier name, when the broken line was always line 50,000.
+_OLD_KINDS = {"bad_line_50000": "bad_line"}
 
 
 def malformed_corpus(
@@ -505,14 +507,22 @@ def malformed_corpus(
     suffix: str = ".jsonl",
     kinds: Any = None,
     long_line_mb: int = 200,
+    bad_line: int = 50_000,
 ) -> dict[str, Any]:
     """Write one file per ``MALFORMED_KINDS`` entry (or per name in ``kinds``) into ``folder``;
     return ``{kind: Path}``.
 
     ``good`` is one valid record of the command's format, ``wrong_types`` one that parses as JSON
-    but breaks the format. The long line is written in chunks (never held in memory).
+    but breaks the format. The long line is written in chunks (never held in memory). The
+    ``bad_line`` kind breaks line ``bad_line``: any line past the first shows that the error names
+    the line a reader got to; a table of many commands can use a few thousand, one scale check
+    per reader the default 50,000. The old kind name ``bad_line_50000`` still works (it warns).
     """
+    import warnings
     from pathlib import Path
+
+    if bad_line < 2:
+        raise ValueError(f"bad_line must be 2 or more (a good line first), got {bad_line}")
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -527,14 +537,19 @@ def malformed_corpus(
         "deep": b'{"metadata": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
         "nan": (line[:-1] + ', "reward": NaN}\n').encode(),
         "wrong_types": (json.dumps(wrong_types) + "\n").encode(),
-        "bad_line_50000": ((line + "\n") * 49_999 + '{"broken\n').encode(),
+        "bad_line": ((line + "\n") * (bad_line - 1) + '{"broken\n').encode(),
     }
     wanted = set(MALFORMED_KINDS if kinds is None else kinds)
+    renamed = wanted & _OLD_KINDS.keys()
+    for old in renamed:
+        warnings.warn(f"malformed kind {old!r} is now {_OLD_KINDS[old]!r}", DeprecationWarning, stacklevel=2)
+    wanted = (wanted - renamed) | {_OLD_KINDS[old] for old in renamed}
     paths = {}
     for kind, data in contents.items():
         if kind in wanted:
             paths[kind] = folder / f"{kind}{suffix}"
             paths[kind].write_bytes(data)
+    paths.update({old: paths[_OLD_KINDS[old]] for old in renamed})  # the old key, for old callers
     if "long_line" not in wanted:
         return paths
     paths["long_line"] = folder / f"long_line{suffix}"

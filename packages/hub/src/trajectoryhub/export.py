@@ -362,9 +362,9 @@ class DatasetExporter:
         ``min_margin`` apart, never a failed attempt as the chosen one."""
         report = ExportReport()
         if preferences is not None:
-            pairs = list(_read_preferences(preferences))
-            if not pairs:
-                raise DataFormatError(str(preferences), None, "no preference pairs (empty file)")
+            # Streamed into the (atomic) writer: 50,000 pairs are 100,000 trajectories, too many to
+            # hold at once. An empty file raises at its end, before the output is replaced.
+            pairs = _read_preferences(preferences, require_one=True)
         else:
             pairs = pair_preferences(
                 self._with_steps(report),
@@ -376,7 +376,7 @@ class DatasetExporter:
                 max_pairs_per_task=max_pairs_per_task,
                 on_skip=report.skip,
             )
-        records = [
+        records = (
             DPORecord(
                 task_id=c.task.id,
                 prompt=c.task.description,
@@ -386,7 +386,7 @@ class DatasetExporter:
                 metadata={"chosen_id": c.id, "rejected_id": r.id},
             )
             for _, c, r, m in pairs
-        ]
+        )
         report.written = write_jsonl(output, records)
         return report
 
@@ -428,8 +428,15 @@ def _grpo_trajectory(reward: float, t: Trajectory) -> GRPOTrajectory:
     return GRPOTrajectory(**attempt)
 
 
-def _read_preferences(path: str | os.PathLike) -> Iterator[tuple[str, Trajectory, Trajectory, float]]:
+def _read_preferences(
+    path: str | os.PathLike, *, require_one: bool = False
+) -> Iterator[tuple[str, Trajectory, Trajectory, float]]:
     """``(task id, chosen, rejected, margin)`` of each ``knowlyr-reward pairs`` record; a bad one is
-    a ``DataFormatError`` naming the file, the line and the field (``chosen.steps``, ``margin``)."""
+    a ``DataFormatError`` naming the file, the line and the field (``chosen.steps``, ``margin``),
+    and so is a file with no pair at all when ``require_one``."""
+    count = 0
     for record in read_jsonl(path, PreferenceRecord):
+        count += 1
         yield record.chosen.task.id, record.chosen, record.rejected, record.margin
+    if require_one and not count:
+        raise DataFormatError(str(path), None, "no preference pairs (empty file)")
