@@ -68,8 +68,10 @@ test-integration: install ## the integration tier only (Docker, the model, serve
 test-slow: install ## the slow tier (full demo runs)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)
 
-test-isolated: ## each package alone in a clean venv runs its own tests
-	$(PYTHON) scripts/test_isolated.py $(PACKAGES)
+ISOLATED_ARGS ?=
+
+test-isolated: ## each package alone in a clean venv: imports every module, collects its tests, MCP 1.x, bare install (ISOLATED_ARGS=--run-tests runs its unit tests there too)
+	$(PYTHON) scripts/test_isolated.py $(ISOLATED_ARGS) $(PACKAGES)
 
 DEMO_SUITE ?= retail
 DEMO_ARGS ?=

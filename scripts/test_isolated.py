@@ -1,8 +1,12 @@
-"""Install each package alone in a clean virtual environment and run its own tests.
+"""Install each package alone in a clean virtual environment and check it imports and tests there.
 
 This proves a package imports no sibling it does not declare: only the knowlyr packages in
 its pyproject ``dependencies`` and in the extras its ``dev`` extra pulls in (and theirs,
-recursively) are installed next to it, from this checkout, never from PyPI.
+recursively) are installed next to it, from this checkout, never from PyPI. Every module of the
+package is imported and every one of its test modules collected (which imports it) there. The
+unit tests themselves ran in ``make test`` already, against the full install; ``--run-tests`` runs
+them again here too (what CI did before: ~15 more minutes on 2 cores). Imports inside functions
+are held to the declared dependencies by ``tests/test_declared_dependencies.py``.
 
 Then, in a second clean environment (reused across runs), the package is installed with no
 extras at all (what ``pip install knowlyr-<pkg>`` gives a user) and every console script must
@@ -10,7 +14,7 @@ answer ``--help`` and one real command without a traceback; a command that needs
 extra (an ``mcp`` subcommand or script, ``knowlyr-trainer serve CHECKPOINT``) must say in one
 line which extra to install. The package's MCP tests also run once on the newest mcp 1.x.
 
-    python scripts/test_isolated.py core sandbox ...
+    python scripts/test_isolated.py [--run-tests] core sandbox ...
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from pathlib import Path
 
@@ -34,6 +39,8 @@ MPMATH_SPEC = "mpmath==1.3.0"  # what BFCL's MathAPI backend imports
 #: How the tests run: in parallel (pytest-xdist is in every package's dev extra), one worker per
 #: core, each test file on one worker.
 PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", "--dist", "loadfile"]
+#: Collecting only: every test module is imported, none runs.
+COLLECT = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
 DIST_TO_FOLDER = {
     tomllib.loads(p.read_text())["project"]["name"]: p.parent.name for p in PACKAGES.glob("*/pyproject.toml")
 }
@@ -103,7 +110,7 @@ def fresh_venv(env_dir: Path) -> list[str]:
     return [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet"]
 
 
-def test_package(folder: str) -> int:
+def test_package(folder: str, run_tests: bool = False) -> int:
     env_dir = VENVS / folder
     pip = fresh_venv(env_dir)
     python = pip[0]
@@ -121,11 +128,11 @@ def test_package(folder: str) -> int:
     imports = subprocess.run([python, "-c", IMPORT_ALL, import_name(folder)], cwd=ROOT)
     if imports.returncode != 0:
         return imports.returncode
-    # Every module imports with only the declared dependencies (above); the unit tier then runs.
-    # The integration tier already ran against the full install in `make test`.
-    print(f"== {folder}: running its unit tests", flush=True)
+    # Every module imports with only the declared dependencies (above). Collecting the tests imports
+    # each test module too; running them (--run-tests) repeats the unit tier `make test` ran.
+    print(f"== {folder}: {'running its unit tests' if run_tests else 'collecting its tests'}", flush=True)
     result = subprocess.run(
-        [python, *PYTEST, "-m", "not slow and not integration", str(tests)],
+        [python, *(PYTEST if run_tests else COLLECT), "-m", "not slow and not integration", str(tests)],
         cwd=ROOT,
     )
     mcp_1x = check_mcp_1x(folder, pip)
@@ -294,9 +301,17 @@ def import_name(folder: str) -> str:
     return package
 
 
-def main(folders: list[str]) -> int:
-    folders = folders or sorted(p.parent.parent.name for p in PACKAGES.glob("*/src"))
-    failed = [f for f in folders if test_package(f) != 0]
+def main(argv: list[str]) -> int:
+    run_tests = "--run-tests" in argv
+    folders = [a for a in argv if a != "--run-tests"] or sorted(p.parent.parent.name for p in PACKAGES.glob("*/src"))
+    started = time.monotonic()
+    failed = []
+    for folder in folders:
+        began = time.monotonic()
+        if test_package(folder, run_tests) != 0:
+            failed.append(folder)
+        print(f"== {folder}: {time.monotonic() - began:.0f} s", flush=True)
+    print(f"== all packages: {time.monotonic() - started:.0f} s", flush=True)
     if failed:
         print(f"isolated tests failed for: {', '.join(failed)}", file=sys.stderr)
         return 1
