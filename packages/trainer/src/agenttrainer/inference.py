@@ -163,7 +163,7 @@ class AgentInference:
         """Generate one assistant answer for ``messages``."""
         input_ids = self.encode(messages, tools)  # (1, T)
         kwargs = self._generate_kwargs(input_ids, max_new_tokens, temperature, top_p, stop)
-        with torch.no_grad(), _seeded(seed):
+        with torch.no_grad(), seeded(seed):
             output = self.model.generate(**kwargs)  # (1, T + new)
         new_ids = output[0, input_ids.shape[1] :].tolist()
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
@@ -188,7 +188,7 @@ class AgentInference:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None) -> Iterator[None]:
+def seeded(seed: int | None) -> Iterator[None]:
     """Sample from ``seed`` without disturbing the global RNG; without a seed, use the global RNG
     (so repeated unseeded calls draw different samples)."""
     if seed is None:
@@ -248,7 +248,7 @@ class TextStream:
 
     def _run(self) -> None:
         try:
-            with torch.no_grad(), _seeded(self._seed):
+            with torch.no_grad(), seeded(self._seed):
                 self._output = self._engine.model.generate(**self._kwargs)  # (1, T + new)
         except BaseException as exc:  # surfaced to the consumer in __iter__
             self._error = exc

@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from tqdm.auto import tqdm
 from agenttrainer.config import GRPOConfig, SFTConfig
 from agenttrainer.data.readers import read_jsonl
 from agenttrainer.trainers.output_dir import check_output_dir
-from knowlyrcore import AgentEnv, TaskInfo, TimeStep
+from knowlyrcore import AgentEnv, TaskInfo, TimeStep, write_jsonl
 from knowlyrcore.wrappers import RecorderWrapper
 
 
@@ -56,16 +55,6 @@ def _rows(dataset: Any) -> list[dict[str, Any]]:
     if not rows:
         raise ValueError("dataset is empty")
     return rows
-
-
-def _write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
 
 
 def _lora_fields(use_lora: bool, lora_config: Any) -> dict[str, Any]:
@@ -117,7 +106,7 @@ class SFTTrainerWrapper:
             **config,
         )
         check_output_dir(self.config)  # before train.jsonl lands in a folder this run may not use
-        _write_jsonl(rows, train_file)
+        write_jsonl(train_file, rows)
         from agenttrainer.trainers.sft import SFTTrainer
 
         self.trainer = SFTTrainer(self.config, model=model, tokenizer=tokenizer)
@@ -227,7 +216,9 @@ class GRPOTrainerWrapper:
                     "trajectories": [{"response": c, "reward": float(r)} for c, r in zip(answers, rewards)],
                 }
             )
-        return _write_jsonl(records, self.output_dir / f"rollouts-epoch{epoch}.jsonl")
+        path = self.output_dir / f"rollouts-epoch{epoch}.jsonl"
+        write_jsonl(path, records)
+        return path
 
     def train(self) -> dict[str, Any]:
         """``num_epochs`` rounds of sample -> score -> one GRPO pass; returns the last round's result."""

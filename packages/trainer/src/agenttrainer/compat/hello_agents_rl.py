@@ -69,7 +69,7 @@ def _suite(name: str) -> Any:
     raise ConfigError(f"unknown task suite {name!r} ({hint}); or pass data_file= a JSONL file")
 
 
-def _call_text(action: dict[str, Any]) -> str:
+def tool_call_text(action: dict[str, Any]) -> str:
     return "<tool_call>" + json.dumps({"name": action["tool"], "arguments": action.get("params", {})}) + "</tool_call>"
 
 
@@ -98,7 +98,7 @@ def expert_dialogs(suite: str, split: str, n: int, seed: int = 0) -> list[dict[s
                 if action["tool"] == "respond":
                     messages.append({"role": "assistant", "content": action["params"]["message"]})
                 else:
-                    messages.append({"role": "assistant", "content": _call_text(action)})
+                    messages.append({"role": "assistant", "content": tool_call_text(action)})
                     messages.append({"role": "tool", "content": observation_text(ts.observation)})
         finally:
             env.close()

@@ -23,7 +23,8 @@ def _normalizations() -> dict[str, str]:
     return {n: get(n).normalization for n in names()}
 
 
-# Names the policy-gradient algorithms took with them; values that no module holds any more.
+# Names the policy-gradient algorithms took with them; values that no module holds any more (REPLACED:
+# agenttrainer.losses gives its old DEFAULT_NORMALIZATION through it too).
 _MOVED = {
     "gae": "agenttrainer.algorithms.ppo",
     "value_loss": "agenttrainer.algorithms.ppo",
@@ -31,11 +32,11 @@ _MOVED = {
     "spread_over_steps": "agenttrainer.algorithms.steps",
     "STEP_WEIGHT_FLOOR": "agenttrainer.algorithms.steps",
 }
-_REPLACED = {
+REPLACED = {
     "ALGORITHMS": ("agenttrainer.algorithms.names()", _names),
     "DEFAULT_NORMALIZATION": ("agenttrainer.algorithms.get(name).normalization", _normalizations),
 }
-__getattr__ = moved_names(__name__, _MOVED, _REPLACED)
+__getattr__ = moved_names(__name__, _MOVED, REPLACED)
 
 
 def group_baseline_advantages(
