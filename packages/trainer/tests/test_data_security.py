@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from agenttrainer.cli import cli
 from agenttrainer.config import DPOConfig, GRPOConfig, SFTConfig
 from agenttrainer.data import DataError, grpo_group, read_jsonl, sft_conversation
-from agenttrainer.trainers.common import NonFiniteLossError, check_finite
 from agenttrainer.trainers.dpo import DPOTrainer
 from agenttrainer.trainers.grpo import GRPOTrainer
+from agenttrainer.trainers.guards import NonFiniteLossError, check_finite
 from agenttrainer.trainers.sft import SFTTrainer
 
 COMMON = ["--num-epochs", "1", "--batch-size", "2", "--no-bf16", "--no-progress-bar"]
