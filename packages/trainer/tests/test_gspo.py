@@ -40,7 +40,7 @@ def test_gspo_loss_two_sequences_by_hand():
     0.1 * (e^{-ln 2} + ln 2 - 1) = 0.1 * 0.193147, so the loss is -0.106051 + 0.0193147.
     """
     a = 0.5 / (math.sqrt(0.5) + 1e-4)
-    advantages = algorithms.get("gspo").advantages([1.0, 0.0], [None, None], [True, True])
+    advantages = algorithms.get_algorithm("gspo").advantages([1.0, 0.0], [None, None], [True, True])
     assert advantages == pytest.approx([a, -a]) and a == pytest.approx(0.707007, abs=1e-6)
     logps, old = two_sequences()
     mask = torch.ones(2, 2)
@@ -85,7 +85,7 @@ def test_gspo_is_a_choice_of_every_driver(tmp_path, tiny, grpo_file):
     from agenttrainer.config import GRPOConfig
     from agenttrainer.trainers.grpo import GRPOTrainer
 
-    assert "gspo" in algorithms.names(offline=True)
+    assert "gspo" in algorithms.algorithm_names(offline=True)
     assert "gspo" in CliRunner().invoke(cli, ["grpo", "--help"]).output.split("--algorithm [")[1].split("]")[0]
     model, tok = tiny
     before = [p.detach().clone() for p in model.parameters()]

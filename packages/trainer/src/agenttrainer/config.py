@@ -440,11 +440,11 @@ class GRPOConfig(TrainConfig):
             raise ConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.grpo_iterations <= 0:
             raise ConfigError(f"grpo_iterations must be positive, got {self.grpo_iterations}")
-        from agenttrainer.algorithms import get
+        from agenttrainer.algorithms import get_algorithm
         from agenttrainer.algorithms.registry import NORMALIZATIONS
 
         try:
-            algorithm = get(self.algorithm)
+            algorithm = get_algorithm(self.algorithm)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if not self.online and not algorithm.group_baseline:
@@ -577,10 +577,10 @@ class OnlineRLConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        from agenttrainer.algorithms import get, names
+        from agenttrainer.algorithms import algorithm_names, get_algorithm
 
         super().__post_init__()
-        algorithm = get(self.algorithm)
+        algorithm = get_algorithm(self.algorithm)
         if self.clip_range is not None:
             if not 0 < self.clip_range < 1:
                 raise ConfigError(f"clip_range must be in (0, 1), got {self.clip_range}")
@@ -612,7 +612,7 @@ class OnlineRLConfig(GRPOConfig):
         if self.dynamic_sampling and not algorithm.group_baseline:
             raise ConfigError(
                 f"dynamic_sampling keeps groups whose rewards differ; {self.algorithm} does not compare the episodes "
-                f"of a group (use {', '.join(names(offline=True))})"
+                f"of a group (use {', '.join(algorithm_names(offline=True))})"
             )
         if self.task_sampling not in ("sequential", "pass_rate"):
             raise ConfigError(f"task_sampling must be sequential or pass_rate, got {self.task_sampling!r}")

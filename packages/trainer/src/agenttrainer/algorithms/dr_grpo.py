@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agenttrainer.algorithms.grpo import grpo_loss
-from agenttrainer.algorithms.registry import Algorithm, baseline_advantages, register
+from agenttrainer.algorithms.registry import Algorithm, baseline_advantages, register_algorithm
 
 
 def dr_grpo_advantages(
@@ -22,7 +22,7 @@ def dr_grpo_advantages(
     return baseline_advantages(rewards, valid, lambda members, mean: 1.0)
 
 
-DR_GRPO = register(
+DR_GRPO = register_algorithm(
     Algorithm(
         name="dr_grpo",
         summary="advantages r - mean (no std), token losses summed over a fixed token budget",

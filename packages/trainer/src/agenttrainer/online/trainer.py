@@ -47,7 +47,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from agenttrainer.algorithms import get as get_algorithm
+from agenttrainer.algorithms import get_algorithm
 from agenttrainer.algorithms.ppo import gae, value_loss, whiten
 from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint

@@ -30,8 +30,7 @@ from typing import Any
 
 import torch
 
-from agenttrainer.algorithms import Algorithm
-from agenttrainer.algorithms import get as get_algorithm
+from agenttrainer.algorithms import Algorithm, get_algorithm
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
     Conversation,
