@@ -23,7 +23,7 @@ import json
 import random
 import tempfile
 
-from agentsandbox.bfcl.library import bfcl_library, query_pairs
+from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
 from agenttrainer.retrieval import DenseIndex, Encoder, FusedIndex, RetrieverConfig, train_retriever
 from agenttrainer.retrieval.contrastive import recall_at
 from knowlyrcore.tool_library import ToolLibrary
@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     library = ToolLibrary(bfcl_library())
-    train, test = query_pairs("train"), query_pairs("test")
+    train, test = bfcl_query_pairs("train"), bfcl_query_pairs("test")
     if args.max_train_pairs is not None and args.max_train_pairs < len(train):
         chosen = sorted(random.Random(args.seed).sample(range(len(train)), args.max_train_pairs))
         train = [train[i] for i in chosen]
