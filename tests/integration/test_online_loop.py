@@ -112,7 +112,7 @@ def test_rewards_rank_the_expert_above_the_flailer(datasets):
 
 def test_exports_feed_the_trainer_readers(datasets):
     from agenttrainer.data.readers import dpo_pair, grpo_group, sft_conversation
-    from agenttrainer.data.readers import read_jsonl as trainer_read
+    from agenttrainer.data.readers import read_located_records as trainer_read
 
     root, _, reports = datasets
     assert reports["sft"].written == 4 and reports["dpo"].written == 2 and reports["grpo"].written == 2

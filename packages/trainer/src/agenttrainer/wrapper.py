@@ -38,7 +38,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from agenttrainer.config import GRPOConfig, SFTConfig
-from agenttrainer.data.readers import read_jsonl
+from agenttrainer.data.readers import read_located_records
 from agenttrainer.trainers.output_dir import check_output_dir
 from knowlyrcore import AgentEnv, TaskInfo, TimeStep, write_jsonl
 from knowlyrcore.wrappers import RecorderWrapper
@@ -46,9 +46,9 @@ from knowlyrcore.wrappers import RecorderWrapper
 
 def _rows(dataset: Any) -> list[dict[str, Any]]:
     if isinstance(dataset, (str, Path)):
-        from agenttrainer.data import read_jsonl
+        from agenttrainer.data import read_located_records
 
-        return [r for _, r in read_jsonl(dataset)]
+        return [r for _, r in read_located_records(dataset)]
     if not isinstance(dataset, Iterable):
         raise TypeError(f"dataset must be a Dataset, a list of dicts or a JSONL path, got {type(dataset).__name__}")
     rows = [dict(r) for r in dataset]
@@ -227,7 +227,7 @@ class GRPOTrainerWrapper:
         for epoch in range(self.num_epochs):
             self.trainer.config.train_file = str(self._rollouts(epoch))
             self.trainer.config.resume_from_checkpoint = None
-            groups = [record for _, record in read_jsonl(self.trainer.config.train_file)]
+            groups = [record for _, record in read_located_records(self.trainer.config.train_file)]
             rewards.append(
                 sum(t["reward"] for g in groups for t in g["trajectories"])
                 / sum(len(g["trajectories"]) for g in groups)

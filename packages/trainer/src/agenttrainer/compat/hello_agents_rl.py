@@ -109,9 +109,9 @@ def expert_dialogs(suite: str, split: str, n: int, seed: int = 0) -> list[dict[s
 
 
 def _file_rows(data_file: str | Path, max_samples: int | None) -> list[dict[str, Any]]:
-    from agenttrainer.data import read_jsonl
+    from agenttrainer.data import read_located_records
 
-    rows = [record for _, record in read_jsonl(data_file)]
+    rows = [record for _, record in read_located_records(data_file)]
     return rows[:max_samples] if max_samples else rows
 
 

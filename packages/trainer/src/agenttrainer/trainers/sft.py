@@ -40,7 +40,7 @@ from agenttrainer.data import (
     coreset_indices,
     curriculum_indices,
     length_grouped_batches,
-    read_jsonl,
+    read_located_records,
     sft_conversation,
     shuffled_batches,
     task_weighted_indices,
@@ -65,7 +65,7 @@ class SFTTrainer(Recipe):
         records when the replay buffer needs them (``use_online_continual``; else ``[]``)."""
         c = self.config
         convs, records = [], []
-        for where, record in read_jsonl(path):
+        for where, record in read_located_records(path):
             convs.append(
                 sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
             )
