@@ -54,10 +54,10 @@ def main() -> None:
         with open(library_file, "w") as out:
             for tool in library:
                 out.write(tool.model_dump_json() + "\n")
-        # train_retriever stops at num_epochs passes even before max_steps: allow enough of them
+        # train_retriever stops at num_epochs passes even before max_optimizer_steps: allow enough of them
         epochs = -(-args.steps // -(-len(train) // args.batch_size))
         config = RetrieverConfig(library=library_file, train_file=pairs_file, output_dir=f"{tmp}/finetuned",
-                                 max_steps=args.steps, num_epochs=epochs, batch_size=args.batch_size,
+                                 max_optimizer_steps=args.steps, num_epochs=epochs, batch_size=args.batch_size,
                                  learning_rate=args.learning_rate, hard_negatives=args.hard_negatives,
                                  max_length=args.max_length, eval_split=None, seed=args.seed)  # fmt: skip
         report = train_retriever(config, progress=False)

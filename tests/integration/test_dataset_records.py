@@ -111,7 +111,7 @@ def test_online_rollouts_exported_train_offline_on_the_sampled_ids(tmp_path):
             tokenizer,
             group_size=2,
             system_prompt="Tick.",
-            max_turns=3,
+            max_steps=3,
             max_new_tokens=4,
             max_episode_tokens=1024,
             seed=0,

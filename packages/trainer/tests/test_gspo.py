@@ -96,7 +96,7 @@ def test_gspo_is_a_choice_of_every_driver(tmp_path, tiny, grpo_file):
         clip_eps=3e-4,
         clip_eps_high=4e-4,
         grpo_iterations=2,
-        max_steps=2,
+        max_optimizer_steps=2,
         bf16=False,
         progress_bar=False,
     )
@@ -141,7 +141,7 @@ def test_online_rl_trains_with_gspo(tmp_path, tiny):
             group_size=2,
             tasks_per_iteration=1,
             num_iterations=1,
-            max_turns=2,
+            max_steps=2,
             max_new_tokens=4,
             learning_rate=1e-2,
             warmup_ratio=0.0,

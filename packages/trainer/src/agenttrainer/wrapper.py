@@ -18,7 +18,7 @@ Thin adapters over the recipes for callers that hold a dataset object (a Hugging
   :class:`~agenttrainer.generation.LocalGenerator`).
 
 Both pass every other keyword to the config: ``fp16=True`` (refused in one line where the device
-has no fp16 training), ``gradient_accumulation_steps``, ``max_steps``, ... ``model_name`` may be
+has no fp16 training), ``gradient_accumulation_steps``, ``max_optimizer_steps``, ... ``model_name`` may be
 an alias, a checkpoint, a Hub id or an earlier run's ``output_dir`` (its ``final/`` model is
 loaded). Seed 002's dataset and reward helpers are in :mod:`agenttrainer.compat.hello_agents_rl`.
 

@@ -3,7 +3,7 @@
 GRPO's division by the group's reward std over-weights groups whose rewards barely differ, and
 its per-sequence token mean down-weights every token of a long answer. Dr. GRPO drops both: the
 advantage is ``r_i - mean(r)`` and each sequence's token losses are summed and divided by the
-same constant (``normalization="constant"``: online RL's ``max_turns * max_new_tokens``, offline
+same constant (``normalization="constant"``: online RL's ``max_steps * max_new_tokens``, offline
 the ``max_length``), then averaged over sequences. The loss is GRPO's clipped surrogate.
 """
 

@@ -135,7 +135,7 @@ class AgentSFTConfig:
     use_lora: bool = True
     output_dir: str = "./output/agent_sft"
     seed: int = 42
-    #: Any other SFTConfig field (bf16, fp16, max_steps, progress_bar, ...).
+    #: Any other SFTConfig field (bf16, fp16, max_optimizer_steps, progress_bar, ...).
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

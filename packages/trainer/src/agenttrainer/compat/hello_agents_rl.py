@@ -253,7 +253,7 @@ class RLTrainingTool:
       / ``create_rl_dataset`` from ``split``, ``max_samples``, ``suite``, ``data_file``, ``seed``)
       and runs ``SFTTrainerWrapper`` / ``GRPOTrainerWrapper`` (with ``create_accuracy_reward``).
       ``model_name``, ``output_dir``, ``num_epochs``, ``batch_size``, ``learning_rate``,
-      ``use_lora`` and any other ``SFTConfig`` / ``GRPOConfig`` field (``max_steps``, ``fp16``,
+      ``use_lora`` and any other ``SFTConfig`` / ``GRPOConfig`` field (``max_optimizer_steps``, ``fp16``,
       ``group_size``, ``max_new_tokens``, ...) pass through. Answers ``status``, ``algorithm``,
       ``output_dir`` (the saved model) and the trainer's metrics.
     * ``"evaluate"``: greedy next-action accuracy of ``model_name`` on ``create_rl_dataset(split

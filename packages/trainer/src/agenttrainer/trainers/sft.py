@@ -12,7 +12,7 @@ bad data fails in seconds; the conversations are tokenised once the tokenizer ex
 stops with :class:`~agenttrainer.trainers.guards.NonFiniteLossError` naming the step rather than
 take an optimizer step on a NaN/Infinity loss.
 
-Simplifications: the data set is tokenised up front in memory; ``max_steps``/``save_steps``
+Simplifications: the data set is tokenised up front in memory; ``max_optimizer_steps``/``save_steps``
 count optimizer steps.
 
 Run: ``knowlyr-trainer sft --train-file sft.jsonl --model smollm2-135m`` or, on 2 processes,
