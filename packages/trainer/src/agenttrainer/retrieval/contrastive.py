@@ -21,7 +21,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -65,6 +65,9 @@ def mine_pairs(trajectories: Any, library: Any) -> list[tuple[str, str]]:
 class RetrieverConfig:
     """``knowlyr-trainer retriever --config cfg.yaml``."""
 
+    #: Old field name -> new one (``knowlyrcore.deprecation.renamed_fields``).
+    renamed_fields: ClassVar[dict[str, str]] = {}
+
     model_name_or_path: str = field(default=DEFAULT_ENCODER, metadata={"help": "Encoder to start from."})
     library: str = field(default="generated", metadata={"help": "Tools JSONL/JSON, or 'generated' (toolgen)."})
     train_file: str = field(
@@ -96,7 +99,7 @@ class RetrieverConfig:
     @classmethod
     def from_yaml(cls, path: str | None = None, **overrides: Any) -> RetrieverConfig:
         values: dict[str, Any] = read_config_file(path)[0] if path else {}
-        renamed = cls.renamed_fields  # type: ignore[attr-defined]
+        renamed = cls.renamed_fields
         try:  # old names, the file's before the overrides', so a new name among the overrides wins
             values = rename_keys(values, renamed, cls.__name__)
             values.update(rename_keys({k: v for k, v in overrides.items() if v is not None}, renamed, cls.__name__))
