@@ -184,12 +184,12 @@ def generate_local(tasks: list[dict[str, Any]], args: argparse.Namespace) -> lis
 def generate_endpoint(tasks: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Greedy and sampled answers of an OpenAI-compatible endpoint (its native tool calls)."""
     from agentsandbox.chat_endpoint import post_chat_completion
-    from agenttrainer.inference import tool_schemas
+    from agenttrainer.inference import chat_template_tools
 
     outputs = []
     for task in tqdm(tasks, desc="asking", unit="task", file=sys.stderr):
         chat = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task["description"]}]
-        tools = tool_schemas(tool_specs(task["metadata"]["functions"]))
+        tools = chat_template_tools(tool_specs(task["metadata"]["functions"]))
         for decoding, temperature in [("greedy", 0.0)] + [("sampled", 1.0)] * args.samples:
             body = {"model": args.model, "messages": chat, "tools": tools, "temperature": temperature,
                     "max_tokens": args.max_new_tokens}  # fmt: skip

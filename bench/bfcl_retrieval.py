@@ -23,7 +23,7 @@ import json
 import random
 import tempfile
 
-from agentsandbox.bfcl.library import bfcl_library, query_pairs
+from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
 from agenttrainer.retrieval import DenseIndex, Encoder, FusedIndex, RetrieverConfig, train_retriever
 from agenttrainer.retrieval.contrastive import recall_at
 from knowlyrcore.tool_library import ToolLibrary
@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     library = ToolLibrary(bfcl_library())
-    train, test = query_pairs("train"), query_pairs("test")
+    train, test = bfcl_query_pairs("train"), bfcl_query_pairs("test")
     if args.max_train_pairs is not None and args.max_train_pairs < len(train):
         chosen = sorted(random.Random(args.seed).sample(range(len(train)), args.max_train_pairs))
         train = [train[i] for i in chosen]
@@ -54,10 +54,10 @@ def main() -> None:
         with open(library_file, "w") as out:
             for tool in library:
                 out.write(tool.model_dump_json() + "\n")
-        # train_retriever stops at num_epochs passes even before max_steps: allow enough of them
+        # train_retriever stops at num_epochs passes even before max_optimizer_steps: allow enough of them
         epochs = -(-args.steps // -(-len(train) // args.batch_size))
         config = RetrieverConfig(library=library_file, train_file=pairs_file, output_dir=f"{tmp}/finetuned",
-                                 max_steps=args.steps, num_epochs=epochs, batch_size=args.batch_size,
+                                 max_optimizer_steps=args.steps, num_epochs=epochs, batch_size=args.batch_size,
                                  learning_rate=args.learning_rate, hard_negatives=args.hard_negatives,
                                  max_length=args.max_length, eval_split=None, seed=args.seed)  # fmt: skip
         report = train_retriever(config, progress=False)

@@ -60,7 +60,7 @@ def main() -> None:
             for tool in library:
                 out.write(tool.model_dump_json() + "\n")
         config = RetrieverConfig(library=library_file, train_file=pairs_file, output_dir=f"{tmp}/finetuned",
-                                 max_steps=args.steps, batch_size=args.batch_size, eval_split=None,
+                                 max_optimizer_steps=args.steps, batch_size=args.batch_size, eval_split=None,
                                  seed=args.seed)  # fmt: skip
         report = train_retriever(config, progress=False)
         base = DenseIndex(library, Encoder())

@@ -108,7 +108,7 @@ def online_iterations(suite, tasks, args) -> dict:
             model_name_or_path=args.online_model, env_id=suite.env_id, env_kwargs=suite.env_kwargs or None,
             tasks_file=str(Path(tmp) / "tasks.jsonl"), output_dir=str(Path(tmp) / "rl"),
             system_prompt=suite.system_prompt, group_size=4, tasks_per_iteration=max(len(tasks) // 4, 1),
-            num_iterations=args.online_iterations, max_turns=args.max_steps, max_new_tokens=args.max_new_tokens,
+            num_iterations=args.online_iterations, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
             learning_rate=1e-6, warmup_ratio=0.0, lr_scheduler="constant", batch_size=4,
             skip_uniform_groups=False, progress_bar=False,
         )  # fmt: skip

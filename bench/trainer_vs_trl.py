@@ -77,13 +77,14 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
     model, tok = load_model_and_tokenizer(MODEL, torch_dtype=torch.float32)
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     out = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
-    common = dict(max_steps=args.steps, learning_rate=1e-5, seed=0)
+    common = dict(learning_rate=1e-5, seed=0)
     ours = dict(
         output_dir=str(out),
         batch_size=args.batch_size,
         max_length=args.max_length,
         bf16=True,
-        num_epochs=100,  # max_steps ends the run
+        num_epochs=100,  # max_optimizer_steps ends the run
+        max_optimizer_steps=args.steps,
         lr_scheduler="constant",
         warmup_ratio=0.0,
         progress_bar=False,
@@ -150,6 +151,7 @@ def worker(kind: str, data: Path, args: argparse.Namespace) -> dict:
             dataloader_num_workers=0,
             gradient_checkpointing=False,
             disable_tqdm=True,
+            max_steps=args.steps,  # TRL's name for the optimizer steps of a run
             **common,
         )
         if kind == "trl-sft":

@@ -250,13 +250,13 @@ def train_sft(model: str, root: Path, args, meter) -> tuple[str, list[tuple[int,
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, not a resume of an older one
     config = SFTConfig(
         model_name_or_path=model, train_file=str(root / "sft.jsonl"), output_dir=str(out),
-        num_epochs=args.epochs, max_steps=args.max_steps, batch_size=args.sft_micro_batch,
+        num_epochs=args.epochs, max_optimizer_steps=args.max_optimizer_steps, batch_size=args.sft_micro_batch,
         gradient_accumulation_steps=max(1, args.batch_size // args.sft_micro_batch),
         learning_rate=args.lr, warmup_ratio=0.05, max_length=1024, bf16=args.bf16, save_steps=0,
         use_lora=args.lora, seed=args.seed,
     )  # fmt: skip
     command = (f"knowlyr-trainer sft --model {model} --train-file {config.train_file} --output-dir {out} "
-               f"--num-epochs {config.num_epochs} --max-steps {config.max_steps} --batch-size {config.batch_size} "
+               f"--num-epochs {config.num_epochs} --max-optimizer-steps {config.max_optimizer_steps} --batch-size {config.batch_size} "
                f"--gradient-accumulation-steps {config.gradient_accumulation_steps} --learning-rate {config.learning_rate} "
                f"--warmup-ratio 0.05 --max-length 1024 --save-steps 0 --seed {config.seed}"
                + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else ""))  # fmt: skip
@@ -284,7 +284,7 @@ def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, r
         tasks_file=str(root / "tasks" / "rl.jsonl"), output_dir=str(out), system_prompt=suite.system_prompt,
         include_tools=include_tools, algorithm=algorithm, group_size=args.rl_group_size,
         tasks_per_iteration=args.rl_tasks_per_iteration, num_iterations=args.rl_iterations,
-        max_turns=suite.max_steps, max_new_tokens=args.max_new_tokens, max_episode_tokens=2048,
+        max_steps=suite.max_steps, max_new_tokens=args.max_new_tokens, max_episode_tokens=2048,
         learning_rate=args.rl_lr if rl else args.rft_lr, warmup_ratio=0.0, lr_scheduler="constant",
         kl_coef=args.rl_kl, clip_eps=0.2, clip_eps_high=0.28 if rl else None, loss_normalization="token",
         temperature=1.0, process_reward="rules" if args.rl_step_reward else "none", batch_size=args.rl_micro_batch,
@@ -295,7 +295,7 @@ def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, r
         f"knowlyr-trainer grpo --online --env {suite.env_id} --tasks {config.tasks_file} --model {checkpoint} "
         f"--output-dir {out}{'' if include_tools else ' --no-include-tools'} --algorithm {algorithm} --group-size {config.group_size} "
         f"--tasks-per-iteration {config.tasks_per_iteration} --num-iterations {config.num_iterations} "
-        f"--max-turns {config.max_turns} --max-new-tokens {config.max_new_tokens} --learning-rate {config.learning_rate} "
+        f"--max-steps {config.max_steps} --max-new-tokens {config.max_new_tokens} --learning-rate {config.learning_rate} "
         f"--warmup-ratio 0 --lr-scheduler constant --kl-coef {config.kl_coef} --loss-normalization token "
         f"--batch-size {config.batch_size} --process-reward {config.process_reward} --seed {config.seed}"
         + (f" --env-kwargs '{json.dumps(config.env_kwargs)}'" if config.env_kwargs else "")
@@ -355,7 +355,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0, help="task seed (the same seed writes the same tasks)")
     parser.add_argument("--epochs", type=int, default=1,
                         help="SFT epochs over the expert data (one leaves the RL stage room to learn)")  # fmt: skip
-    parser.add_argument("--max-steps", type=int, default=-1, help="stop SFT after this many steps (-1: all epochs)")
+    parser.add_argument("--max-optimizer-steps", type=int, default=-1,
+                        help="stop SFT after this many optimizer steps (-1: all epochs)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
     parser.add_argument("--sft-micro-batch", type=int, default=2,
                         help="SFT examples per forward pass (gradients accumulate up to --batch-size; bounds memory)")  # fmt: skip

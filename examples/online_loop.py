@@ -153,7 +153,7 @@ def main() -> None:
     from agenttrainer.trainers.sft import SFTTrainer
 
     config = SFTConfig(model_name_or_path=args.model, train_file=str(root / "sft.jsonl"), output_dir=str(root / "sft"),
-                       max_steps=args.sft_steps, batch_size=2, learning_rate=5e-5, max_length=1024, bf16=True,
+                       max_optimizer_steps=args.sft_steps, batch_size=2, learning_rate=5e-5, max_length=1024, bf16=True,
                        agent_format=True, mask_observations=True, step_weighted_loss=True, progress_bar=False)  # fmt: skip
     start = time.perf_counter()
     summary = SFTTrainer(config).train()

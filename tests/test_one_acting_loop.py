@@ -108,7 +108,7 @@ def test_scripted_policy_every_runner_records_the_same_episodes(tokenizer):
     # online RL's policy writes the same calls as text: its steps are the same, plus their tokens
     texts = [f'<tool_call>\n{{"name": "tick", "arguments": {{"turn": {k}}}}}\n</tool_call>' for k in (1, 2, 3)]
     online = collect_rollouts(
-        Countdown, TASKS, ScriptedTexts(tokenizer, texts), tokenizer, max_turns=8, max_new_tokens=32, seed=SEED
+        Countdown, TASKS, ScriptedTexts(tokenizer, texts), tokenizer, max_steps=8, max_new_tokens=32, seed=SEED
     )
     expected = [comparable(t) for t in sequential]
     assert [len(t["steps"]) for t in expected] == [3, 1, 2]
@@ -129,7 +129,7 @@ def test_token_policy_hub_collection_equals_online_rl(tokenizer):
     model, _ = build_tiny_model(seed=0)
     generator = LocalGenerator(model, tokenizer)
     options = dict(max_new_tokens=6, max_episode_tokens=1024, temperature=0.0)
-    rollouts = collect_rollouts(Countdown, TASKS, generator, tokenizer, max_turns=8, seed=SEED, **options)
+    rollouts = collect_rollouts(Countdown, TASKS, generator, tokenizer, max_steps=8, seed=SEED, **options)
     policy = TokenPolicy(generator, tokenizer, tools=env_tools(Countdown()), **options)
     hub = collect_batched(Countdown, policy, TASKS, max_steps=8, seed=SEED, progress=False)
     assert [len(t.steps) for t in hub] == [3, 1, 2]

@@ -46,7 +46,7 @@ def test_sampled_token_ids_reach_offline_grpo_unchanged(tmp_path):
     tokenizer = build_tiny_model()[1]
     episodes = [_rollout("a", 1.0, 1000), _rollout("b", 0.0, 2000)]
     hub.DatasetExporter(trajectories=episodes).export_grpo(tmp_path / "grpo.jsonl")
-    ((where, record),) = data.read_jsonl(tmp_path / "grpo.jsonl")
+    ((where, record),) = data.read_located_records(tmp_path / "grpo.jsonl")
     examples = [data.tokenize_conversation(tokenizer, conv) for conv in data.grpo_group(record, where)]
     for example, episode in zip(examples, episodes):
         sampled = [i for s in episode.steps for i in s.token_ids]
@@ -65,9 +65,9 @@ def test_every_export_reads_with_the_trainer_readers(tmp_path):
     exporter.export_sft(tmp_path / "chat.jsonl", format="messages")
     exporter.export_dpo(tmp_path / "dpo.jsonl")
     for name in ("steps", "chat"):
-        ((where, record),) = data.read_jsonl(tmp_path / f"{name}.jsonl")
+        ((where, record),) = data.read_located_records(tmp_path / f"{name}.jsonl")
         assert data.sft_conversation(record, where).num_steps == 2
-    ((where, record),) = data.read_jsonl(tmp_path / "dpo.jsonl")
+    ((where, record),) = data.read_located_records(tmp_path / "dpo.jsonl")
     chosen, _ = data.dpo_pair(record, where)
     assert chosen.messages[1]["tool_calls"][0]["function"]["arguments"] == '{"text": "a0"}'
     assert "token_ids" not in chosen.messages[1]  # the chat template gets plain messages
@@ -111,7 +111,7 @@ def test_online_rollouts_exported_train_offline_on_the_sampled_ids(tmp_path):
             tokenizer,
             group_size=2,
             system_prompt="Tick.",
-            max_turns=3,
+            max_steps=3,
             max_new_tokens=4,
             max_episode_tokens=1024,
             seed=0,
@@ -121,7 +121,7 @@ def test_online_rollouts_exported_train_offline_on_the_sampled_ids(tmp_path):
     # rewards that differ, as a reward model would give them (a group of equal ones is left out)
     trajectories = [r.trajectory.model_copy(update={"reward": float(k)}) for k, r in enumerate(rollouts)]
     hub.DatasetExporter(trajectories=trajectories).export_grpo(tmp_path / "grpo.jsonl")
-    ((where, record),) = data.read_jsonl(tmp_path / "grpo.jsonl")
+    ((where, record),) = data.read_located_records(tmp_path / "grpo.jsonl")
     for conv, rollout in zip(data.grpo_group(record, where), rollouts):
         example = data.tokenize_conversation(tokenizer, conv)
         assert example.input_ids == rollout.token_ids

@@ -112,7 +112,7 @@ def test_rewards_rank_the_expert_above_the_flailer(datasets):
 
 def test_exports_feed_the_trainer_readers(datasets):
     from agenttrainer.data.readers import dpo_pair, grpo_group, sft_conversation
-    from agenttrainer.data.readers import read_jsonl as trainer_read
+    from agenttrainer.data.readers import read_located_records as trainer_read
 
     root, _, reports = datasets
     assert reports["sft"].written == 4 and reports["dpo"].written == 2 and reports["grpo"].written == 2
@@ -134,7 +134,7 @@ def test_train_then_roll_out_the_checkpoint(datasets, tmp_path):
     root, _, _ = datasets
     model, tokenizer = build_tiny_model(hidden_size=32, num_layers=1, seed=0)
     save_model(model, tokenizer, tmp_path / "base")
-    common = {"num_epochs": 1, "max_steps": 2, "batch_size": 2, "learning_rate": 1e-3, "bf16": False,
+    common = {"num_epochs": 1, "max_optimizer_steps": 2, "batch_size": 2, "learning_rate": 1e-3, "bf16": False,
               "max_length": 256, "progress_bar": False}  # fmt: skip
     sft = SFTTrainer(SFTConfig(model_name_or_path=str(tmp_path / "base"), train_file=str(root / "sft.jsonl"),
                                output_dir=str(tmp_path / "sft"), **common)).train()  # fmt: skip

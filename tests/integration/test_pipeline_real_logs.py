@@ -56,7 +56,7 @@ def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
     agenttrainer = require_module("agenttrainer.data.readers", "the exports are read with knowlyr-trainer's readers")
     for name, reader in (("sft", agenttrainer.sft_conversation), ("dpo", agenttrainer.dpo_pair),
                          ("grpo", agenttrainer.grpo_group)):  # fmt: skip
-        records = list(agenttrainer.read_jsonl(tmp_path / "out" / "latest" / f"{name}.jsonl"))
+        records = list(agenttrainer.read_located_records(tmp_path / "out" / "latest" / f"{name}.jsonl"))
         assert records, name
         for where, record in records:
             reader(record, where)

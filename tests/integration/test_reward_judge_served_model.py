@@ -101,7 +101,7 @@ def test_judge_scores_come_from_a_served_model(tmp_path):
          "answer": ANSWERS[i]}
         for i in range(2)
     ]  # fmt: skip
-    overfit_tiny_model(model, tokenizer, examples, max_steps=400)
+    overfit_tiny_model(model, tokenizer, examples, max_optimizer_steps=400)
     save_model(model, tokenizer, tmp_path / "judge")
     server = Served(str(tmp_path / "judge"), "tiny-judge")
     try:

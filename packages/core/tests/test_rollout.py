@@ -74,9 +74,9 @@ def test_lockstep_turns_seeds_and_how_each_episode_ended():
     assert [len(e.trajectory.steps) for e in episodes] == [2, 0, 1] and episodes[0].info == {"success": True}
 
 
-def test_stop_ends_an_episode_and_max_turns_cuts_the_others():
-    episodes = play_episodes(envs(2), Script([[STOP, TICK], [TICK, TICK]]), tasks(5, 5), max_turns=2)
-    assert [(e.end, e.turns) for e in episodes] == [("stopped", 0), ("max_turns", 2)]
+def test_stop_ends_an_episode_and_max_steps_cuts_the_others():
+    episodes = play_episodes(envs(2), Script([[STOP, TICK], [TICK, TICK]]), tasks(5, 5), max_steps=2)
+    assert [(e.end, e.turns) for e in episodes] == [("stopped", 0), ("max_steps", 2)]
     assert len(episodes[1].trajectory.steps) == 2 and not episodes[1].trajectory.outcome.truncated
 
 

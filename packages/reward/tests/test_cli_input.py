@@ -13,7 +13,7 @@ import pytest
 
 from agentreward.cli import main
 from agentreward.errors import TrajectoryFormatError
-from agentreward.trajectories import read_trajectories
+from agentreward.trajectories import read_trajectory_dicts
 from knowlyrcore.errors import no_such_file
 
 GOOD = {"id": "t", "task": {"id": "a", "description": "d"}, "steps": [{"tool_call": {"name": "bash"}}]}
@@ -73,7 +73,7 @@ def test_utf16_long_line_and_huge_integer(tmp_path, capsys, monkeypatch):
 def test_utf8_bom_is_ignored(tmp_path):
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n")
-    assert [t["id"] for t in read_trajectories(path)] == ["t"]
+    assert [t["id"] for t in read_trajectory_dicts(path)] == ["t"]
 
 
 def test_bad_options_are_usage_errors(tmp_path, capsys):
@@ -112,7 +112,7 @@ def test_reader_errors_are_trajectory_format_errors(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(b'{"steps": [], "x": "caf\xe9"}\n')
     with pytest.raises(TrajectoryFormatError, match=r"t.jsonl:1: not UTF-8 text \(byte 23\)"):
-        list(read_trajectories(path))
+        list(read_trajectory_dicts(path))
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ import warnings
 
 import pytest
 
-from agentreward import RewardEngine, TrajectoryFormatError, read_trajectories
+from agentreward import RewardEngine, TrajectoryFormatError, read_trajectory_dicts
 from agentreward import engine as engine_module
 from knowlyrcore import Trajectory
 
@@ -97,7 +97,7 @@ def test_score_file_round_trip(make_step, tmp_path):
     src.write_text("\n".join(json.dumps(two_step(make_step)) for _ in range(3)) + "\n")
     out = tmp_path / "scored.jsonl"
     assert RewardEngine().score_file(src, out) == 3
-    assert [t["reward"] for t in read_trajectories(out)] == pytest.approx([0.66] * 3)
+    assert [t["reward"] for t in read_trajectory_dicts(out)] == pytest.approx([0.66] * 3)
 
 
 @pytest.mark.parametrize(
@@ -119,17 +119,17 @@ def test_bad_records_name_file_line_and_field(tmp_path, line, message):
     src = tmp_path / "t.jsonl"
     src.write_text('{"steps": []}\n' + line + "\n")
     with pytest.raises(TrajectoryFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        list(read_trajectories(src))
+        list(read_trajectory_dicts(src))
 
 
 def test_json_list_files_are_read(tmp_path):
     src = tmp_path / "t.json"
     src.write_text(json.dumps([{"steps": []}, {"steps": []}]))
-    assert len(list(read_trajectories(src))) == 2
+    assert len(list(read_trajectory_dicts(src))) == 2
 
 
 def test_binary_file(tmp_path):
     src = tmp_path / "t.jsonl"
     src.write_bytes(b"\x00\x01\xff\xfe")
     with pytest.raises(TrajectoryFormatError, match="t.jsonl:1: not UTF-8"):
-        list(read_trajectories(src))
+        list(read_trajectory_dicts(src))

@@ -24,7 +24,7 @@ from agentsandbox.bfcl.data import (
     load_entries,
 )
 from agentsandbox.bfcl.env import json_schema
-from agentsandbox.bfcl.library import bfcl_library, query_pairs
+from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
 from agentsandbox.suites.bfcl import BFCL, excluded, render_question
 
 SPLITS = {"train": LIVE_CATEGORIES, "test": NON_LIVE_CATEGORIES}
@@ -39,7 +39,7 @@ def library():
 @functools.cache
 def pairs(split):
     needs_bfcl()
-    return query_pairs(split)
+    return bfcl_query_pairs(split)
 
 
 def key(function):
@@ -128,12 +128,12 @@ def test_no_test_function_is_gold_in_any_train_pair():
 
 def test_library_and_pairs_are_the_same_in_another_process():
     """Another hash seed too: nothing depends on the iteration order of a set."""
-    assert [t.name for t in bfcl_library()] == list(library()) and query_pairs("test") == pairs("test")
+    assert [t.name for t in bfcl_library()] == list(library()) and bfcl_query_pairs("test") == pairs("test")
     expected = digest([list(library()), pairs("train"), pairs("test")])
     lines = run_python("""
         import hashlib, json
-        from agentsandbox.bfcl.library import bfcl_library, query_pairs
-        value = [[t.name for t in bfcl_library()], query_pairs("train"), query_pairs("test")]
+        from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
+        value = [[t.name for t in bfcl_library()], bfcl_query_pairs("train"), bfcl_query_pairs("test")]
         print(hashlib.sha256(json.dumps(value).encode()).hexdigest())
     """, env={**os.environ, "PYTHONHASHSEED": "12345"}, timeout=300)  # fmt: skip
     assert lines == [expected]
@@ -141,15 +141,15 @@ def test_library_and_pairs_are_the_same_in_another_process():
 
 def test_an_unknown_split_is_a_one_line_error():
     with pytest.raises(BFCLError, match="^BFCL's query pairs have splits train and test, not 'test-unseen'$"):
-        query_pairs("test-unseen")
+        bfcl_query_pairs("test-unseen")
 
 
 def test_without_bfcl_eval_every_entry_point_says_how_to_install():
     lines = run_python("""
         import sys
         sys.modules["bfcl_eval"] = None  # as if bfcl-eval were not installed
-        from agentsandbox.bfcl.library import bfcl_library, query_pairs
-        for entry_point in (bfcl_library, lambda: query_pairs("train")):
+        from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
+        for entry_point in (bfcl_library, lambda: bfcl_query_pairs("train")):
             try:
                 entry_point()
             except Exception as exc:

@@ -15,7 +15,7 @@ from torch.distributed.fsdp import fully_shard
 from agenttrainer.data import pack
 from agenttrainer.losses import sft_loss
 from agenttrainer.models import build_tiny_model
-from agenttrainer.trainers.common import HiddenStates
+from agenttrainer.models.attention import HiddenStates
 
 
 def main() -> None:

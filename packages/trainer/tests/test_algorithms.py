@@ -19,13 +19,13 @@ def test_every_algorithm_is_registered_with_its_advantages_by_hand():
     """Rewards [1, 0, 0, 1]: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735. grpo: +-0.5 /
     0.57745 = +-0.86588; dr_grpo: +-0.5; rloo: 1 - 1/3 and 0 - 2/3; rft: the successes; the
     masked fourth member is left out of the statistics and gets 0 (rloo: [1, 0, 0] -> 2/3 * 1.5 * ...)."""
-    assert {"grpo", "dr_grpo", "rloo", "ppo", "rft"} <= set(algorithms.names())
-    assert set(algorithms.names(offline=True)) >= {"grpo", "dr_grpo", "rloo"}
-    assert not {"ppo", "rft"} & set(algorithms.names(offline=True))
+    assert {"grpo", "dr_grpo", "rloo", "ppo", "rft"} <= set(algorithms.algorithm_names())
+    assert set(algorithms.algorithm_names(offline=True)) >= {"grpo", "dr_grpo", "rloo"}
+    assert not {"ppo", "rft"} & set(algorithms.algorithm_names(offline=True))
     successes, valid = [True, False, None, True], [True] * 4
 
     def adv(name, v=valid):
-        return algorithms.get(name).advantages(REWARDS, successes, v)
+        return algorithms.get_algorithm(name).advantages(REWARDS, successes, v)
 
     assert adv("grpo") == pytest.approx([0.86588, -0.86588, -0.86588, 0.86588], abs=1e-5)
     assert adv("dr_grpo") == [0.5, -0.5, -0.5, 0.5]
@@ -33,8 +33,8 @@ def test_every_algorithm_is_registered_with_its_advantages_by_hand():
     assert adv("rft") == [1.0, 0.0, 0.0, 1.0]
     # the last member masked: mean of [1, 0, 0] is 1/3; rloo scales by 3/2
     assert adv("rloo", [True, True, True, False]) == pytest.approx([1.0, -0.5, -0.5, 0.0])
-    assert algorithms.get("ppo").advantages is None and algorithms.get("ppo").value_head
-    assert {n: algorithms.get(n).normalization for n in ("grpo", "dr_grpo", "rloo", "ppo", "rft")} == {
+    assert algorithms.get_algorithm("ppo").advantages is None and algorithms.get_algorithm("ppo").value_head
+    assert {n: algorithms.get_algorithm(n).normalization for n in ("grpo", "dr_grpo", "rloo", "ppo", "rft")} == {
         "grpo": "sequence",
         "dr_grpo": "constant",
         "rloo": "sequence",
@@ -45,10 +45,10 @@ def test_every_algorithm_is_registered_with_its_advantages_by_hand():
 
 def test_unknown_and_duplicate_names_are_refused():
     with pytest.raises(ValueError, match=r"algorithm must be one of \(.*'grpo'.*\), got 'a2c'"):
-        algorithms.get("a2c")
+        algorithms.get_algorithm("a2c")
     copy = registry.Algorithm("grpo", "another", grpo_loss, registry.baseline_advantages)
     with pytest.raises(ValueError, match="already registered"):
-        algorithms.register(copy)
+        algorithms.register_algorithm(copy)
     with pytest.raises(ValueError, match="needs a value head"):
         registry.Algorithm("x", "no advantages", grpo_loss, None)
     with pytest.raises(ValueError, match="normalization"):
@@ -63,7 +63,7 @@ def test_the_old_loss_names_warn_once_and_are_the_same_functions():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert losses.dpo_loss is dpo.dpo_loss and losses.grpo_loss is grpo_loss and losses.gae is ppo.gae
-        assert algorithms.names() == old_advantages.ALGORITHMS
+        assert algorithms.algorithm_names() == old_advantages.ALGORITHMS
     # each name warns the first time it is used in a process (an earlier test may have used it)
     assert all(w.category is DeprecationWarning and "agenttrainer.algorithms" in str(w.message) for w in caught)
     assert losses.group_baseline_advantages(REWARDS, algorithm="rloo") == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
@@ -98,7 +98,9 @@ def test_offline_grpo_passes_every_loss_option_to_the_algorithm(tmp_path, tiny, 
         seen.append(options)
         return grpo_loss(*args, **options)
 
-    probe = registry.Algorithm("probe", "test", probe_loss, algorithms.get("grpo").advantages, normalization="token")
+    probe = registry.Algorithm(
+        "probe", "test", probe_loss, algorithms.get_algorithm("grpo").advantages, normalization="token"
+    )
     monkeypatch.setitem(registry._ALGORITHMS, "probe", probe)
     model, tok = tiny
     config = GRPOConfig(
@@ -108,7 +110,7 @@ def test_offline_grpo_passes_every_loss_option_to_the_algorithm(tmp_path, tiny, 
         clip_eps=0.1,
         clip_eps_high=0.3,
         kl_coef=0.0,
-        max_steps=1,
+        max_optimizer_steps=1,
         max_length=256,
         bf16=False,
         progress_bar=False,
@@ -127,7 +129,7 @@ def test_cli_offers_the_registered_algorithms(tmp_path, grpo_file):
     from agenttrainer.cli import cli
 
     shown = CliRunner().invoke(cli, ["grpo", "--help"]).output
-    assert f"--algorithm [{'|'.join(algorithms.names())}]" in shown
+    assert f"--algorithm [{'|'.join(algorithms.algorithm_names())}]" in shown
     bad = CliRunner().invoke(cli, ["grpo", "--train-file", grpo_file, "--algorithm", "a2c"])
     assert bad.exit_code == 2 and "'a2c' is not one of" in bad.output
     online_only = CliRunner().invoke(cli, ["grpo", "--train-file", grpo_file, "--algorithm", "ppo"])
@@ -144,7 +146,7 @@ def test_dr_grpo_offline_sums_token_losses_over_max_length(tmp_path, tiny, grpo_
         output_dir=str(tmp_path / "out"),
         algorithm="dr_grpo",
         kl_coef=0.0,
-        max_steps=1,
+        max_optimizer_steps=1,
         batch_size=1,
         max_length=300,
         bf16=False,

@@ -23,7 +23,7 @@ def _train(tmp_path, sft_file, model, tok, **kw):
         train_file=sft_file,
         output_dir=str(tmp_path / "out"),
         batch_size=2,
-        max_steps=2,
+        max_optimizer_steps=2,
         save_steps=2,
         progress_bar=False,
         bf16=False,

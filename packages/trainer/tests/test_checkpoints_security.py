@@ -33,7 +33,7 @@ class Hostile:
 
 
 def _sft_config(out, sft_file, **kw):
-    base = dict(batch_size=2, max_steps=2, save_steps=2, progress_bar=False, bf16=False, learning_rate=1e-2)
+    base = dict(batch_size=2, max_optimizer_steps=2, save_steps=2, progress_bar=False, bf16=False, learning_rate=1e-2)
     return SFTConfig(train_file=sft_file, output_dir=str(out), **{**base, **kw})
 
 
@@ -73,7 +73,7 @@ def test_security_a_checkpoint_file_holding_code_is_refused_and_never_run(tmp_pa
     marker = tmp_path / "pwned"
     _plant(checkpoint, name, marker, how)
     model, tok = tiny
-    resumed = _sft_config(tmp_path / "out", sft_file, max_steps=4, resume_from_checkpoint=str(checkpoint))
+    resumed = _sft_config(tmp_path / "out", sft_file, max_optimizer_steps=4, resume_from_checkpoint=str(checkpoint))
     with pytest.raises(CheckpointError) as caught:
         SFTTrainer(resumed, model=model, tokenizer=tok).train()
     message = str(caught.value)
@@ -108,7 +108,7 @@ def test_security_a_reference_cache_holding_code_is_refused_and_never_run(tmp_pa
     out.mkdir()
     torch.save({"key": Hostile(marker), "logps": torch.zeros(1)}, out / "ref_logps-train.pt")
     model, tok = tiny
-    config = DPOConfig(train_file=dpo_file, output_dir=str(out), batch_size=2, max_steps=1, progress_bar=False,
+    config = DPOConfig(train_file=dpo_file, output_dir=str(out), batch_size=2, max_optimizer_steps=1, progress_bar=False,
                        bf16=False)  # fmt: skip
     with pytest.raises(CheckpointError, match=r"ref_logps-train\.pt: refused"):
         DPOTrainer(config, model=model, tokenizer=tok).train()
@@ -118,7 +118,7 @@ def test_security_a_reference_cache_holding_code_is_refused_and_never_run(tmp_pa
 def test_a_corrupt_checkpoint_file_is_named_in_one_line(tmp_path, tiny, sft_file, checkpoint):
     (checkpoint / "scheduler.pt").write_bytes(b"PK\x03\x04 truncated")
     model, tok = tiny
-    resumed = _sft_config(tmp_path / "out", sft_file, max_steps=4, resume_from_checkpoint=str(checkpoint))
+    resumed = _sft_config(tmp_path / "out", sft_file, max_optimizer_steps=4, resume_from_checkpoint=str(checkpoint))
     with pytest.raises(CheckpointError) as caught:
         SFTTrainer(resumed, model=model, tokenizer=tok).train()
     assert "\n" not in str(caught.value) and str(caught.value).startswith(f"{checkpoint / 'scheduler.pt'}: ")

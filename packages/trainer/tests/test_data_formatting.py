@@ -14,7 +14,7 @@ from agenttrainer.data import (
     sft_conversation,
     tokenize_conversation,
 )
-from agenttrainer.trainers.common import HiddenStates
+from agenttrainer.models.attention import HiddenStates
 
 RECORD = {
     "instruction": "Fix the bug",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agenttrainer.data import DataError, dpo_pair, grpo_group, parse_step_text, read_jsonl, sft_conversation
+from agenttrainer.data import DataError, dpo_pair, grpo_group, parse_step_text, read_located_records, sft_conversation
 
 
 def _conv(record, **kw):
@@ -109,12 +109,12 @@ def test_bad_sft_records_name_file_line_and_field(record, message):
 def test_read_jsonl_reports_line_of_bad_json(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text('{"a": 1}\n\n{"b": \n')
-    it = read_jsonl(path)
+    it = read_located_records(path)
     assert next(it)[0] == f"{path}:1"
     with pytest.raises(DataError, match=f"{path}:3: invalid JSON"):
         next(it)
     with pytest.raises(DataError, match="no such file"):
-        next(read_jsonl(tmp_path / "missing.jsonl"))
+        next(read_located_records(tmp_path / "missing.jsonl"))
 
 
 def test_dpo_pair_text_and_messages():

@@ -20,10 +20,10 @@ from click.testing import CliRunner
 
 from agenttrainer.cli import cli
 from agenttrainer.config import DPOConfig, GRPOConfig, SFTConfig
-from agenttrainer.data import DataError, grpo_group, read_jsonl, sft_conversation
-from agenttrainer.trainers.common import NonFiniteLossError, check_finite
+from agenttrainer.data import DataError, grpo_group, read_located_records, sft_conversation
 from agenttrainer.trainers.dpo import DPOTrainer
 from agenttrainer.trainers.grpo import GRPOTrainer
+from agenttrainer.trainers.guards import NonFiniteLossError, check_finite
 from agenttrainer.trainers.sft import SFTTrainer
 
 COMMON = ["--num-epochs", "1", "--batch-size", "2", "--no-bf16", "--no-progress-bar"]
@@ -96,7 +96,7 @@ def test_security_readers_refuse_non_finite_numbers(tmp_path, line, message):
     path = tmp_path / "d.jsonl"
     path.write_text(line + "\n")
     with pytest.raises(DataError) as err:
-        for where, record in read_jsonl(path):
+        for where, record in read_located_records(path):
             sft_conversation(record, where)
     assert str(err.value).startswith(f"{path}{message}")
 
@@ -217,7 +217,7 @@ def test_security_long_line_is_refused_without_reading_it_whole(tmp_path, monkey
     tracemalloc.start()
     try:
         with pytest.raises(DataError, match=rf"^{path}:2: line longer than {limit} bytes"):
-            list(read_jsonl(path))
+            list(read_located_records(path))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -228,12 +228,12 @@ def test_security_line_length_bound_is_exact_and_configurable(tmp_path, monkeypa
     path = tmp_path / "d.jsonl"
     record = json.dumps({"instruction": "t", "response": "r"})
     path.write_text(record + "\n" + record)  # the last line has no newline
-    assert len(list(read_jsonl(path, max_line_bytes=len(record)))) == 2
+    assert len(list(read_located_records(path, max_line_bytes=len(record)))) == 2
     with pytest.raises(DataError, match=rf"^{path}:1: line longer than {len(record) - 1} bytes"):
-        list(read_jsonl(path, max_line_bytes=len(record) - 1))
+        list(read_located_records(path, max_line_bytes=len(record) - 1))
     monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "lots")
     with pytest.raises(DataError, match="KNOWLYR_MAX_LINE_BYTES: expected a positive number of bytes, got 'lots'"):
-        list(read_jsonl(path))
+        list(read_located_records(path))
 
 
 def test_security_long_line_is_a_one_line_cli_error(tmp_path, monkeypatch, no_model_load):
@@ -270,7 +270,7 @@ def test_security_reader_errors_are_data_errors(tmp_path, content, message):
     path = tmp_path / "d.jsonl"
     path.write_bytes(content)
     with pytest.raises(DataError) as err:
-        list(read_jsonl(path))
+        list(read_located_records(path))
     assert str(err.value).startswith(f"{path}{message}")
 
 
@@ -291,7 +291,7 @@ def test_security_binary_file_is_a_one_line_error(tmp_path, no_model_load):
 def test_security_utf8_bom_is_accepted(tmp_path, rows):
     path = tmp_path / "bom.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows.sft(2)), encoding="utf-8-sig")
-    assert len(list(read_jsonl(path))) == 2
+    assert len(list(read_located_records(path))) == 2
 
 
 @pytest.mark.parametrize("where", ["record", "field"])

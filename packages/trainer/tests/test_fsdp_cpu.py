@@ -18,7 +18,7 @@ import torch
 from agenttrainer.data import pack, sft_conversation, tokenize_conversation
 from agenttrainer.losses import sft_loss
 from agenttrainer.models import build_tiny_model
-from agenttrainer.trainers.common import HiddenStates
+from agenttrainer.models.attention import HiddenStates
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 HERE = Path(__file__).parent

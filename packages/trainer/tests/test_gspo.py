@@ -40,7 +40,7 @@ def test_gspo_loss_two_sequences_by_hand():
     0.1 * (e^{-ln 2} + ln 2 - 1) = 0.1 * 0.193147, so the loss is -0.106051 + 0.0193147.
     """
     a = 0.5 / (math.sqrt(0.5) + 1e-4)
-    advantages = algorithms.get("gspo").advantages([1.0, 0.0], [None, None], [True, True])
+    advantages = algorithms.get_algorithm("gspo").advantages([1.0, 0.0], [None, None], [True, True])
     assert advantages == pytest.approx([a, -a]) and a == pytest.approx(0.707007, abs=1e-6)
     logps, old = two_sequences()
     mask = torch.ones(2, 2)
@@ -85,7 +85,7 @@ def test_gspo_is_a_choice_of_every_driver(tmp_path, tiny, grpo_file):
     from agenttrainer.config import GRPOConfig
     from agenttrainer.trainers.grpo import GRPOTrainer
 
-    assert "gspo" in algorithms.names(offline=True)
+    assert "gspo" in algorithms.algorithm_names(offline=True)
     assert "gspo" in CliRunner().invoke(cli, ["grpo", "--help"]).output.split("--algorithm [")[1].split("]")[0]
     model, tok = tiny
     before = [p.detach().clone() for p in model.parameters()]
@@ -96,7 +96,7 @@ def test_gspo_is_a_choice_of_every_driver(tmp_path, tiny, grpo_file):
         clip_eps=3e-4,
         clip_eps_high=4e-4,
         grpo_iterations=2,
-        max_steps=2,
+        max_optimizer_steps=2,
         bf16=False,
         progress_bar=False,
     )
@@ -141,7 +141,7 @@ def test_online_rl_trains_with_gspo(tmp_path, tiny):
             group_size=2,
             tasks_per_iteration=1,
             num_iterations=1,
-            max_turns=2,
+            max_steps=2,
             max_new_tokens=4,
             learning_rate=1e-2,
             warmup_ratio=0.0,

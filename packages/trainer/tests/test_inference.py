@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agenttrainer.inference import AgentInference, parse_action, tool_schemas
+from agenttrainer.inference import AgentInference, action_from_answer, chat_template_tools
 from agenttrainer.models import build_tiny_model, overfit_tiny_model, save_model
 from agenttrainer.models.tool_calls import ToolCall, parse_tool_calls, possible_tool_call_start
 
@@ -83,28 +83,28 @@ def test_possible_tool_call_start_holds_back_partial_tags():
     ],
 )
 def test_text_actions(text, tools, expected):
-    action, style = parse_action(text, tools)
+    action, style = action_from_answer(text, tools)
     assert (action["tool"], action["params"], action["thought"]) == expected
     assert style == "text"
 
 
 def test_native_tool_call_action_keeps_the_thought():
-    action, style = parse_action("Thought: need weather\n" + TOOL_CALL_ANSWER)
+    action, style = action_from_answer("Thought: need weather\n" + TOOL_CALL_ANSWER)
     assert action == {"tool": "get_weather", "params": {"city": "Paris"}, "thought": "need weather"}
     assert style == "tool_call"
 
 
 def test_plain_prose_is_not_an_action():
-    assert parse_action("The answer is 4.") is None
+    assert action_from_answer("The answer is 4.") is None
 
 
 def test_tool_schemas_accept_openai_plain_and_attribute_forms():
     spec = SimpleNamespace(name="bash", description="run", parameters={"type": "object", "properties": {}})
-    schemas = tool_schemas([WEATHER, {"name": "ls"}, spec])
+    schemas = chat_template_tools([WEATHER, {"name": "ls"}, spec])
     assert [s["function"]["name"] for s in schemas] == ["get_weather", "ls", "bash"]
     assert schemas[1]["function"]["parameters"] == {"type": "object", "properties": {}}
     with pytest.raises(ValueError, match="needs a name"):
-        tool_schemas([{"description": "nameless"}])
+        chat_template_tools([{"description": "nameless"}])
 
 
 # -- generation with a real model -----------------------------------------------------------

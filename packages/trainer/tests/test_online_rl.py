@@ -110,7 +110,7 @@ def config(tmp_path, tasks_file, **overrides):
         group_size=3,
         tasks_per_iteration=2,
         num_iterations=2,
-        max_turns=4,
+        max_steps=4,
         max_new_tokens=6,
         max_episode_tokens=512,
         learning_rate=1e-2,
@@ -187,7 +187,7 @@ def test_rollouts_keep_the_sampled_ids_and_the_trainer_scores_exactly_those(tiny
     generator = Recording(LocalGenerator(model, tokenizer))
     tasks = [{"id": "a", "description": "count", "metadata": {"n": 3}}, {"id": "b", "metadata": {"n": 2}}]
     rollouts = collect_rollouts("test/countdown", tasks, generator, tokenizer, group_size=2, system_prompt=SYSTEM,
-                                max_turns=5, max_new_tokens=5, max_episode_tokens=1024)  # fmt: skip
+                                max_steps=5, max_new_tokens=5, max_episode_tokens=1024)  # fmt: skip
     assert [len(r.step_spans) for r in rollouts] == [3, 3, 2, 2]  # several turns each
     for k, r in enumerate(rollouts):
         sampled_by_generator = []
@@ -219,7 +219,7 @@ def test_rollouts_report_each_turn_with_the_episodes_still_running(tiny):
     tasks = [{"id": "a", "metadata": {"n": 3}}, {"id": "b", "metadata": {"n": 2}}]
     turns = []
     rollouts = collect_rollouts("test/countdown", tasks, LocalGenerator(model, tokenizer), tokenizer, group_size=2,
-                                system_prompt=SYSTEM, max_turns=5, max_new_tokens=5, max_episode_tokens=1024,
+                                system_prompt=SYSTEM, max_steps=5, max_new_tokens=5, max_episode_tokens=1024,
                                 on_turn=lambda turn, live: turns.append((turn, live)))  # fmt: skip
     assert [len(r.step_spans) for r in rollouts] == [3, 3, 2, 2]
     assert turns == [(1, 4), (2, 2), (3, 0)]  # b's episodes end after two turns, a's after three
@@ -228,7 +228,7 @@ def test_rollouts_report_each_turn_with_the_episodes_still_running(tiny):
 def test_malformed_calls_become_error_observations_and_format_errors(tokenizer, tmp_path):
     texts = ["<tool_call>\n{not json\n</tool_call>", '{"name": "invalid", "arguments": {}}', "All done."]
     rollouts = collect_rollouts("test/countdown", [{"metadata": {"n": 3}}], Scripted(tokenizer, texts), tokenizer,
-                                system_prompt=SYSTEM, max_turns=5, max_new_tokens=8)  # fmt: skip
+                                system_prompt=SYSTEM, max_steps=5, max_new_tokens=8)  # fmt: skip
     (r,) = rollouts
     # the refused call does not count down: three more answers end the episode
     assert r.valid and r.format_errors == [True, True, False, False] and r.finish == "terminated"
@@ -241,15 +241,15 @@ def test_malformed_calls_become_error_observations_and_format_errors(tokenizer, 
 def test_token_budget_and_turn_budget_end_episodes(tiny):
     model, tokenizer = tiny
     generator = LocalGenerator(model, tokenizer)
-    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_turns=2,
+    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_steps=2,
                             max_new_tokens=4, max_episode_tokens=4000)  # fmt: skip
     assert r.finish == "truncated" and len(r.step_spans) == 2
     assert r.trajectory.outcome.exit_status == "max_steps"
     # a task's own smaller step budget wins, as in evaluation
     (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}, "max_steps": 3}], generator, tokenizer,
-                            max_turns=8, max_new_tokens=4, max_episode_tokens=4000)  # fmt: skip
+                            max_steps=8, max_new_tokens=4, max_episode_tokens=4000)  # fmt: skip
     assert r.finish == "truncated" and len(r.step_spans) == 3
-    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_turns=50,
+    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_steps=50,
                             max_new_tokens=4, max_episode_tokens=300)  # fmt: skip
     # it stops before an observation plus another answer would overflow, and never exceeds the budget
     assert r.finish == "token_budget" and len(r.token_ids) <= 300 and len(r.step_spans) > 1
@@ -527,7 +527,7 @@ def test_cli_runs_online_rl(tiny_path, tmp_path):
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "system_prompt": SYSTEM}}])
     args = ["grpo", "--online", "--env", "test/countdown", "--tasks", tasks_file, "--model", tiny_path,
             "--output-dir", str(tmp_path / "out"), "--num-iterations", "2", "--group-size", "2",
-            "--tasks-per-iteration", "1", "--max-new-tokens", "4", "--max-turns", "3", "--no-bf16",
+            "--tasks-per-iteration", "1", "--max-new-tokens", "4", "--max-steps", "3", "--no-bf16",
             "--process-reward", "none", "--learning-rate", "1e-3", "--no-progress-bar"]  # fmt: skip
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output

@@ -130,7 +130,7 @@ def _config(tmp_path, env_id, **overrides):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}"}) + "\n" for i in range(2)))
     values = dict(model_name_or_path="unused", env_id=env_id, tasks_file=str(tasks), output_dir=str(tmp_path / "out"),
-                  system_prompt=SYSTEM, group_size=3, tasks_per_iteration=2, num_iterations=1, max_turns=2,
+                  system_prompt=SYSTEM, group_size=3, tasks_per_iteration=2, num_iterations=1, max_steps=2,
                   max_new_tokens=24, max_episode_tokens=1024, learning_rate=1e-2, warmup_ratio=0.0, bf16=False,
                   progress_bar=False, process_reward="none", batch_size=8, kl_coef=0.0)  # fmt: skip
     values.update(overrides)
@@ -225,7 +225,7 @@ SURROGATE = '{"name": "say", "arguments": {"text": "\\ud800"}}'
 def test_security_an_environment_raising_on_the_policys_text_is_the_policys_failure_not_masked(tiny, tmp_path):
     model, tokenizer = tiny
     (r,) = collect_rollouts("test/strict", [{"id": "t"}], Scripted(tokenizer, [ANSWER, SURROGATE]), tokenizer,
-                            system_prompt=SYSTEM, max_turns=4, max_new_tokens=24, seed=1)  # fmt: skip
+                            system_prompt=SYSTEM, max_steps=4, max_new_tokens=24, seed=1)  # fmt: skip
     # the first step earned 1 (odd seed); the step the environment could not take ends the episode at 0
     assert r.valid and r.infra_error is None
     assert r.finish == "action_error" and r.env_reward == 0.0 and r.success is False
@@ -254,7 +254,7 @@ def test_security_a_lone_surrogate_echoed_by_the_environment_goes_on_as_its_esca
     from knowlyrcore import read_trajectories, write_trajectories
 
     (r,) = collect_rollouts("test/echo", [{"id": "t"}], Scripted(tokenizer, [SURROGATE, ANSWER]), tokenizer,
-                            system_prompt=SYSTEM, max_turns=4, max_new_tokens=24)  # fmt: skip
+                            system_prompt=SYSTEM, max_steps=4, max_new_tokens=24)  # fmt: skip
     assert r.valid and r.finish == "terminated" and len(r.step_spans) == 2
     observation = r.trajectory.steps[0].metadata["observation_token_ids"]
     assert "you said \\ud800" in tokenizer.decode(observation)

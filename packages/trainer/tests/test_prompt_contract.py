@@ -45,7 +45,7 @@ def write_rows(path, rows):
 
 def sft(tmp_path, model, rows, name="sft", **kw):
     config = SFTConfig(model_name_or_path=model, train_file=write_rows(tmp_path / f"{name}.jsonl", rows),
-                       output_dir=str(tmp_path / name), max_steps=2, batch_size=2, save_steps=1, bf16=False,
+                       output_dir=str(tmp_path / name), max_optimizer_steps=2, batch_size=2, save_steps=1, bf16=False,
                        progress_bar=False, learning_rate=1e-3, **kw)  # fmt: skip
     return SFTTrainer(config).train()["output_dir"]
 
@@ -130,7 +130,7 @@ def test_online_rl_defaults_to_the_checkpoints_contract_and_flags_override_it(tm
         def trainer(**overrides):
             values = dict(model_name_or_path=checkpoint, env_id="test/one-step", tasks_file=tasks,
                           output_dir=str(tmp_path / "rl"), group_size=2, tasks_per_iteration=1, num_iterations=1,
-                          max_turns=1, max_new_tokens=4, max_episode_tokens=256, bf16=False, progress_bar=False,
+                          max_steps=1, max_new_tokens=4, max_episode_tokens=256, bf16=False, progress_bar=False,
                           process_reward="none")  # fmt: skip
             return OnlineRLTrainer(OnlineRLConfig(**{**values, **overrides}))
 

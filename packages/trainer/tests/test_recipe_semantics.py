@@ -127,7 +127,7 @@ def _loss_curve(out):
 @pytest.mark.parametrize("recipe", ["sft", "dpo", "grpo"])
 def test_pinned_tiny_model_loss_curve(tmp_path, tiny, train_file, recipe):
     model, tok = tiny
-    _train(recipe, train_file, tmp_path / "out", model, tok, max_steps=4, logging_steps=1, seed=0)
+    _train(recipe, train_file, tmp_path / "out", model, tok, max_optimizer_steps=4, logging_steps=1, seed=0)
     curve = _loss_curve(tmp_path / "out")
     assert curve == pytest.approx(PINNED_LOSSES[recipe], rel=2e-4, abs=1e-6)
 

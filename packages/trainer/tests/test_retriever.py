@@ -109,7 +109,7 @@ def test_real_minilm_retrieves_and_a_few_steps_lower_the_loss(minilm_path, tmp_p
     assert torch.allclose(index.matrix.norm(dim=-1), torch.ones(len(library)), atol=1e-4)
     top = [t.name for t, _ in index.search("please cancel my shop order #55123", k=5)]
     assert "shop_cancel_order" in top
-    report = train_retriever(RetrieverConfig(output_dir=str(tmp_path / "ft"), max_steps=3, batch_size=8,
+    report = train_retriever(RetrieverConfig(output_dir=str(tmp_path / "ft"), max_optimizer_steps=3, batch_size=8,
                                              generated_pairs=64, eval_split=None), progress=False)  # fmt: skip
     assert report["steps"] == 3 and math.isfinite(report["final_loss"])
     shutil.rmtree(tmp_path / "ft")
@@ -142,7 +142,7 @@ def test_a_train_file_holding_held_out_requests_is_not_evaluated_on_them(tiny_en
     leaked = query_pairs(generate_library(), "test", n=20, seed=1)  # the eval split's first requests
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"query": q, "tool": t}) + "\n" for q, t in leaked[:8]))
-    config = RetrieverConfig(model_name_or_path=tiny_encoder, train_file=str(pairs), eval_pairs=20, max_steps=1,
+    config = RetrieverConfig(model_name_or_path=tiny_encoder, train_file=str(pairs), eval_pairs=20, max_optimizer_steps=1,
                              output_dir=str(tmp_path / "out"), batch_size=4)  # fmt: skip
     report = train_retriever(config, progress=False)
     assert report["eval_pairs"] == 20 - len({q for q, _ in leaked[:8]})

@@ -18,7 +18,14 @@ from agenttrainer.trainers.dpo import DPOTrainer
 from agenttrainer.trainers.output_dir import RUN_FILE
 from agenttrainer.trainers.sft import SFTTrainer
 
-FAST = {"num_epochs": 1, "max_steps": 1, "batch_size": 2, "bf16": False, "progress_bar": False, "max_length": 256}
+FAST = {
+    "num_epochs": 1,
+    "max_optimizer_steps": 1,
+    "batch_size": 2,
+    "bf16": False,
+    "progress_bar": False,
+    "max_length": 256,
+}
 
 
 def test_each_recipe_defaults_to_its_own_output_dir():
@@ -72,7 +79,7 @@ def test_another_recipes_run_is_kept_unless_overwrite_and_the_same_recipe_resume
     )
     # the same recipe writes there again: resuming from its latest checkpoint continues at step 1
     resumed = SFTTrainer(SFTConfig(model_name_or_path=tiny_path, train_file=sft_file, output_dir=out,
-                                   resume_from_checkpoint="latest", **{**FAST, "max_steps": 2})).train()  # fmt: skip
+                                   resume_from_checkpoint="latest", **{**FAST, "max_optimizer_steps": 2})).train()  # fmt: skip
     assert resumed["global_step"] == 2
     result = CliRunner().invoke(cli, ["dpo", "--model", tiny_path, "--train-file", dpo_file, "--output-dir", out,
                                       "--overwrite", "--max-steps", "1", "--no-bf16", "--no-progress-bar"])  # fmt: skip

@@ -144,7 +144,7 @@ def test_prepare_datasets_mixes_replay_from_the_previous_run(workdir, tiny_path)
     ns = {}
     exec(adapt(PREPARE_DATASETS, tiny_path), ns)
     assert ns["trainer"].prepare_datasets() == {"train": 4, "replay": 0}  # an empty buffer the first time
-    ns["trainer"].config.max_steps = 1
+    ns["trainer"].config.max_optimizer_steps = 1
     ns["trainer"].train()  # saves the buffer
     again = {}
     exec(adapt(PREPARE_DATASETS, tiny_path), again)

@@ -13,7 +13,7 @@ import torch
 
 from agenttrainer.data import Example
 from agenttrainer.losses import dpo_loss, grpo_loss
-from agenttrainer.trainers.common import HiddenStates
+from agenttrainer.models.attention import HiddenStates
 from knowlyrcore.testing import require_module
 
 trl = require_module("trl", "the parity reference is TRL (in knowlyr-trainer[dev])")
@@ -42,7 +42,7 @@ def _perturbed(model, seed=1):
 def _seq_logps(module, examples):
     from agenttrainer.data import pack
     from agenttrainer.losses import chunked_token_logps
-    from agenttrainer.trainers.common import sequence_sums
+    from agenttrainer.packed import sequence_sums
 
     batch = pack(examples)
     hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])
@@ -152,7 +152,7 @@ def test_grpo_loss_equals_trl(tmp_path, tiny, tiny_path):
     with torch.no_grad():
         _, ref_tok, mask, batch = _seq_logps(HiddenStates(model).eval(), examples)
         _, pol_tok, _, _ = _seq_logps(HiddenStates(policy).eval(), examples)
-    from agenttrainer.trainers.common import unpack_tokens
+    from agenttrainer.packed import unpack_tokens
 
     ref = unpack_tokens(ref_tok, mask, batch["seq_ids"], 4)  # (4, 9)
     pol = unpack_tokens(pol_tok, mask, batch["seq_ids"], 4)

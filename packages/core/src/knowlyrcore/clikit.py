@@ -36,6 +36,7 @@ from typing import Any
 
 import click
 
+from knowlyrcore.deprecation import first_time
 from knowlyrcore.errors import KnowlyrError, os_problem
 
 EXIT_OK = 0
@@ -132,6 +133,14 @@ def mcp_command(dist: str, module: str) -> click.Command:
         return run_module(dist, module, server_args)
 
     return command
+
+
+def warn_deprecated(message: str) -> None:
+    """Tell the user, once per process, that a flag or config key they used is deprecated, as one
+    ``warning: <message>`` line on stderr (``message`` names the new one). A command's user would
+    never see a ``DeprecationWarning``: Python hides them outside ``__main__``."""
+    if first_time(message):
+        click.echo(f"warning: {message}", err=True)
 
 
 def json_argument(text: str | None, what: str = "value") -> Any:

@@ -26,7 +26,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from knowlyrcore.errors import DomainError, InvalidActionError, describe_parse_error, no_such_file
-from knowlyrcore.jsonl import _depth_exceeds
+from knowlyrcore.jsonl import depth_exceeds
 
 # Bounds on what a policy's tool arguments may cost to check and to report back.
 MAX_PARAM_DEPTH = 64
@@ -91,7 +91,7 @@ class ToolSpec(BaseModel):
         messages ``repr`` the value), and the message is cut to ``MAX_MESSAGE_CHARS`` so a 10 MB
         argument is not echoed back into the observation.
         """
-        if _depth_exceeds(params, MAX_PARAM_DEPTH):
+        if depth_exceeds(params, MAX_PARAM_DEPTH):
             raise InvalidActionError(
                 f"tool {self.name!r}: invalid parameters: nested deeper than {MAX_PARAM_DEPTH} levels"
             )

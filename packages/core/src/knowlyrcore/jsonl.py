@@ -99,7 +99,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
+def depth_exceeds(value: Any, limit: int) -> bool:
     """Whether ``value`` nests objects/arrays more than ``limit`` levels deep (iterative walk)."""
     stack = [(value, 1)]
     while stack:
@@ -128,7 +128,7 @@ def loads_record(text: str, path: str | os.PathLike, line: int | None) -> Any:
     except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
         raise DataFormatError(str(path), line, f"invalid JSON: {exc}") from None
     # the depth is at most the number of opening brackets, so most records skip the walk
-    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth_exceeds(record, MAX_JSON_DEPTH):
+    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and depth_exceeds(record, MAX_JSON_DEPTH):
         raise DataFormatError(str(path), line, f"nested deeper than {MAX_JSON_DEPTH} levels")
     return record
 

@@ -17,7 +17,7 @@ acts, and what an exception out of an environment's ``step`` means; this module 
   ``set_tools`` of each per-episode agent), and the trajectory keeps every tool offered
   (``metadata["tools"]``);
 - an episode ends when its environment terminates or truncates it, when the policy returns
-  ``STOP`` for it, when ``on_step_error`` says so, or after ``max_turns`` turns.
+  ``STOP`` for it, when ``on_step_error`` says so, or after ``max_steps`` turns (one step each).
 
 The loop neither builds nor closes environments: callers own them (and close them whatever
 happens). A policy that keeps records of its own gets each trajectory through its optional
@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from knowlyrcore.deprecation import renamed_kwargs
 from knowlyrcore.domain import tool_schemas
 from knowlyrcore.env import AgentEnv
 from knowlyrcore.models import TaskInfo
@@ -160,8 +161,8 @@ class Episode:
 
     ``end`` is ``"terminated"`` or ``"truncated"`` (the environment's verdict), ``"stopped"`` (the
     policy returned ``STOP``), ``"error"`` (``on_step_error`` ended it, or its reset raised and
-    ``on_reset_error`` took it: then ``trajectory`` is None) or ``"max_turns"`` (still running
-    after ``max_turns`` turns). ``reward`` sums the rewards of the steps the environment took;
+    ``on_reset_error`` took it: then ``trajectory`` is None) or ``"max_steps"`` (still running
+    after ``max_steps`` turns, one step each). ``reward`` sums the rewards of the steps the environment took;
     ``info`` is the last step's (the reset's before any step).
     """
 
@@ -173,13 +174,16 @@ class Episode:
     error: Exception | None = None
 
 
+# max_steps counts an episode's steps as everywhere in knowlyr (collect, MaxStepsWrapper); each turn
+# every live episode takes one. The old keyword, max_turns, still works, warning once.
+@renamed_kwargs(max_turns="max_steps")
 def play_episodes(
     envs: Sequence[RecorderWrapper],
     policy: BatchPolicy,
     tasks: Sequence[Any],
     seeds: Sequence[int | None] | None = None,
     *,
-    max_turns: int | None = None,
+    max_steps: int | None = None,
     on_step_error: StepErrorHandler | None = None,
     on_reset_error: Callable[[int, Exception], None] | None = None,
     before_turn: Callable[[int, int], Any] | None = None,
@@ -220,7 +224,7 @@ def play_episodes(
     if after_turn is not None:
         after_turn(0, sum(live))
     turn = 0
-    while any(live) and (max_turns is None or turn < max_turns):
+    while any(live) and (max_steps is None or turn < max_steps):
         turn += 1
         if before_turn is not None:
             before_turn(turn, sum(live))
@@ -258,7 +262,7 @@ def play_episodes(
     finish = getattr(policy, "finish_trajectory", None)
     for i, (env, episode) in enumerate(zip(envs, episodes)):
         if live[i]:
-            episode.end = "max_turns"
+            episode.end = "max_steps"
         if current[i] is None:  # its reset failed: nothing was recorded
             continue
         trajectory = env.get_trajectory()

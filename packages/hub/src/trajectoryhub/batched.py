@@ -53,7 +53,7 @@ from typing import Any
 from knowlyrcore import AgentEnv, TaskInfo, Trajectory, write_trajectories
 from knowlyrcore.policy import BatchPolicy, as_batch_policy
 from knowlyrcore.rollout import build_env, play_episodes, wrap_episode_env
-from trajectoryhub.rollout import _end_on_env_error, _progress_bar, _recorded
+from trajectoryhub.rollout import end_on_env_error, progress_bar, recorded_trajectories
 
 
 def collect_batched(
@@ -88,7 +88,7 @@ def collect_batched(
     options = dict(max_steps=max_steps, reward_fn=reward_fn, agent_name=agent_name, model_name=model_name)
     kwargs = dict(env_kwargs or {})
 
-    bar = _progress_bar(len(task_list), progress)
+    bar = progress_bar(len(task_list), progress)
     n_chunks = -(-len(task_list) // batch_size)
     results: list[Trajectory] = []
     try:
@@ -153,8 +153,8 @@ def _run_lockstep(
             policy,
             tasks,
             seeds,
-            on_step_error=_end_on_env_error if record_env_errors else None,
+            on_step_error=end_on_env_error if record_env_errors else None,
             before_turn=show_turn,
             after_turn=ended,
         )
-        return _recorded(episodes)
+        return recorded_trajectories(episodes)

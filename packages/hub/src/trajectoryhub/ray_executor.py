@@ -68,9 +68,9 @@ class EpisodeWorker:
     def __init__(
         self, env: Any, env_kwargs: dict[str, Any], agent: Any, agent_factory: Callable | None, options: dict[str, Any]
     ):
-        from trajectoryhub.rollout import _build_env
+        from knowlyrcore.rollout import build_env
 
-        self.env = _build_env(env, env_kwargs)
+        self.env = build_env(env, env_kwargs)
         self.agent, self.agent_factory, self.options = agent, agent_factory, options
 
     def run(self, task: TaskInfo | None, seed: int | None) -> str:

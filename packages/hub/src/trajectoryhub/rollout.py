@@ -90,15 +90,15 @@ def _as_env_error(recorded: Trajectory, exc: Exception) -> Trajectory:
     )
 
 
-def _end_on_env_error(i: int, recorder: RecorderWrapper, action: Any, exc: Exception) -> TimeStep:
+def end_on_env_error(i: int, recorder: RecorderWrapper, action: Any, exc: Exception) -> TimeStep:
     """``play_episodes``' ``on_step_error`` of evaluation: the episode ends there, its last step the
-    refused action (``_recorded`` then marks it failed, see ``env_error_trajectory``)."""
+    refused action (``recorded_trajectories`` then marks it failed, see ``env_error_trajectory``)."""
     _record_refused(recorder, exc, action)
     return TimeStep(observation="", terminated=True)
 
 
-def _recorded(episodes: list[Any]) -> list[Trajectory]:
-    """The trajectories of ``play_episodes``, an episode ended by ``_end_on_env_error`` marked failed."""
+def recorded_trajectories(episodes: list[Any]) -> list[Trajectory]:
+    """The trajectories of ``play_episodes``, an episode ended by ``end_on_env_error`` marked failed."""
     return [e.trajectory if e.error is None else _as_env_error(e.trajectory, e.error) for e in episodes]
 
 
@@ -127,9 +127,9 @@ def run_episode(
         as_batch_policy(lambda: agent),
         [task],
         [seed],
-        on_step_error=_end_on_env_error if record_env_errors else None,
+        on_step_error=end_on_env_error if record_env_errors else None,
     )
-    return _recorded(episodes)[0]
+    return recorded_trajectories(episodes)[0]
 
 
 def collect(
@@ -197,7 +197,7 @@ def collect(
         finally:
             instance.close()
 
-    bar = _progress_bar(n_episodes, progress)
+    bar = progress_bar(n_episodes, progress)
     results: list[Trajectory] = []
     try:
         if executor == "ray":
@@ -238,7 +238,7 @@ def collect(
     return results
 
 
-def _progress_bar(total: int, enabled: bool):
+def progress_bar(total: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="collect", unit="episode", disable=not enabled)

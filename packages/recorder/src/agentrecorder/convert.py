@@ -47,7 +47,7 @@ from pydantic import ValidationError
 from agentrecorder.adapters.base import Adapter
 from agentrecorder.detect import detect
 from agentrecorder.errors import ConversionError, FieldError, UnknownFormatError
-from agentrecorder.loading import _iter_jsonl, _looks_like_jsonl, _sniff, iter_array, load_records, starts_an_array
+from agentrecorder.loading import iter_array, iter_jsonl, load_records, looks_like_jsonl, sniff, starts_an_array
 from agentrecorder.registry import get_adapter
 from knowlyrcore.errors import DataFormatError
 from knowlyrcore.jsonl import bounded_lines, default_max_line_bytes, format_field_path, write_trajectories
@@ -185,9 +185,9 @@ def iter_records(
     ``on_error`` a JSONL file's unreadable lines are reported there and skipped.
     """
     path = Path(path)
-    head = _sniff(path)
-    if _looks_like_jsonl(path, head):
-        for line, record in _iter_jsonl(path, on_error):
+    head = sniff(path)
+    if looks_like_jsonl(path, head):
+        for line, record in iter_jsonl(path, on_error):
             yield line, "$", record
         return
     if starts_an_array(head):

@@ -46,7 +46,7 @@ SNIFF_BYTES = 8192
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
-def _sniff(path: Path) -> bytes:
+def sniff(path: Path) -> bytes:
     try:
         with open(path, "rb") as handle:
             head = handle.read(SNIFF_BYTES)
@@ -107,7 +107,7 @@ def _parse(text: str, path: Path, line: int | None, line_offset: int = 0) -> Any
         raise ConversionError(str(path), line, "JSON nested too deeply to read") from None
 
 
-def _iter_jsonl(path: Path, on_error: Callable[[ConversionError], None] | None = None) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(path: Path, on_error: Callable[[ConversionError], None] | None = None) -> Iterator[tuple[int, Any]]:
     """(line, record) of each non-blank line; with ``on_error`` a bad line is reported and skipped."""
     limit = default_max_line_bytes()
     with open(path, "rb") as handle:
@@ -126,7 +126,7 @@ def _iter_jsonl(path: Path, on_error: Callable[[ConversionError], None] | None =
             yield number, record
 
 
-def _looks_like_jsonl(path: Path, head: bytes) -> bool:
+def looks_like_jsonl(path: Path, head: bytes) -> bool:
     if path.suffix.lower() in JSONL_SUFFIXES:
         return True
     first, _, rest = head.lstrip().partition(b"\n")
@@ -146,9 +146,9 @@ def load_records(path: str | os.PathLike) -> Iterator[tuple[int | None, Any]]:
     text, empty files, overlong JSONL lines, broken or truncated JSON and non-finite numbers.
     """
     path = Path(path)
-    head = _sniff(path)
-    if _looks_like_jsonl(path, head):
-        yield from _iter_jsonl(path)
+    head = sniff(path)
+    if looks_like_jsonl(path, head):
+        yield from iter_jsonl(path)
         return
     yield None, _parse(_decode(path.read_bytes(), path), path, None)
 

@@ -41,7 +41,11 @@ from agentreward.rubrics import (
 )
 from agentreward.rules import analyse, rule_scores
 from agentreward.seed003 import AgentRewardConfig, AgentRewardModel
-from agentreward.trajectories import read_trajectories, write_jsonl
+from agentreward.trajectories import RENAMED, read_trajectory_dicts
+from knowlyrcore.deprecation import moved_names
+from knowlyrcore.jsonl import write_jsonl
+
+__getattr__ = moved_names(__name__, {}, {"read_trajectories": RENAMED["read_trajectories"]})
 
 __all__ = [
     "AgentRewardConfig",
@@ -74,7 +78,7 @@ __all__ = [
     "load_weights",
     # data
     "build_preference_pairs",
-    "read_trajectories",
+    "read_trajectory_dicts",
     "write_jsonl",
     # errors
     "RewardError",

@@ -22,7 +22,7 @@ from scipy import optimize, stats
 
 from agentreward.errors import CalibrationError
 from agentreward.rubrics import RUBRICS
-from agentreward.trajectories import iter_json_lines, read_json_document, write_atomically
+from agentreward.trajectories import read_json_document, read_json_lines, write_atomically
 
 MIN_LABELS = 4
 
@@ -44,7 +44,7 @@ def labels_from_metadata(trajectory: dict[str, Any]) -> dict[int, float]:
 def load_labels(path: str | os.PathLike) -> dict[tuple[str, int], float]:
     """Read ``{"trajectory_id", "step_index", "score"}`` lines; errors name file, line and field."""
     labels: dict[tuple[str, int], float] = {}
-    for number, record in iter_json_lines(path):  # encodings, long lines, NaN, nesting: one line each
+    for number, record in read_json_lines(path):  # encodings, long lines, NaN, nesting: one line each
         if not isinstance(record, dict):
             raise CalibrationError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
         for name, kind in (("trajectory_id", str), ("step_index", int), ("score", (int, float))):

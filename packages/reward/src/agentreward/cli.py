@@ -64,10 +64,10 @@ def _engine(options: dict[str, Any]):
 def _read_all(path: str) -> Iterator[dict[str, Any]]:
     """The trajectories of ``path``, streamed; an input with none is an error. Raised inside an
     atomic write, any error leaves an existing output untouched."""
-    from agentreward.trajectories import read_trajectories
+    from agentreward.trajectories import read_trajectory_dicts
 
     empty = True
-    for record in read_trajectories(path):
+    for record in read_trajectory_dicts(path):
         empty = False
         yield record
     if empty:
@@ -180,7 +180,8 @@ def engine_options(command: Any) -> Any:
 def score_command(input_path: str, output: str | None, quiet: bool, **options: Any) -> None:
     """Score trajectories step by step (INPUT: trajectory JSONL, or a .json file holding one
     trajectory or a list)."""
-    from agentreward.trajectories import dumps_strict, write_jsonl
+    from agentreward.trajectories import dumps_strict
+    from knowlyrcore.jsonl import write_jsonl
 
     engine = _engine(options)
     trajectories = _read_all(input_path)
@@ -255,7 +256,7 @@ def pairs_command(
 ) -> None:
     """Build DPO preference pairs from scored trajectories."""
     from agentreward.preferences import build_preference_pairs
-    from agentreward.trajectories import write_jsonl
+    from knowlyrcore.jsonl import write_jsonl
 
     scored = list(_read_all(input_path))  # pairs need every trajectory of a task: all are read first
     try:

@@ -44,7 +44,8 @@ from agentreward.errors import RewardError
 from agentreward.presets import check_preset, seed003_dimensions, seed003_total, seed003_weights
 from agentreward.rubrics import CONVERSATION_PENALTIES, DEFAULT_PENALTIES, MODEL_RUBRICS, domain_weights, normalise
 from agentreward.rules import analyse, penalty_counts, rule_scores
-from agentreward.trajectories import check_trajectory, read_trajectories, write_jsonl
+from agentreward.trajectories import check_trajectory, read_trajectory_dicts
+from knowlyrcore.jsonl import write_jsonl
 from knowlyrcore.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ class RewardEngine:
 
     def score_file(self, path: str | os.PathLike, output: str | os.PathLike) -> int:
         """Score every trajectory of ``path`` into ``output`` (JSONL, written atomically)."""
-        return write_jsonl(output, map(self.score_record, read_trajectories(path)))
+        return write_jsonl(output, map(self.score_record, read_trajectory_dicts(path)))
 
 
 def _warn_dict_input() -> None:

@@ -22,7 +22,8 @@ from agentreward.engine import RewardEngine
 from agentreward.errors import RewardError
 from agentreward.preferences import build_preference_pairs
 from agentreward.rubrics import RUBRICS, domain_weights
-from agentreward.trajectories import read_trajectories, write_jsonl
+from agentreward.trajectories import read_trajectory_dicts
+from knowlyrcore.jsonl import write_jsonl
 from knowlyrcore.mcp import Context, guard, new_server, refresh_roots, run_server
 
 server = new_server("knowlyr-reward", instructions="Score agent trajectories step by step with a process reward model.")
@@ -50,7 +51,7 @@ def _score(input: str, output: str, domain: str | None) -> dict[str, Any]:
     source, target = _paths(input, output)
     with guard(RewardError):
         engine = RewardEngine(domain=domain)
-        scored = list(map(engine.score_record, read_trajectories(source)))
+        scored = list(map(engine.score_record, read_trajectory_dicts(source)))
         write_jsonl(target, scored)
     server.roots.mark_written(target)
     return {"output": target, "scored": len(scored), "rewards": [t["reward"] for t in scored]}
@@ -66,7 +67,7 @@ async def pairs(input: str, output: str, min_margin: float = 0.1, ctx: Context |
 def _pairs(input: str, output: str, min_margin: float) -> dict[str, Any]:
     source, target = _paths(input, output)
     with guard(RewardError):
-        built = build_preference_pairs(read_trajectories(source), min_margin=min_margin)
+        built = build_preference_pairs(read_trajectory_dicts(source), min_margin=min_margin)
         write_jsonl(target, built)
     server.roots.mark_written(target)
     return {"output": target, "pairs": len(built)}

@@ -6,8 +6,13 @@ untouched, so a scored file is the input file plus rewards.
 
 Parsing is strict, with knowlyr-core's limits: ``NaN``, ``Infinity`` and overflowing numbers
 are refused (``path:line: field: non-finite number``), nesting deeper than ``MAX_JSON_DEPTH``
-is refused in one line instead of a ``RecursionError``, and ``write_jsonl`` refuses to write a
-non-finite number.
+is refused in one line instead of a ``RecursionError``, and ``knowlyrcore.write_jsonl``, which the
+package writes with, refuses to write a non-finite number.
+
+``knowlyrcore.read_trajectories`` reads ``Trajectory`` models, so this module's readers say what
+they give: ``read_trajectory_dicts`` and ``read_json_lines`` (any JSON value per line). Their old
+names, ``read_trajectories`` and ``iter_json_lines``, still work, warning once, as does this module's
+former copy of ``write_jsonl``.
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from agentreward.errors import TrajectoryFormatError
+from knowlyrcore.deprecation import moved_names
 from knowlyrcore.errors import DataFormatError
 from knowlyrcore.jsonl import (
     DEFAULT_MAX_LINE_BYTES,
@@ -28,6 +34,12 @@ from knowlyrcore.jsonl import (
     non_finite_field,
     schema_version_problem,
 )
+
+RENAMED = {
+    "read_trajectories": ("agentreward.read_trajectory_dicts", lambda: read_trajectory_dicts),
+    "iter_json_lines": ("agentreward.trajectories.read_json_lines", lambda: read_json_lines),
+}
+__getattr__ = moved_names(__name__, {"write_jsonl": "knowlyrcore.jsonl"}, RENAMED)
 
 
 def max_line_bytes() -> int:
@@ -88,7 +100,7 @@ def _open(path: str | os.PathLike) -> Any:
         raise TrajectoryFormatError(str(path), None, exc.strerror or str(exc)) from None
 
 
-def read_trajectories(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+def read_trajectory_dicts(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     """Stream trajectories from a JSONL file (or a JSON file holding one object or a list).
 
     At most ``KNOWLYR_MAX_LINE_BYTES`` of a line (or of a ``.json`` document) are read: a longer
@@ -111,9 +123,9 @@ def read_trajectories(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
             yield check_trajectory(record, str(path), number)
 
 
-def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+def read_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed JSON)`` of every non-blank line of a JSONL file, with the checks of
-    :func:`read_trajectories` (bounded lines, UTF-8 only, strict numbers, bounded nesting)."""
+    the trajectory readers (bounded lines, UTF-8 only, strict numbers, bounded nesting)."""
     with _open(path) as handle:
         yield from _json_lines(handle, str(path), max_line_bytes())
 
@@ -170,23 +182,6 @@ def dumps_strict(record: Any, path: str, line: int | None = None) -> str:
         raise TrajectoryFormatError(
             path, line, "non-finite number (NaN/Infinity), refusing to write it", field=field
         ) from None
-
-
-def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
-    """Write records atomically (temporary file, then rename); return how many.
-
-    Nothing replaces ``path`` unless every record was written: an error (a bad input record, a
-    non-finite number) leaves an existing file as it was."""
-    count = 0
-
-    def fill(out: Any) -> None:
-        nonlocal count
-        for record in records:
-            out.write(dumps_strict(record, str(path), count + 1) + "\n")
-            count += 1
-
-    write_atomically(path, fill)
-    return count
 
 
 def write_atomically(path: str | os.PathLike, fill: Any) -> None:

@@ -13,7 +13,9 @@ Tools come from three places, in this order of precedence:
 
 Terminal tools follow the domain profile (conversation: ``respond``; engineering and advisory:
 ``submit`` / ``finish``; discussion: ``respond`` / ``submit``). With a ``SimulatedUser``, ``respond``
-gets the user's reply instead of ending the episode, until the user stops or ``max_turns``.
+gets the user's reply instead of ending the episode, until the user stops or has replied
+``max_turns`` times. ``max_turns`` counts the simulated user's replies (the conversation's turns),
+not the agent's steps: an episode's step budget is ``max_steps`` (``MaxStepsWrapper``, ``collect``).
 If the task's metadata has ``expected_answer`` (a string or a list of strings), the final
 message must contain each (case-insensitively) for the episode to count as a success.
 
@@ -74,7 +76,18 @@ def _search(entries: list[Any], params: dict[str, Any], count: str, default: int
 
 
 class ConversationEnv(AgentEnv):
-    """Dialog / knowledge-work environment; ``domain`` picks the tool set (see module docstring)."""
+    """Dialog / knowledge-work environment; ``domain`` picks the tool set (see module docstring).
+
+    Args:
+        domain: The domain profile whose tools and terminal tools the environment offers.
+        tools: Injected tools by name (a callable's return value becomes the observation).
+        user: A simulated user who answers each ``respond``; without one ``respond`` ends the episode
+            where the domain makes it terminal.
+        max_turns: How many replies the simulated user gives before the conversation ends; it counts
+            user replies, not agent steps (those are capped by ``max_steps``, e.g. ``MaxStepsWrapper``).
+        backend: Sandbox backend of the code tools (``auto``, ``docker``, ...).
+        config: Sandbox configuration of the code tools.
+    """
 
     domain = "conversation"
 

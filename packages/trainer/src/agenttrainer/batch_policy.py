@@ -47,7 +47,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from agenttrainer.generation import LocalGenerator
-from agenttrainer.inference import Agent, AgentInference, Completion, answer_style, observation_message, tool_schemas
+from agenttrainer.inference import (
+    Agent,
+    AgentInference,
+    Completion,
+    answer_style,
+    chat_template_tools,
+    observation_message,
+)
 from knowlyrcore.tool_parsing import parse_reply
 
 Message = dict[str, Any]
@@ -75,7 +82,7 @@ class LocalBatchPolicy:
             raise ValueError(f"batch_size must be >= 1 or None (one batch), got {batch_size}")
         self.engine = engine
         self.system_prompt = system_prompt
-        self.tools = tool_schemas(tools)
+        self.tools = chat_template_tools(tools)
         self.include_tools = include_tools
         self.batch_size = batch_size
         self.fallback_tool = fallback_tool
@@ -145,7 +152,7 @@ class LocalBatchPolicy:
             raise ValueError(f"set_tools_batch got {len(tools_batch)} tool lists for {len(self.messages)} episodes")
         for i, tools in enumerate(tools_batch):
             if tools is not None:
-                self.episode_tools[i] = tool_schemas(list(tools))
+                self.episode_tools[i] = chat_template_tools(list(tools))
 
     # -- generation -------------------------------------------------------------------------
 

@@ -47,9 +47,9 @@ def trainable_state(model: nn.Module, skip: Any = ()) -> dict[str, torch.Tensor]
 def _in_model_files(lm: Any) -> list[nn.Parameter]:
     """The parameters ``save_pretrained`` writes in full for ``lm`` (none for a LoRA model, whose
     files hold the adapter under other names)."""
-    from agenttrainer.models.saving import _is_peft
+    from agenttrainer.models.saving import is_peft
 
-    return [] if lm is None or _is_peft(lm) else list(lm.parameters())
+    return [] if lm is None or is_peft(lm) else list(lm.parameters())
 
 
 def _rng_state() -> dict[str, Any]:

@@ -28,7 +28,7 @@ from agenttrainer.config import (
     read_config_file,
 )
 from agenttrainer.serving.cli import serve
-from knowlyrcore.clikit import Group, json_argument, mcp_command, run
+from knowlyrcore.clikit import Group, json_argument, mcp_command, run, warn_deprecated
 
 
 def _parse_list(value: str | None) -> list[str] | None:
@@ -46,49 +46,90 @@ def _parse_dict(value: str | None) -> dict[str, float] | None:
 FLAG_ALIASES = {"model_name_or_path": ("--model",), "env_id": ("--env",), "tasks_file": ("--tasks",)}
 
 
+def _field_option(f: dataclasses.Field, name: str, *, hidden: bool = False):
+    """The click option of config field ``f``, as ``--name`` (an old name is a hidden option)."""
+    help_text = f.metadata.get("help", "")
+    flag = _flag(name)
+    typ = str(f.type)
+    names = [flag, *FLAG_ALIASES.get(name, ())]
+    common = {"default": None, "hidden": hidden}
+    if typ.startswith("bool"):
+        return click.option(f"{flag}/--no-{flag[2:]}", name, help=help_text, **common)
+    if typ.startswith("int"):
+        return click.option(*names, name, type=int, help=help_text, **common)
+    if typ.startswith("float"):
+        return click.option(*names, name, type=float, help=help_text, **common)
+    if typ.startswith("list"):
+        return click.option(
+            *names, name, callback=lambda c, p, v: _parse_list(v), help=help_text + " (comma-separated)", **common
+        )
+    if typ.startswith("dict"):
+        return click.option(*names, name, callback=lambda c, p, v: _parse_dict(v), help=help_text + " (JSON)", **common)
+    if "choices" in f.metadata:  # a registry's names, each with its summary
+        choices = f.metadata["choices"]()
+        described = "; ".join(f"{choice}: {summary}" for choice, summary in choices.items())
+        return click.option(*names, name, type=click.Choice(list(choices)), help=f"{help_text} {described}.", **common)
+    return click.option(*names, name, type=str, help=help_text, **common)
+
+
 def _config_options(config_cls: type[TrainConfig]):
-    """Decorator adding one option per config field (default None = not given)."""
+    """Decorator adding one option per config field (default None = not given), and a hidden one
+    per old field name (``renamed_fields``) that is no field of ``config_cls``."""
 
     def decorate(fn):
-        for f in reversed(dataclasses.fields(config_cls)):
-            help_text = f.metadata.get("help", "")
-            flag = "--" + f.name.replace("_", "-")
-            typ = str(f.type)
-            names = [flag, *FLAG_ALIASES.get(f.name, ())]
-            if typ.startswith("bool"):
-                opt = click.option(f"{flag}/--no-{flag[2:]}", f.name, default=None, help=help_text)
-            elif typ.startswith("int"):
-                opt = click.option(*names, f.name, type=int, default=None, help=help_text)
-            elif typ.startswith("float"):
-                opt = click.option(*names, f.name, type=float, default=None, help=help_text)
-            elif typ.startswith("list"):
-                opt = click.option(
-                    *names,
-                    f.name,
-                    default=None,
-                    callback=lambda c, p, v: _parse_list(v),
-                    help=help_text + " (comma-separated)",
-                )
-            elif typ.startswith("dict"):
-                opt = click.option(
-                    *names, f.name, default=None, callback=lambda c, p, v: _parse_dict(v), help=help_text + " (JSON)"
-                )
-            elif "choices" in f.metadata:  # a registry's names, each with its summary
-                choices = f.metadata["choices"]()
-                described = "; ".join(f"{name}: {summary}" for name, summary in choices.items())
-                opt = click.option(
-                    *names, f.name, type=click.Choice(list(choices)), default=None, help=f"{help_text} {described}."
-                )
-            else:
-                opt = click.option(*names, f.name, type=str, default=None, help=help_text)
-            fn = opt(fn)
+        fields = {f.name: f for f in dataclasses.fields(config_cls)}
+        for old, new in config_cls.renamed_fields.items():
+            if old not in fields:
+                fn = _field_option(fields[new], old, hidden=True)(fn)
+        for f in reversed(fields.values()):
+            fn = _field_option(f, f.name)(fn)
         return click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML config file.")(fn)
 
     return decorate
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _renamed(renamed: dict[str, str], values: dict[str, Any], spell: Any = str, where: Any = None) -> dict[str, Any]:
+    """``values`` (flags, or a config file's keys) with each old name given under its new one, the
+    user told once. ``spell`` writes a name as they typed it; ``where(old)`` places it (a file and line)."""
+    out = dict(values)
+    for old, new in renamed.items():
+        if out.get(old) is None:
+            out.pop(old, None)
+            continue
+        place = f"{where(old)}: " if where else ""
+        if out.get(new) is not None:
+            raise click.UsageError(f"{place}{spell(old)} is the old name of {spell(new)}: give only {spell(new)}")
+        warn_deprecated(f"{place}{spell(old)} is deprecated: use {spell(new)}")
+        out[new] = out.pop(old)
+    return out
+
+
+def _config_values(
+    renamed: dict[str, str], config_file: str | None, flags: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """The config file's values overridden by the flags given, old names under their new ones,
+    and the line of each of the file's keys."""
+    values, lines = read_config_file(config_file) if config_file else ({}, {})
+    values = _renamed(
+        renamed, values, where=lambda name: f"{config_file}:{lines[name]}" if name in lines else config_file
+    )
+    given = _renamed(renamed, {k: v for k, v in flags.items() if v is not None}, _flag)
+    return {**values, **given}, lines
+
+
 def _build(config_cls: type[TrainConfig], config_file: str | None, flags: dict[str, Any]) -> Any:
-    config = config_cls.from_yaml(config_file, **flags)  # a ConfigError names the file and line: exit 2
+    values, lines = _config_values(config_cls.renamed_fields, config_file, flags)
+    return _offline_config(config_cls, values, lines, config_file)
+
+
+def _offline_config(
+    config_cls: type[TrainConfig], values: dict[str, Any], lines: dict[str, int], config_file: str | None
+) -> Any:
+    config = config_cls.from_dict(values, source=config_file or "config", lines=lines)  # ConfigError: exit 2
     if not config.train_file:
         raise click.UsageError("--train-file (or train_file in --config) is required")
     return config
@@ -145,25 +186,27 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
     if online:
         from agenttrainer.online import OnlineRLTrainer
 
-        config = OnlineRLConfig.from_dict(
-            {**values, **{k: v for k, v in flags.items() if v is not None}}, source=config_file or "command line"
-        )
+        values, lines = _config_values(OnlineRLConfig.renamed_fields, config_file, flags)
+        values.pop("online", None)
+        config = OnlineRLConfig.from_dict(values, source=config_file or "command line", lines=lines)
         if not config.env_id or not config.tasks_file:
             raise click.UsageError("--online needs --env (a registered environment id) and --tasks (tasks JSONL)")
         _run(OnlineRLTrainer, config)
         return
+    # Offline, --max-steps (max_steps) is the old name of --max-optimizer-steps; online it counts an
+    # episode's steps. An online option (or its old name, --max-turns) needs --online.
+    values, lines = _config_values(GRPOConfig.renamed_fields, config_file, flags)
+    values.pop("online", None)
     offline = {f.name for f in dataclasses.fields(GRPOConfig)}
-    online_fields = {f.name for f in dataclasses.fields(OnlineRLConfig)}
+    online_fields = {f.name for f in dataclasses.fields(OnlineRLConfig)} | set(OnlineRLConfig.renamed_fields)
     # keys that are no field at all are left to the config's own (content-safe) unknown-field error
-    online_only = sorted(
-        k for k, v in {**values, **flags}.items() if v is not None and k not in offline and k in online_fields
-    )
+    online_only = sorted(k for k in values if k not in offline and k in online_fields)
     if online_only:
-        given = ", ".join("--" + k.replace("_", "-") for k in online_only)
+        given = ", ".join(_flag(k) for k in online_only)
         raise click.UsageError(f"{given}: online RL options; add --online (or online: true in the config)")
     from agenttrainer.trainers.grpo import GRPOTrainer
 
-    _run(GRPOTrainer, _build(GRPOConfig, config_file, flags))
+    _run(GRPOTrainer, _offline_config(GRPOConfig, values, lines, config_file))
 
 
 def _yaml_values(config_file: str | None) -> dict[str, Any]:
@@ -201,7 +244,8 @@ def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> Non
 @click.option("--library", help="Tools JSONL/JSON (OpenAI tools, MCP tools/list), or 'generated'.")
 @click.option("--train-file", help="{query, tool} JSONL, trajectory JSONL to mine pairs from, or 'generated'.")
 @click.option("--output-dir")
-@click.option("--max-steps", type=click.IntRange(min=1))
+@click.option("--max-optimizer-steps", type=click.IntRange(min=1))
+@click.option("--max-steps", type=click.IntRange(min=1), hidden=True)  # the old name of --max-optimizer-steps
 @click.option("--batch-size", type=click.IntRange(min=1))
 @click.option("--learning-rate", type=float)
 @click.option("--hard-negatives", type=click.IntRange(min=0))
@@ -210,7 +254,10 @@ def retriever_command(config_file: str | None, **flags: Any) -> None:
     prints a JSON report with recall@5 / MRR before and after on held-out pairs (extra: retriever)."""
     from agenttrainer.retrieval import RetrieverConfig, train_retriever
 
-    click.echo(json.dumps(train_retriever(RetrieverConfig.from_yaml(config_file, **flags))))
+    renamed = RetrieverConfig.renamed_fields
+    _renamed(renamed, _yaml_values(config_file), where=lambda name: config_file)  # from_yaml maps the file's keys
+    config = RetrieverConfig.from_yaml(config_file, **_renamed(renamed, flags, _flag))
+    click.echo(json.dumps(train_retriever(config)))
 
 
 @cli.command("retriever-search")

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 import yaml
 
 from agenttrainer.errors import TrainerError
+from knowlyrcore.deprecation import rename_keys, renamed_fields
 from knowlyrcore.errors import describe_parse_error, no_such_file
 
 C = TypeVar("C", bound="TrainConfig")
@@ -103,11 +104,20 @@ def _coerce(name: str, type_name: str, value: Any, source: str) -> Any:
     return value
 
 
+# ``max_steps`` counts an episode's steps everywhere in knowlyr (``collect(max_steps=...)``,
+# ``MaxStepsWrapper``, online RL's ``max_steps``); the optimizer steps of a run are
+# ``max_optimizer_steps``. The old field still works (keyword, attribute, config key), warning once.
+OPTIMIZER_STEPS_RENAMED = {"max_steps": "max_optimizer_steps"}
+
+
+@renamed_fields(**OPTIMIZER_STEPS_RENAMED)
 @dataclass
 class TrainConfig:
     """Fields shared by SFT, DPO and GRPO."""
 
     recipe: ClassVar[str] = "train"  # the run directory records it; the default output_dir is ./output/<recipe>
+    #: Old field name -> new one (``knowlyrcore.deprecation.renamed_fields``; each class sets its own).
+    renamed_fields: ClassVar[dict[str, str]] = {}
 
     model_name_or_path: str = field(
         default="smollm2-135m", metadata={"help": "Model path, Hugging Face id or alias (smollm2-135m)."}
@@ -127,7 +137,9 @@ class TrainConfig:
         default=False, metadata={"help": "Write into output_dir even when it holds a run of another recipe."}
     )
     num_epochs: int = field(default=3, metadata={"help": "Passes over the training data."})
-    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: run all epochs)."})
+    max_optimizer_steps: int = field(
+        default=-1, metadata={"help": "Stop after this many optimizer steps (-1: run all epochs)."}
+    )
     batch_size: int = field(
         default=4, metadata={"help": "Examples (SFT/DPO pairs/GRPO groups) per micro-batch per process."}
     )
@@ -242,7 +254,13 @@ class TrainConfig:
     def from_dict(
         cls: type[C], values: dict[str, Any], *, source: str = "config", lines: dict[str, int] | None = None
     ) -> C:
-        """A config from ``values``; ``lines`` (a key's line in ``source``) places the errors."""
+        """A config from ``values``; ``lines`` (a key's line in ``source``) places the errors.
+
+        A key under its old name (``cls.renamed_fields``) still works, warning once."""
+        try:
+            values = rename_keys(values, cls.renamed_fields, cls.__name__)
+        except TypeError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = [k for k in values if k not in names]
         if unknown:
@@ -269,6 +287,10 @@ class TrainConfig:
         lines: dict[str, int] = {}
         if path is not None:
             values, lines = read_config_file(path)
+        try:  # the file's old keys first: a new name among the overrides then wins over an old one in the file
+            values = rename_keys(values, cls.renamed_fields, cls.__name__)
+        except TypeError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_dict(values, source=str(path or "config"), lines=lines)
 
@@ -276,6 +298,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+@renamed_fields(**OPTIMIZER_STEPS_RENAMED)
 @dataclass
 class SFTConfig(TrainConfig):
     """Supervised fine-tuning on trajectories, with the agent training enhancements."""
@@ -336,6 +359,7 @@ class SFTConfig(TrainConfig):
             raise ConfigError("curriculum and task_weights both choose each epoch's examples; use one")
 
 
+@renamed_fields(**OPTIMIZER_STEPS_RENAMED)
 @dataclass
 class DPOConfig(TrainConfig):
     """Direct preference optimisation on prompt / chosen / rejected pairs."""
@@ -376,6 +400,7 @@ def algorithm_choices() -> dict[str, str]:
     return summaries()
 
 
+@renamed_fields(**OPTIMIZER_STEPS_RENAMED)
 @dataclass
 class GRPOConfig(TrainConfig):
     """Offline group relative policy optimisation over groups of scored trajectories."""
@@ -395,7 +420,7 @@ class GRPOConfig(TrainConfig):
         default=None,
         metadata={
             "help": "How token losses add up: sequence (mean per sequence, then over sequences), token (mean over "
-            "every token of the step) or constant (sum per sequence / a fixed token budget: max_turns x "
+            "every token of the step) or constant (sum per sequence / a fixed token budget: max_steps x "
             "max_new_tokens online, max_length offline). Default: the algorithm's own."
         },
     )
@@ -440,11 +465,11 @@ class GRPOConfig(TrainConfig):
             raise ConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.grpo_iterations <= 0:
             raise ConfigError(f"grpo_iterations must be positive, got {self.grpo_iterations}")
-        from agenttrainer.algorithms import get
+        from agenttrainer.algorithms import get_algorithm
         from agenttrainer.algorithms.registry import NORMALIZATIONS
 
         try:
-            algorithm = get(self.algorithm)
+            algorithm = get_algorithm(self.algorithm)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if not self.online and not algorithm.group_baseline:
@@ -460,6 +485,9 @@ class GRPOConfig(TrainConfig):
             raise ConfigError("GRPO does not evaluate during training; run `knowlyr-trainer eval` on the saved model")
 
 
+# Online, ``max_steps`` is the episode's step budget (formerly ``max_turns``); the optimizer steps
+# are ``max_optimizer_steps`` as everywhere.
+@renamed_fields(max_turns="max_steps")
 @dataclass
 class OnlineRLConfig(GRPOConfig):
     """Online RL: the policy acts in a live environment each iteration and learns from it.
@@ -483,7 +511,7 @@ class OnlineRLConfig(GRPOConfig):
     group_size: int | None = field(default=4, metadata={"help": "Episodes per task per iteration."})
     tasks_per_iteration: int = field(default=4, metadata={"help": "Tasks sampled per iteration."})
     num_iterations: int = field(default=10, metadata={"help": "Rollout + update iterations."})
-    max_turns: int = field(default=8, metadata={"help": "Model answers per episode before it is cut."})
+    max_steps: int = field(default=8, metadata={"help": "Online: steps (model answers) per episode before it is cut."})
     max_new_tokens: int = field(default=128, metadata={"help": "Tokens per model answer."})
     max_episode_tokens: int = field(
         default=2048, metadata={"help": "Token budget of an episode (prompt, answers, observations)."}
@@ -577,10 +605,10 @@ class OnlineRLConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        from agenttrainer.algorithms import get, names
+        from agenttrainer.algorithms import algorithm_names, get_algorithm
 
         super().__post_init__()
-        algorithm = get(self.algorithm)
+        algorithm = get_algorithm(self.algorithm)
         if self.clip_range is not None:
             if not 0 < self.clip_range < 1:
                 raise ConfigError(f"clip_range must be in (0, 1), got {self.clip_range}")
@@ -589,7 +617,7 @@ class OnlineRLConfig(GRPOConfig):
             raise ConfigError(f"group_size must be >= 1, got {self.group_size}")
         if not algorithm.value_head and self.group_size < 2:
             raise ConfigError(f"{self.algorithm} compares episodes of a task: group_size must be >= 2")
-        for name in ("tasks_per_iteration", "num_iterations", "max_turns", "max_new_tokens", "max_episode_tokens"):
+        for name in ("tasks_per_iteration", "num_iterations", "max_steps", "max_new_tokens", "max_episode_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_episode_tokens <= self.max_new_tokens:
@@ -612,7 +640,7 @@ class OnlineRLConfig(GRPOConfig):
         if self.dynamic_sampling and not algorithm.group_baseline:
             raise ConfigError(
                 f"dynamic_sampling keeps groups whose rewards differ; {self.algorithm} does not compare the episodes "
-                f"of a group (use {', '.join(names(offline=True))})"
+                f"of a group (use {', '.join(algorithm_names(offline=True))})"
             )
         if self.task_sampling not in ("sequential", "pass_rate"):
             raise ConfigError(f"task_sampling must be sequential or pass_rate, got {self.task_sampling!r}")

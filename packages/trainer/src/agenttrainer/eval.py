@@ -28,7 +28,7 @@ from agenttrainer.data import (
     collate,
     dpo_pair,
     grpo_group,
-    read_jsonl,
+    read_located_records,
     sft_conversation,
     tokenize_conversation,
 )
@@ -106,7 +106,7 @@ class EvalData:
 def read_eval_data(eval_file: str | Path, *, agent_format: bool = True, mask_observations: bool = True) -> EvalData:
     """Every record of ``eval_file``, checked; the format is detected from the first record."""
     kind, items = None, []
-    for where, record in read_jsonl(eval_file):
+    for where, record in read_located_records(eval_file):
         if kind is None:
             kind = "dpo" if "chosen" in record else "grpo" if "trajectories" in record else "sft"
         if kind == "dpo":

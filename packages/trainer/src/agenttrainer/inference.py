@@ -42,6 +42,7 @@ import torch
 
 from agenttrainer.generation import end_token_ids
 from agenttrainer.models import load_model_and_tokenizer
+from knowlyrcore.deprecation import moved_names
 from knowlyrcore.recording import observation_text
 from knowlyrcore.tool_parsing import parse_reply
 
@@ -58,11 +59,25 @@ class Completion:
     finish_reason: str  # "stop" (end of turn or a stop string) or "length" (max_new_tokens reached)
 
 
-def tool_schemas(tools: list[Any] | None) -> list[dict[str, Any]] | None:
-    """Normalise tools to OpenAI function schemas ``{"type": "function", "function": {...}}``.
+# parse_action and tool_schemas named other functions of knowlyr-core too (knowlyrcore.parse_action,
+# knowlyrcore.tool_schemas); the old names still work here, warning once.
+__getattr__ = moved_names(
+    __name__,
+    {},
+    {
+        "parse_action": ("agenttrainer.inference.action_from_answer", lambda: action_from_answer),
+        "tool_schemas": ("agenttrainer.inference.chat_template_tools", lambda: chat_template_tools),
+    },
+)
+
+
+def chat_template_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
+    """The ``tools`` argument of a chat template: tools as OpenAI function schemas
+    ``{"type": "function", "function": {...}}``, or None when there are none.
 
     Accepts OpenAI schemas, ``{"name", "description", "parameters"}`` dicts, and objects with
-    those attributes (e.g. knowlyr-core ``ToolSpec``).
+    those attributes (e.g. knowlyr-core ``ToolSpec``). Tool *names* of an environment's domain are
+    ``knowlyrcore.tool_schemas(names, domain)``'s job.
     """
     if not tools:
         return None
@@ -120,7 +135,11 @@ class AgentInference:
     def encode(self, messages: list[Message], tools: list[Any] | None = None) -> torch.Tensor:
         """Prompt token ids ``(1, T)`` for ``messages`` with the assistant turn opened."""
         batch = self.tokenizer.apply_chat_template(
-            messages, tools=tool_schemas(tools), add_generation_prompt=True, return_dict=True, return_tensors="pt"
+            messages,
+            tools=chat_template_tools(tools),
+            add_generation_prompt=True,
+            return_dict=True,
+            return_tensors="pt",
         )
         return batch["input_ids"].to(self.model.device)
 
@@ -163,7 +182,7 @@ class AgentInference:
         """Generate one assistant answer for ``messages``."""
         input_ids = self.encode(messages, tools)  # (1, T)
         kwargs = self._generate_kwargs(input_ids, max_new_tokens, temperature, top_p, stop)
-        with torch.no_grad(), _seeded(seed):
+        with torch.no_grad(), seeded(seed):
             output = self.model.generate(**kwargs)  # (1, T + new)
         new_ids = output[0, input_ids.shape[1] :].tolist()
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
@@ -188,7 +207,7 @@ class AgentInference:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None) -> Iterator[None]:
+def seeded(seed: int | None) -> Iterator[None]:
     """Sample from ``seed`` without disturbing the global RNG; without a seed, use the global RNG
     (so repeated unseeded calls draw different samples)."""
     if seed is None:
@@ -248,7 +267,7 @@ class TextStream:
 
     def _run(self) -> None:
         try:
-            with torch.no_grad(), _seeded(self._seed):
+            with torch.no_grad(), seeded(self._seed):
                 self._output = self._engine.model.generate(**self._kwargs)  # (1, T + new)
         except BaseException as exc:  # surfaced to the consumer in __iter__
             self._error = exc
@@ -307,12 +326,12 @@ def answer_style(reply: Any) -> str:
     return "text" if reply.style == "tool_call" and "format_error" in reply.action else reply.style
 
 
-def parse_action(text: str, tools: list[Any] | None = None) -> tuple[dict[str, Any], str] | None:
+def action_from_answer(text: str, tools: list[Any] | None = None) -> tuple[dict[str, Any], str] | None:
     """The knowlyr action in a model answer and its style (``"tool_call"`` or ``"text"``), or None
     when the answer calls no tool (``knowlyrcore.parse_reply`` gives the closing action then).
 
     Example:
-        >>> parse_action('Thought: look around\\nAction: {"name": "bash", "parameters": {"command": "ls"}}')
+        >>> action_from_answer('Thought: look around\\nAction: {"name": "bash", "parameters": {"command": "ls"}}')
         ({'tool': 'bash', 'params': {'command': 'ls'}, 'thought': 'look around'}, 'text')
     """
     reply = parse_reply(text, tools)
@@ -334,7 +353,7 @@ class Agent:
     ) -> None:
         self.engine = engine
         self.system_prompt = system_prompt
-        self.tools = tool_schemas(tools)
+        self.tools = chat_template_tools(tools)
         self.fallback_tool = fallback_tool
         self.messages: list[Message] = []
         self._last_style: str | None = None

@@ -18,7 +18,7 @@ Thin adapters over the recipes for callers that hold a dataset object (a Hugging
   :class:`~agenttrainer.generation.LocalGenerator`).
 
 Both pass every other keyword to the config: ``fp16=True`` (refused in one line where the device
-has no fp16 training), ``gradient_accumulation_steps``, ``max_steps``, ... ``model_name`` may be
+has no fp16 training), ``gradient_accumulation_steps``, ``max_optimizer_steps``, ... ``model_name`` may be
 an alias, a checkpoint, a Hub id or an earlier run's ``output_dir`` (its ``final/`` model is
 loaded). Seed 002's dataset and reward helpers are in :mod:`agenttrainer.compat.hello_agents_rl`.
 
@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -39,33 +38,23 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from agenttrainer.config import GRPOConfig, SFTConfig
-from agenttrainer.data.readers import read_jsonl
+from agenttrainer.data.readers import read_located_records
 from agenttrainer.trainers.output_dir import check_output_dir
-from knowlyrcore import AgentEnv, TaskInfo, TimeStep
+from knowlyrcore import AgentEnv, TaskInfo, TimeStep, write_jsonl
 from knowlyrcore.wrappers import RecorderWrapper
 
 
 def _rows(dataset: Any) -> list[dict[str, Any]]:
     if isinstance(dataset, (str, Path)):
-        from agenttrainer.data import read_jsonl
+        from agenttrainer.data import read_located_records
 
-        return [r for _, r in read_jsonl(dataset)]
+        return [r for _, r in read_located_records(dataset)]
     if not isinstance(dataset, Iterable):
         raise TypeError(f"dataset must be a Dataset, a list of dicts or a JSONL path, got {type(dataset).__name__}")
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ValueError("dataset is empty")
     return rows
-
-
-def _write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
 
 
 def _lora_fields(use_lora: bool, lora_config: Any) -> dict[str, Any]:
@@ -117,7 +106,7 @@ class SFTTrainerWrapper:
             **config,
         )
         check_output_dir(self.config)  # before train.jsonl lands in a folder this run may not use
-        _write_jsonl(rows, train_file)
+        write_jsonl(train_file, rows)
         from agenttrainer.trainers.sft import SFTTrainer
 
         self.trainer = SFTTrainer(self.config, model=model, tokenizer=tokenizer)
@@ -227,7 +216,9 @@ class GRPOTrainerWrapper:
                     "trajectories": [{"response": c, "reward": float(r)} for c, r in zip(answers, rewards)],
                 }
             )
-        return _write_jsonl(records, self.output_dir / f"rollouts-epoch{epoch}.jsonl")
+        path = self.output_dir / f"rollouts-epoch{epoch}.jsonl"
+        write_jsonl(path, records)
+        return path
 
     def train(self) -> dict[str, Any]:
         """``num_epochs`` rounds of sample -> score -> one GRPO pass; returns the last round's result."""
@@ -236,7 +227,7 @@ class GRPOTrainerWrapper:
         for epoch in range(self.num_epochs):
             self.trainer.config.train_file = str(self._rollouts(epoch))
             self.trainer.config.resume_from_checkpoint = None
-            groups = [record for _, record in read_jsonl(self.trainer.config.train_file)]
+            groups = [record for _, record in read_located_records(self.trainer.config.train_file)]
             rewards.append(
                 sum(t["reward"] for g in groups for t in g["trajectories"])
                 / sum(len(g["trajectories"]) for g in groups)

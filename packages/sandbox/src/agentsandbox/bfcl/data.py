@@ -57,12 +57,12 @@ def _category_file(category: str, answers: bool = False) -> Any:
     return folder / f"BFCL_v4_{category}.json"
 
 
-def _records(resource: Any) -> list[tuple[int, dict[str, Any]]]:
+def resource_records(resource: Any) -> list[tuple[int, dict[str, Any]]]:
     with importlib.resources.as_file(resource) as path:
         return list(iter_json_lines(path))
 
 
-def _schema_problem(schema: Any, where: str) -> tuple[str, str] | None:
+def schema_problem(schema: Any, where: str) -> tuple[str, str] | None:
     """``(field, problem)`` of the first thing wrong in a parameter's schema, or None."""
     if not isinstance(schema, dict):
         return where, f"expected an object, got {type(schema).__name__}"
@@ -73,10 +73,10 @@ def _schema_problem(schema: Any, where: str) -> tuple[str, str] | None:
     if not isinstance(properties, dict):
         return f"{where}.properties", f"expected an object, got {type(properties).__name__}"
     for name, inner in properties.items():
-        if problem := _schema_problem(inner, f"{where}.properties.{name}"):
+        if problem := schema_problem(inner, f"{where}.properties.{name}"):
             return problem
     if kind in ("array", "tuple") and "items" in schema:
-        return _schema_problem(schema["items"], f"{where}.items")
+        return schema_problem(schema["items"], f"{where}.items")
     return None
 
 
@@ -108,7 +108,7 @@ def _entry_problem(entry: dict[str, Any]) -> tuple[str, str] | None:
         if not isinstance(function.get("description", ""), str):
             return f"{where}.description", "expected a string"
         parameters = function.get("parameters")
-        if problem := _schema_problem(parameters, f"{where}.parameters"):
+        if problem := schema_problem(parameters, f"{where}.parameters"):
             return problem
         if parameters["type"] != "dict":
             return f"{where}.parameters.type", f"expected 'dict', got {parameters['type']!r}"
@@ -139,7 +139,7 @@ def load_entries(category: str) -> tuple[dict[str, Any], ...]:
     """Every question entry of ``category``, in file order."""
     resource = _category_file(category)
     entries, seen = [], set()
-    for line, entry in _records(resource):
+    for line, entry in resource_records(resource):
         if problem := _entry_problem(entry):
             raise DataFormatError(str(resource), line, problem[1], problem[0])
         if entry["id"] in seen:
@@ -157,7 +157,7 @@ def load_answers(category: str) -> dict[str, list[dict[str, dict[str, list[Any]]
         return {}
     resource = _category_file(category, answers=True)
     answers = {}
-    for line, answer in _records(resource):
+    for line, answer in resource_records(resource):
         entry = entries.get(answer.get("id"))
         if entry is None:
             raise DataFormatError(str(resource), line, f"no question has id {answer.get('id')!r}", "id")

@@ -12,7 +12,7 @@ distinct one met later is named ``<name>#<k>`` (``math.gcd#2``). All stay retrie
 question's gold is exactly the function its entry documents. The same name and description
 with other parameters is one function: its first document is kept.
 
-``query_pairs(split)`` pairs each question (``render_question``) with each function its ground
+``bfcl_query_pairs(split)`` pairs each question (``render_question``) with each function its ground
 truth calls, by library name; irrelevance entries (no call) are left out, and so is a pair
 seen before (``multiple`` repeats questions of ``simple_python``). The splits are the suite's,
 exclusions included: ``train`` the live categories (1,353 pairs over 284 functions), ``test``
@@ -30,7 +30,14 @@ from typing import Any
 from agentsandbox.bfcl.data import CATEGORIES, BFCLError, load_answers, load_entries
 from agentsandbox.bfcl.env import tool_specs
 from agentsandbox.suites.bfcl import SPLIT_CATEGORIES, excluded, render_question
+from knowlyrcore.deprecation import moved_names
 from knowlyrcore.domain import ToolSpec
+
+# knowlyrcore.toolgen.query_pairs(library, split, n=...) gives the generated library's pairs; this
+# module's were named alike. The old name still works, warning once.
+__getattr__ = moved_names(
+    __name__, {}, {"query_pairs": ("agentsandbox.bfcl.library.bfcl_query_pairs", lambda: bfcl_query_pairs)}
+)
 
 
 def _key(function: dict[str, Any]) -> tuple[str, str]:
@@ -57,7 +64,7 @@ def bfcl_library() -> list[ToolSpec]:
     return tool_specs([{**function, "name": name} for name, function in _library_names().values()])
 
 
-def query_pairs(split: str) -> list[tuple[str, str]]:
+def bfcl_query_pairs(split: str) -> list[tuple[str, str]]:
     """``(question, library name of a function its ground truth calls)`` of ``split``, in the
     suite's category and file order; each pair once."""
     if split not in SPLIT_CATEGORIES:

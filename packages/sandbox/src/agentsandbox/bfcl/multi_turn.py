@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentsandbox.bfcl.checker import show_value
-from agentsandbox.bfcl.data import INSTALL_STEP, ROLES, BFCLError, _records, _schema_problem, data_dir
+from agentsandbox.bfcl.data import INSTALL_STEP, ROLES, BFCLError, data_dir, resource_records, schema_problem
 from knowlyrcore.domain import ToolSpec
 from knowlyrcore.errors import DataFormatError, InputError, InvalidActionError
 
@@ -171,7 +171,7 @@ def _doc_problem(doc: Any) -> tuple[str, str] | None:
         return "name", "expected a non-empty string"
     if not isinstance(doc.get("description", ""), str):
         return "description", "expected a string"
-    if problem := _schema_problem(doc.get("parameters"), "parameters"):
+    if problem := schema_problem(doc.get("parameters"), "parameters"):
         return problem
     parameters = doc["parameters"]
     if parameters["type"] != "dict":
@@ -189,7 +189,7 @@ def function_docs(class_name: str) -> tuple[dict[str, Any], ...]:
         raise BFCLError(f"unknown BFCL backend class {class_name!r}; known: {', '.join(BACKENDS)}")
     resource = data_dir() / "multi_turn_func_doc" / BACKENDS[class_name][1]
     docs: list[dict[str, Any]] = []
-    for line, doc in _records(resource):
+    for line, doc in resource_records(resource):
         if problem := _doc_problem(doc):
             raise DataFormatError(str(resource), line, problem[1], problem[0])
         if doc["name"] in {d["name"] for d in docs}:
@@ -288,14 +288,14 @@ def load_multi_turn(category: str) -> tuple[dict[str, Any], ...]:
     """
     resource = _category_resource(category)
     entries: dict[str, dict[str, Any]] = {}
-    for line, entry in _records(resource):
+    for line, entry in resource_records(resource):
         if problem := _entry_problem(entry):
             raise DataFormatError(str(resource), line, problem[1], problem[0])
         if entry["id"] in entries:
             raise DataFormatError(str(resource), line, f"id {entry['id']!r} appears twice", "id")
         entries[entry["id"]] = {**entry, "missed_function": entry.get("missed_function", {})}
     answers = _category_resource(category, answers=True)
-    for line, answer in _records(answers):
+    for line, answer in resource_records(answers):
         entry = entries.get(answer.get("id"))
         if entry is None:
             raise DataFormatError(str(answers), line, f"no question has id {show_value(answer.get('id'))}", "id")

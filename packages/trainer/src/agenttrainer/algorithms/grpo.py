@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from agenttrainer.algorithms.registry import Algorithm, baseline_advantages, register
+from agenttrainer.algorithms.registry import Algorithm, baseline_advantages, register_algorithm
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-4) -> torch.Tensor:
@@ -172,7 +172,7 @@ def grpo_loss(
     )
 
 
-GRPO = register(
+GRPO = register_algorithm(
     Algorithm(
         name="grpo",
         summary="group-normalised advantages (r - mean) / (std + 1e-4), token ratios clipped",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from agenttrainer.algorithms.grpo import clipped_loss, grpo_advantages
-from agenttrainer.algorithms.registry import Algorithm, register
+from agenttrainer.algorithms.registry import Algorithm, register_algorithm
 
 
 def gspo_loss(
@@ -64,7 +64,7 @@ def gspo_loss(
     )
 
 
-GSPO = register(
+GSPO = register_algorithm(
     Algorithm(
         name="gspo",
         summary="GRPO's advantages, one ratio per sequence (exp of its mean token log-ratio) clipped per sequence",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from agenttrainer.algorithms.grpo import grpo_loss
-from agenttrainer.algorithms.registry import Algorithm, register
+from agenttrainer.algorithms.registry import Algorithm, register_algorithm
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, *, gamma: float = 1.0, lam: float = 0.95) -> torch.Tensor:
@@ -57,7 +57,7 @@ def value_loss(
     return (per_token * mask).sum() / mask.sum().clamp(min=1)
 
 
-PPO = register(
+PPO = register_algorithm(
     Algorithm(
         name="ppo",
         summary="value head, GAE over the model's tokens, clipped surrogate + clipped value loss",

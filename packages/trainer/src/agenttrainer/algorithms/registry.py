@@ -3,8 +3,8 @@
 An ``Algorithm`` says how a group of episodes of one task becomes one advantage per episode
 (``advantages``; None for PPO, whose per-token advantages come from a value head) and which loss
 scores the sampled tokens (``loss``), with the way token losses add up by default
-(``normalization``). Drivers look algorithms up by name (``get``); ``names()`` gives the choices
-of ``--algorithm``.
+(``normalization``). Drivers look algorithms up by name (``get_algorithm``); ``algorithm_names()`` gives the
+choices of ``--algorithm``.
 
 Every ``advantages`` function takes ``(rewards, successes, valid)``, one entry per episode of the
 group (``valid=False``: masked out of the update, advantage 0). Every ``loss`` takes
@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from knowlyrcore.deprecation import moved_names
 
 AdvantageFn = Callable[[Sequence[float], Sequence[bool | None], Sequence[bool]], list[float]]
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -48,8 +50,18 @@ class Algorithm:
 
 _ALGORITHMS: dict[str, Algorithm] = {}
 
+#: The registry's former names (get, names and register said nothing of what they get, name or
+#: register; knowlyrcore.register registers environments): they still work here and in
+#: agenttrainer.algorithms, warning once.
+RENAMED = {
+    "get": ("agenttrainer.algorithms.get_algorithm", lambda: get_algorithm),
+    "names": ("agenttrainer.algorithms.algorithm_names", lambda: algorithm_names),
+    "register": ("agenttrainer.algorithms.register_algorithm", lambda: register_algorithm),
+}
+__getattr__ = moved_names(__name__, {}, RENAMED)
 
-def register(algorithm: Algorithm) -> Algorithm:
+
+def register_algorithm(algorithm: Algorithm) -> Algorithm:
     """Add ``algorithm`` under its name (an algorithm module calls this at import)."""
     known = _ALGORITHMS.get(algorithm.name)
     if known is not None and known is not algorithm:
@@ -58,22 +70,22 @@ def register(algorithm: Algorithm) -> Algorithm:
     return algorithm
 
 
-def names(*, offline: bool = False) -> tuple[str, ...]:
+def algorithm_names(*, offline: bool = False) -> tuple[str, ...]:
     """Registered algorithm names, sorted (``offline``: those that train on recorded groups)."""
     return tuple(sorted(n for n, a in _ALGORITHMS.items() if a.group_baseline or not offline))
 
 
-def get(name: str) -> Algorithm:
+def get_algorithm(name: str) -> Algorithm:
     """The algorithm registered as ``name``; a ``ValueError`` names the choices."""
     try:
         return _ALGORITHMS[name]
     except KeyError:
-        raise ValueError(f"algorithm must be one of {names()}, got {name!r}") from None
+        raise ValueError(f"algorithm must be one of {algorithm_names()}, got {name!r}") from None
 
 
 def summaries() -> dict[str, str]:
     """Each algorithm's one-line summary, by name (sorted): the ``--algorithm`` help."""
-    return {n: _ALGORITHMS[n].summary for n in names()}
+    return {n: _ALGORITHMS[n].summary for n in algorithm_names()}
 
 
 def baseline_advantages(

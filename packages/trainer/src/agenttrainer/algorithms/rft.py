@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agenttrainer.algorithms.grpo import grpo_loss
-from agenttrainer.algorithms.registry import Algorithm, register
+from agenttrainer.algorithms.registry import Algorithm, register_algorithm
 
 
 def rejection_advantages(successes: Sequence[bool | None], valid: Sequence[bool] | None = None) -> list[float]:
@@ -32,7 +32,7 @@ def rft_advantages(
     return rejection_advantages(successes, valid)
 
 
-RFT = register(
+RFT = register_algorithm(
     Algorithm(
         name="rft",
         summary="rejection fine-tuning: the likelihood of the successful episodes is raised, failures are left out",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agenttrainer.algorithms.grpo import grpo_loss
-from agenttrainer.algorithms.registry import Algorithm, baseline_advantages, register
+from agenttrainer.algorithms.registry import Algorithm, baseline_advantages, register_algorithm
 
 
 def rloo_advantages(
@@ -22,7 +22,7 @@ def rloo_advantages(
     return baseline_advantages(rewards, valid, lambda members, mean: len(members) / (len(members) - 1))
 
 
-RLOO = register(
+RLOO = register_algorithm(
     Algorithm(
         name="rloo",
         summary="leave-one-out baseline: r_i - mean of the group's other rewards",

@@ -56,6 +56,7 @@ from typing import Any, Literal
 
 from agenttrainer.config import ConfigError, DPOConfig, OnlineRLConfig, SFTConfig
 from knowlyrcore.errors import MissingExtraError
+from knowlyrcore.jsonl import write_jsonl
 from knowlyrcore.tool_parsing import parse_reply
 
 __all__ = [
@@ -96,9 +97,9 @@ def _data_file(spec: str, path: Path, max_samples: int, seed: int) -> str:
             "or a JSONL path"
         )
     from agenttrainer.compat.hello_agents_rl import create_sft_dataset
-    from agenttrainer.wrapper import _write_jsonl
 
-    return str(_write_jsonl(create_sft_dataset(split, max_samples, suite=suite, seed=seed), path))
+    write_jsonl(path, create_sft_dataset(split, max_samples, suite=suite, seed=seed))
+    return str(path)
 
 
 @dataclass
@@ -134,7 +135,7 @@ class AgentSFTConfig:
     use_lora: bool = True
     output_dir: str = "./output/agent_sft"
     seed: int = 42
-    #: Any other SFTConfig field (bf16, fp16, max_steps, progress_bar, ...).
+    #: Any other SFTConfig field (bf16, fp16, max_optimizer_steps, progress_bar, ...).
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -271,9 +272,9 @@ class RLTrainingConfig:
 
 def _expert_text(action: dict[str, Any], closing_tool: str = "respond") -> str:
     """The expert's reply as the suite's dialogs write it (a ``<tool_call>`` block, or the closing text)."""
-    from agenttrainer.compat.hello_agents_rl import _call_text
+    from agenttrainer.compat.hello_agents_rl import tool_call_text
 
-    return str(action["params"].get("message", "")) if action["tool"] == closing_tool else _call_text(action)
+    return str(action["params"].get("message", "")) if action["tool"] == closing_tool else tool_call_text(action)
 
 
 def _rl_rows(spec: str, split: str | None, max_samples: int, seed: int) -> list[dict[str, Any]]:
@@ -438,15 +439,15 @@ class AgentRLTrainer:
 
     def train(self) -> dict[str, Any]:
         """Build and write the pairs, then run DPO; returns ``DPOTrainer.train()``'s result."""
-        from agenttrainer.wrapper import _write_jsonl
-
         pairs = self.build_pairs()
         if not pairs:
             raise ValueError(
                 f"no preference pairs: the SFT policy's replies score as well as the expert's on all "
                 f"{self.max_samples} prompts of {self.train_data}; there is nothing for DPO to prefer"
             )
-        self.config.train_file = str(_write_jsonl(pairs, Path(self.config.output_dir) / "pairs.jsonl"))
+        train_file = Path(self.config.output_dir) / "pairs.jsonl"
+        write_jsonl(train_file, pairs)
+        self.config.train_file = str(train_file)
         self.trainer.data = self.trainer.read_data()
         return self.trainer.train()
 

@@ -69,7 +69,7 @@ def _suite(name: str) -> Any:
     raise ConfigError(f"unknown task suite {name!r} ({hint}); or pass data_file= a JSONL file")
 
 
-def _call_text(action: dict[str, Any]) -> str:
+def tool_call_text(action: dict[str, Any]) -> str:
     return "<tool_call>" + json.dumps({"name": action["tool"], "arguments": action.get("params", {})}) + "</tool_call>"
 
 
@@ -98,7 +98,7 @@ def expert_dialogs(suite: str, split: str, n: int, seed: int = 0) -> list[dict[s
                 if action["tool"] == "respond":
                     messages.append({"role": "assistant", "content": action["params"]["message"]})
                 else:
-                    messages.append({"role": "assistant", "content": _call_text(action)})
+                    messages.append({"role": "assistant", "content": tool_call_text(action)})
                     messages.append({"role": "tool", "content": observation_text(ts.observation)})
         finally:
             env.close()
@@ -109,9 +109,9 @@ def expert_dialogs(suite: str, split: str, n: int, seed: int = 0) -> list[dict[s
 
 
 def _file_rows(data_file: str | Path, max_samples: int | None) -> list[dict[str, Any]]:
-    from agenttrainer.data import read_jsonl
+    from agenttrainer.data import read_located_records
 
-    rows = [record for _, record in read_jsonl(data_file)]
+    rows = [record for _, record in read_located_records(data_file)]
     return rows[:max_samples] if max_samples else rows
 
 
@@ -253,7 +253,7 @@ class RLTrainingTool:
       / ``create_rl_dataset`` from ``split``, ``max_samples``, ``suite``, ``data_file``, ``seed``)
       and runs ``SFTTrainerWrapper`` / ``GRPOTrainerWrapper`` (with ``create_accuracy_reward``).
       ``model_name``, ``output_dir``, ``num_epochs``, ``batch_size``, ``learning_rate``,
-      ``use_lora`` and any other ``SFTConfig`` / ``GRPOConfig`` field (``max_steps``, ``fp16``,
+      ``use_lora`` and any other ``SFTConfig`` / ``GRPOConfig`` field (``max_optimizer_steps``, ``fp16``,
       ``group_size``, ``max_new_tokens``, ...) pass through. Answers ``status``, ``algorithm``,
       ``output_dir`` (the saved model) and the trainer's metrics.
     * ``"evaluate"``: greedy next-action accuracy of ``model_name`` on ``create_rl_dataset(split

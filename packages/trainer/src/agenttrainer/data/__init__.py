@@ -11,12 +11,13 @@ from agenttrainer.data.batching import (
 )
 from agenttrainer.data.formatting import Example, chunk_conversation, message_spans, tokenize_conversation
 from agenttrainer.data.readers import (
+    RENAMED,
     Conversation,
     DataError,
     dpo_pair,
     grpo_group,
     parse_step_text,
-    read_jsonl,
+    read_located_records,
     sft_conversation,
 )
 from agenttrainer.data.selection import (
@@ -27,6 +28,9 @@ from agenttrainer.data.selection import (
     curriculum_indices,
     task_weighted_indices,
 )
+from knowlyrcore.deprecation import moved_names
+
+__getattr__ = moved_names(__name__, {}, RENAMED)
 
 __all__ = [
     # reading
@@ -35,7 +39,7 @@ __all__ = [
     "dpo_pair",
     "grpo_group",
     "parse_step_text",
-    "read_jsonl",
+    "read_located_records",
     "sft_conversation",
     # formatting
     "Example",

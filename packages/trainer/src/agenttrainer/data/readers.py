@@ -40,6 +40,7 @@ from pydantic import BaseModel, ValidationError
 from agenttrainer.errors import TrainerError
 from agenttrainer.losses.sft import step_weights
 from knowlyrcore.datasets import ChatMessage, DPORecord, GRPORecord, SFTRecord, SFTStep
+from knowlyrcore.deprecation import moved_names
 from knowlyrcore.errors import DataFormatError, no_such_file
 from knowlyrcore.jsonl import iter_json_lines, validation_error
 
@@ -84,7 +85,15 @@ class Conversation:
         return replace(self, trainable=trainable)
 
 
-def read_jsonl(path: str | Path, *, max_line_bytes: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+# knowlyrcore.read_jsonl yields records; this reader yields ("file:line", record) and was named
+# alike. The old name still works (here and in agenttrainer.data), warning once.
+RENAMED = {"read_jsonl": ("agenttrainer.data.read_located_records", lambda: read_located_records)}
+__getattr__ = moved_names(__name__, {}, RENAMED)
+
+
+def read_located_records(
+    path: str | Path, *, max_line_bytes: int | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ``("file:line", record)`` for every non-blank line; a bad line raises :class:`DataError`.
 
     knowlyr-core's reader underneath: it streams the file holding at most ``max_line_bytes``

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttrainer.data.formatting import Example
-from agenttrainer.data.readers import DataError, read_jsonl
+from agenttrainer.data.readers import DataError, read_located_records
 
 CORESET_STRATEGIES = ("loss_topk", "diversity", "hybrid", "random")
 
@@ -158,7 +158,7 @@ class ReplayBuffer:
         buf = cls(capacity, seed=seed)
         path = Path(path)
         if path.exists():  # read like training data: streamed, line length bounded, NaN refused
-            lines = read_jsonl(path)
+            lines = read_located_records(path)
             header = next(lines, None)
             if header is not None:
                 where, fields = header

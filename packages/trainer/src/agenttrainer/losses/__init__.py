@@ -10,7 +10,7 @@ algorithms (GRPO, Dr. GRPO, RLOO, PPO, RFT, GSPO) and the DPO losses live in
 ``DeprecationWarning``.
 """
 
-from agenttrainer.losses.advantages import _REPLACED, group_baseline_advantages
+from agenttrainer.losses.advantages import REPLACED, group_baseline_advantages
 from agenttrainer.losses.sft import chunked_token_logps, sft_loss, step_weights
 from knowlyrcore.deprecation import moved_names
 
@@ -26,7 +26,7 @@ __getattr__ = moved_names(
         "step_level_advantages": "agenttrainer.algorithms.steps",
         "value_loss": "agenttrainer.algorithms.ppo",
     },
-    {"DEFAULT_NORMALIZATION": _REPLACED["DEFAULT_NORMALIZATION"]},
+    {"DEFAULT_NORMALIZATION": REPLACED["DEFAULT_NORMALIZATION"]},
 )
 
 __all__ = [

@@ -12,18 +12,19 @@ from knowlyrcore.deprecation import moved_names
 
 
 def _names() -> tuple[str, ...]:
-    from agenttrainer.algorithms import names
+    from agenttrainer.algorithms import algorithm_names
 
-    return names()
+    return algorithm_names()
 
 
 def _normalizations() -> dict[str, str]:
-    from agenttrainer.algorithms import get, names
+    from agenttrainer.algorithms import algorithm_names, get_algorithm
 
-    return {n: get(n).normalization for n in names()}
+    return {n: get_algorithm(n).normalization for n in algorithm_names()}
 
 
-# Names the policy-gradient algorithms took with them; values that no module holds any more.
+# Names the policy-gradient algorithms took with them; values that no module holds any more (REPLACED:
+# agenttrainer.losses gives its old DEFAULT_NORMALIZATION through it too).
 _MOVED = {
     "gae": "agenttrainer.algorithms.ppo",
     "value_loss": "agenttrainer.algorithms.ppo",
@@ -31,11 +32,11 @@ _MOVED = {
     "spread_over_steps": "agenttrainer.algorithms.steps",
     "STEP_WEIGHT_FLOOR": "agenttrainer.algorithms.steps",
 }
-_REPLACED = {
-    "ALGORITHMS": ("agenttrainer.algorithms.names()", _names),
-    "DEFAULT_NORMALIZATION": ("agenttrainer.algorithms.get(name).normalization", _normalizations),
+REPLACED = {
+    "ALGORITHMS": ("agenttrainer.algorithms.algorithm_names()", _names),
+    "DEFAULT_NORMALIZATION": ("agenttrainer.algorithms.get_algorithm(name).normalization", _normalizations),
 }
-__getattr__ = moved_names(__name__, _MOVED, _REPLACED)
+__getattr__ = moved_names(__name__, _MOVED, REPLACED)
 
 
 def group_baseline_advantages(

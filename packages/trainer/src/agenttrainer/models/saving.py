@@ -36,7 +36,7 @@ _WEIGHT_FILES = (
 )
 
 
-def _is_peft(model: Any) -> bool:
+def is_peft(model: Any) -> bool:
     try:
         from peft import PeftModel
     except ImportError:
@@ -49,7 +49,7 @@ def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike, *, mer
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     to_save = model
-    if _is_peft(model) and merge_lora:
+    if is_peft(model) and merge_lora:
         if getattr(model, "is_loaded_in_4bit", False):
             raise ValueError("cannot merge LoRA into 4-bit weights; save with merge_lora=False (adapter only)")
         # merge_and_unload rewrites modules in place; work on a copy so training can continue.

@@ -20,6 +20,7 @@ import torch
 
 from agenttrainer.models.aliases import resolve_model_path
 from agenttrainer.models.loading import load_tokenizer
+from knowlyrcore.deprecation import renamed_kwargs
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,8 +70,9 @@ def build_tiny_model(
     return model.eval(), tokenizer
 
 
+@renamed_kwargs(max_steps="max_optimizer_steps")  # max_steps counts an episode's steps in knowlyr
 def overfit_tiny_model(
-    model: Any, tokenizer: Any, examples: list[dict[str, Any]], *, lr: float = 1e-2, max_steps: int = 300
+    model: Any, tokenizer: Any, examples: list[dict[str, Any]], *, lr: float = 1e-2, max_optimizer_steps: int = 300
 ) -> Any:
     """Train ``model`` until greedy decoding reproduces each example's answer exactly.
 
@@ -78,7 +80,7 @@ def overfit_tiny_model(
     tests a real model with known output (a tool call, an ``Action:`` line) to drive the
     inference bridge, the server and the clients end to end. Full-batch AdamW on the answer
     tokens only; stops as soon as every answer token is the argmax under teacher forcing
-    (a 64-wide model needs ~70 steps). Raises ``RuntimeError`` if ``max_steps`` do not suffice.
+    (a 64-wide model needs ~70 steps). Raises ``RuntimeError`` if ``max_optimizer_steps`` do not suffice.
     """
     sequences = []  # (ids (1, T), labels (1, T))
     for example in examples:
@@ -92,7 +94,7 @@ def overfit_tiny_model(
         sequences.append((ids, labels))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
-    for _ in range(max_steps):
+    for _ in range(max_optimizer_steps):
         # One sequence per forward: the prompts differ a lot in length, so padding would waste work.
         outputs = [model(input_ids=ids, labels=labels) for ids, labels in sequences]
         # Checked on these logits, before the update: if they fit, these are the weights returned.
@@ -101,7 +103,7 @@ def overfit_tiny_model(
         optimizer.zero_grad()
         sum(out.loss for out in outputs).backward()
         optimizer.step()
-    raise RuntimeError(f"tiny model did not fit {len(examples)} examples in {max_steps} steps")
+    raise RuntimeError(f"tiny model did not fit {len(examples)} examples in {max_optimizer_steps} steps")
 
 
 def _argmax_matches(logits: torch.Tensor, labels: torch.Tensor) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 from agenttrainer.errors import TrainerError
 from agenttrainer.generation import end_token_ids
-from agenttrainer.inference import tool_schemas
+from agenttrainer.inference import chat_template_tools
 
 Message = dict[str, Any]
 _PROBE = "probe"
@@ -39,7 +39,7 @@ class ChatTokens:
             raise TemplateError("the tokenizer has no chat template; use an instruct model")
         self.tokenizer = tokenizer
         self.system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        self.tools = tool_schemas(tools)
+        self.tools = chat_template_tools(tools)
         self.end_token_ids = end_token_ids(tokenizer)
         if not self.end_token_ids:
             raise TemplateError("the tokenizer has no end-of-turn token (eos or <|im_end|>)")

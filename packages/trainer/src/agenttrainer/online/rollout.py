@@ -9,7 +9,7 @@ sampled answer is parsed into an action by the rules every knowlyr policy shares
 Each ``Rollout`` keeps the token ids of the whole episode (prompt, answers, observations), a
 mask of the tokens the model sampled, their log-probs at sampling time, and each step's span,
 so the trainer scores exactly what was sampled. An episode ends when the environment
-terminates or truncates it (after ``max_turns`` answers, or the task's own ``max_steps`` when
+terminates or truncates it (after ``max_steps`` answers, or the task's own ``max_steps`` when
 smaller, as in evaluation), or before a turn that would not fit in ``max_episode_tokens``
 (``finish`` says which).
 
@@ -36,6 +36,7 @@ from typing import Any
 from agenttrainer.generation import Generator
 from agenttrainer.online.token_policy import TokenPolicy, TokenRecord
 from knowlyrcore import AgentEnv, TaskInfo, TimeStep, Trajectory
+from knowlyrcore.deprecation import renamed_kwargs
 from knowlyrcore.errors import InfrastructureError, InvalidActionError
 from knowlyrcore.rollout import Episode, build_env, env_tools, play_episodes
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
@@ -49,7 +50,7 @@ INFRASTRUCTURE_ERRORS = (InfrastructureError, ConnectionError, TimeoutError)
 class Rollout(TokenRecord):
     """One episode as the trainer sees it (token level) and as knowlyr records it (``trajectory``).
 
-    ``finish`` is terminated | truncated | max_turns | token_budget | action_error | infra_error.
+    ``finish`` is terminated | truncated | max_steps | token_budget | action_error | infra_error.
     """
 
     task: TaskInfo
@@ -66,6 +67,7 @@ class Rollout(TokenRecord):
         return self.infra_error is None and bool(self.step_spans)
 
 
+@renamed_kwargs(max_turns="max_steps")
 def collect_rollouts(
     env: str | Callable[..., AgentEnv],
     tasks: Sequence[Any],
@@ -77,7 +79,7 @@ def collect_rollouts(
     system_prompt: str | None = None,
     include_tools: bool = True,
     closing_tool: str | None = None,
-    max_turns: int = 8,
+    max_steps: int = 8,
     max_new_tokens: int = 128,
     max_episode_tokens: int = 2048,
     temperature: float = 1.0,
@@ -96,8 +98,8 @@ def collect_rollouts(
     (a progress bar's hook). Every answer must hold token ids below ``vocab_size`` (default: the
     tokenizer's length; the trainer passes its model's embedding rows), else its episode is masked.
     """
-    if group_size < 1 or max_turns < 1 or max_new_tokens < 1:
-        raise ValueError("group_size, max_turns and max_new_tokens must be >= 1")
+    if group_size < 1 or max_steps < 1 or max_new_tokens < 1:
+        raise ValueError("group_size, max_steps and max_new_tokens must be >= 1")
     task_list = [TaskInfo.coerce(t) for t in tasks]
     rollouts = [Rollout(task=t, group=g) for g, t in enumerate(task_list) for _ in range(group_size)]
     playing: list[int] = []  # the rollouts whose environment was built
@@ -105,8 +107,8 @@ def collect_rollouts(
     try:
         for i, rollout in enumerate(rollouts):
             try:
-                # As evaluation does: the episode ends at max_turns or the task's own max_steps, if smaller.
-                instance = MaxStepsWrapper(build_env(env, env_kwargs), max_steps=max_turns)
+                # As evaluation does: the episode ends at max_steps or the task's own, if smaller.
+                instance = MaxStepsWrapper(build_env(env, env_kwargs), max_steps=max_steps)
             except Exception as exc:  # the environment could not start: not the agent's doing
                 rollout.fail(exc)
                 continue
@@ -131,7 +133,7 @@ def collect_rollouts(
             policy,
             [rollouts[i].task for i in playing],
             [None if seed is None else seed + i for i in playing],
-            max_turns=max_turns,
+            max_steps=max_steps,
             on_step_error=step_errors,
             on_reset_error=lambda k, exc: rollouts[playing[k]].fail(exc),  # not the agent's doing
             after_turn=None if on_turn is None else lambda turn, live: on_turn(turn, live) if turn else None,

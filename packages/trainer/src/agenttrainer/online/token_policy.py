@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agenttrainer.generation import GenerationError, Generator, TokenSample, check_sample
-from agenttrainer.inference import answer_style, observation_message, tool_schemas
+from agenttrainer.inference import answer_style, chat_template_tools, observation_message
 from agenttrainer.online.chat_tokens import ChatTokens
 from knowlyrcore import TaskInfo, Trajectory
 from knowlyrcore.policy import STOP
@@ -96,7 +96,7 @@ class TokenPolicy:
         self.generator = generator
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
-        self.tools = tool_schemas(tools)  # the tools of an environment as built; set_tools_batch updates
+        self.tools = chat_template_tools(tools)  # the tools of an environment as built; set_tools_batch updates
         self.include_tools = include_tools
         self.closing_tool = closing_tool
         self.max_new_tokens = max_new_tokens
@@ -127,7 +127,7 @@ class TokenPolicy:
             raise ValueError(f"set_tools_batch got {len(tools_batch)} tool lists for {len(self.records)} episodes")
         for i, tools in enumerate(tools_batch):
             if tools is not None:
-                self.episode_tools[i] = tool_schemas(list(tools))
+                self.episode_tools[i] = chat_template_tools(list(tools))
 
     def act_batch(self, observations: Sequence[Any | None]) -> list[Any]:
         """One action per episode: ``None`` where the observation is ``None``, ``STOP`` where the

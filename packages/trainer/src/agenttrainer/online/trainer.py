@@ -47,7 +47,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from agenttrainer.algorithms import get as get_algorithm
+from agenttrainer.algorithms import get_algorithm
 from agenttrainer.algorithms.ppo import gae, value_loss, whiten
 from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
@@ -213,7 +213,7 @@ class OnlineRLTrainer:
         indices = self.iteration_task_indices(iteration) if indices is None else indices
         torch.manual_seed(c.seed * 1_000_003 + iteration + 7919 * refill_round)  # sampling repeats on resume
         episodes = len(indices) * c.group_size
-        bar = self._inner_bar(total=c.max_turns, desc=f"iteration {iteration + 1} rollouts", unit="turn")
+        bar = self._inner_bar(total=c.max_steps, desc=f"iteration {iteration + 1} rollouts", unit="turn")
         bar.set_postfix(live=f"{episodes}/{episodes}")
 
         def on_turn(turn: int, live: int) -> None:
@@ -241,7 +241,7 @@ class OnlineRLTrainer:
             system_prompt=self.prompt.system_prompt,
             include_tools=self.prompt.include_tools,
             closing_tool=c.closing_tool,
-            max_turns=c.max_turns,
+            max_steps=c.max_steps,
             max_new_tokens=c.max_new_tokens,
             max_episode_tokens=c.max_episode_tokens,
             temperature=c.temperature,
@@ -456,7 +456,7 @@ class OnlineRLTrainer:
                     kl_coef=c.kl_coef,
                     num_items=num_items,
                     normalization=normalization,
-                    max_tokens=c.max_turns * c.max_new_tokens,
+                    max_tokens=c.max_steps * c.max_new_tokens,
                 )
                 if values is not None and returns is not None:
                     mb_tokens = float(mask.sum())
@@ -542,7 +542,7 @@ class OnlineRLTrainer:
             for iteration in range(state["global_step"], c.num_iterations):
                 if stop_after is not None and iteration >= stop_after:
                     break
-                if 0 < c.max_steps <= state["optimizer_steps"]:
+                if 0 < c.max_optimizer_steps <= state["optimizer_steps"]:
                     break
                 metrics = self.run_iteration(iteration, optimizer, scheduler, state)
                 state["global_step"] = iteration + 1  # checkpoints are numbered by iteration

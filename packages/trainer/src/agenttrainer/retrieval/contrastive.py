@@ -21,12 +21,13 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from agenttrainer.config import ConfigError, read_config_file
 from agenttrainer.retrieval.encoder import DEFAULT_ENCODER, DenseIndex, Encoder, RetrieverError, tool_document
+from knowlyrcore.deprecation import rename_keys, renamed_fields
 
 
 def contrastive_loss(
@@ -59,9 +60,13 @@ def mine_pairs(trajectories: Any, library: Any) -> list[tuple[str, str]]:
     return pairs
 
 
+@renamed_fields(max_steps="max_optimizer_steps")  # max_steps counts an episode's steps in knowlyr
 @dataclass
 class RetrieverConfig:
     """``knowlyr-trainer retriever --config cfg.yaml``."""
+
+    #: Old field name -> new one (``knowlyrcore.deprecation.renamed_fields``).
+    renamed_fields: ClassVar[dict[str, str]] = {}
 
     model_name_or_path: str = field(default=DEFAULT_ENCODER, metadata={"help": "Encoder to start from."})
     library: str = field(default="generated", metadata={"help": "Tools JSONL/JSON, or 'generated' (toolgen)."})
@@ -73,7 +78,7 @@ class RetrieverConfig:
     eval_pairs: int = field(default=400, metadata={"help": "Pairs of the eval split."})
     output_dir: str = field(default="runs/retriever", metadata={"help": "Where the fine-tuned encoder goes."})
     num_epochs: int = 1
-    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps."})
+    max_optimizer_steps: int | None = field(default=None, metadata={"help": "Stop after this many optimizer steps."})
     batch_size: int = 32
     learning_rate: float = 3e-5
     temperature: float = 0.05
@@ -94,7 +99,12 @@ class RetrieverConfig:
     @classmethod
     def from_yaml(cls, path: str | None = None, **overrides: Any) -> RetrieverConfig:
         values: dict[str, Any] = read_config_file(path)[0] if path else {}
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        renamed = cls.renamed_fields
+        try:  # old names, the file's before the overrides', so a new name among the overrides wins
+            values = rename_keys(values, renamed, cls.__name__)
+            values.update(rename_keys({k: v for k, v in overrides.items() if v is not None}, renamed, cls.__name__))
+        except TypeError as exc:
+            raise ConfigError(f"{path or 'config'}: {exc}") from None
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(k for k in values if k not in known)
         if unknown:
@@ -199,7 +209,7 @@ def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[s
 
     optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=config.learning_rate)
     steps_per_epoch = (len(pairs) + config.batch_size - 1) // config.batch_size
-    total = min(config.max_steps or steps_per_epoch * config.num_epochs, steps_per_epoch * config.num_epochs)
+    total = min(config.max_optimizer_steps or steps_per_epoch * config.num_epochs, steps_per_epoch * config.num_epochs)
     losses: list[float] = []
     started = time.perf_counter()
     bar = tqdm(total=total, desc="retriever", unit="step", disable=not progress)

@@ -48,7 +48,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from agenttrainer.generation import LocalGenerator, TokenSample
-from agenttrainer.inference import AgentInference, TextStream, _seeded
+from agenttrainer.inference import AgentInference, TextStream, seeded
 from agenttrainer.models.prompt_contract import contract_of
 from agenttrainer.models.tool_calls import parse_tool_calls, possible_tool_call_start
 from agenttrainer.serving.limits import (
@@ -408,7 +408,7 @@ class ChatServer:
         memory does not grow with the request); the choices and how many tokens they hold."""
         lengths = [len(prompt) for prompt in completion.prompts]
         samples: dict[int, TokenSample] = {}  # by prompt index
-        with self._generator_lock, _seeded(completion.seed):
+        with self._generator_lock, seeded(completion.seed):
             for batch in plan_micro_batches(lengths, max_new_tokens, self.limits.max_batch_tokens):
                 self.micro_batches += 1
                 tokens = len(batch) * (lengths[batch[0]] + max_new_tokens)  # the longest prompt comes first

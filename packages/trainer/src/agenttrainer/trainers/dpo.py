@@ -30,7 +30,7 @@ from agenttrainer.data import (
     Example,
     collate,
     dpo_pair,
-    read_jsonl,
+    read_located_records,
     shuffled_batches,
     tokenize_conversation,
 )
@@ -53,7 +53,7 @@ class DPOTrainer(Recipe):
     @staticmethod
     def read_pairs(path: str | Path) -> list[tuple[Conversation, Conversation]]:
         """Every ``(chosen, rejected)`` pair of ``path``, checked; no model needed."""
-        pairs = [dpo_pair(record, where) for where, record in read_jsonl(path)]
+        pairs = [dpo_pair(record, where) for where, record in read_located_records(path)]
         if not pairs:
             raise DataError(f"{path}: no preference pairs")
         return pairs

@@ -30,8 +30,7 @@ from typing import Any
 
 import torch
 
-from agenttrainer.algorithms import Algorithm
-from agenttrainer.algorithms import get as get_algorithm
+from agenttrainer.algorithms import Algorithm, get_algorithm
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -39,7 +38,7 @@ from agenttrainer.data import (
     Example,
     collate,
     grpo_group,
-    read_jsonl,
+    read_located_records,
     shuffled_batches,
     tokenize_conversation,
 )
@@ -68,7 +67,7 @@ class GRPOTrainer(Recipe):
         """Every group of ``path``, checked, with its group-normalised advantages; no model needed."""
         c = self.config
         groups = []
-        for where, record in read_jsonl(path):
+        for where, record in read_located_records(path):
             convs = grpo_group(record, where)
             if c.group_size is not None and len(convs) != c.group_size:
                 raise DataError(f"{where}: field 'trajectories' has {len(convs)} entries, group_size is {c.group_size}")

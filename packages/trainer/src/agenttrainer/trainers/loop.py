@@ -136,7 +136,7 @@ def start_run(
     updates_per_window: int = 1,
 ) -> RunStart:
     """For a ``plan`` (per epoch, the batch windows; each window takes ``updates_per_window``
-    optimizer steps): the step count (capped by ``max_steps``), optimizer and schedule over it,
+    optimizer steps): the step count (capped by ``max_optimizer_steps``), optimizer and schedule over it,
     ``accelerate`` preparation, resume from the configured checkpoint (into ``state``; default: the
     SFT/DPO counters), metrics logger and progress bar: one way for SFT, DPO and GRPO, so their
     resume, logging and checkpoint semantics cannot drift apart."""
@@ -147,8 +147,8 @@ def start_run(
 
     state = state or {"global_step": 0, "best_eval_loss": None, "bad_evals": 0, "tokens": 0}
     total_steps = sum(len(windows) for windows in plan) * updates_per_window
-    if config.max_steps > 0:
-        total_steps = min(total_steps, config.max_steps)
+    if config.max_optimizer_steps > 0:
+        total_steps = min(total_steps, config.max_optimizer_steps)
     optimizer, scheduler = make_optimizer_and_scheduler(wrapped, config, total_steps)
     model, optimizer = acc.prepare(wrapped, optimizer)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -12,7 +12,7 @@ bad data fails in seconds; the conversations are tokenised once the tokenizer ex
 stops with :class:`~agenttrainer.trainers.guards.NonFiniteLossError` naming the step rather than
 take an optimizer step on a NaN/Infinity loss.
 
-Simplifications: the data set is tokenised up front in memory; ``max_steps``/``save_steps``
+Simplifications: the data set is tokenised up front in memory; ``max_optimizer_steps``/``save_steps``
 count optimizer steps.
 
 Run: ``knowlyr-trainer sft --train-file sft.jsonl --model smollm2-135m`` or, on 2 processes,
@@ -40,7 +40,7 @@ from agenttrainer.data import (
     coreset_indices,
     curriculum_indices,
     length_grouped_batches,
-    read_jsonl,
+    read_located_records,
     sft_conversation,
     shuffled_batches,
     task_weighted_indices,
@@ -65,7 +65,7 @@ class SFTTrainer(Recipe):
         records when the replay buffer needs them (``use_online_continual``; else ``[]``)."""
         c = self.config
         convs, records = [], []
-        for where, record in read_jsonl(path):
+        for where, record in read_located_records(path):
             convs.append(
                 sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
             )
