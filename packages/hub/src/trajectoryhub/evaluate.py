@@ -50,9 +50,9 @@ from math import comb
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from knowlyrcore import SolutionReplay, TaskInfo, Trajectory
+from knowlyrcore.lazy import lazy_import
 from trajectoryhub.export import trajectory_reward
 from trajectoryhub.ray_executor import INFRASTRUCTURE_FAILURE
 from trajectoryhub.rollout import ENV_ERROR
@@ -64,6 +64,8 @@ from trajectoryhub.stats import (
     wilcoxon_signed_rank,
     wilson_interval,
 )
+
+stats = lazy_import("scipy.stats")  # loaded when a statistic is computed, not for every command
 
 
 @dataclass

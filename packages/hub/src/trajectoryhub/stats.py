@@ -29,7 +29,10 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from scipy import stats
+
+from knowlyrcore.lazy import lazy_import
+
+stats = lazy_import("scipy.stats")  # ~1 s to import: loaded when a test statistic is computed
 
 T = TypeVar("T")
 

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
 
 from agentreward.errors import CalibrationError
 from agentreward.rubrics import RUBRICS
 from agentreward.trajectories import read_json_document, read_json_lines, write_atomically
+from knowlyrcore.lazy import lazy_import
+
+optimize = lazy_import("scipy.optimize")  # ~1.5 s with scipy.stats: only fitting needs them
+stats = lazy_import("scipy.stats")
 
 MIN_LABELS = 4
 

@@ -25,9 +25,10 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from scipy import stats
-
 from agentreward.errors import RewardError
+from knowlyrcore.lazy import lazy_import
+
+stats = lazy_import("scipy.stats")  # ~1.5 s to import: only the metrics need it
 
 #: keys of ``task.metadata`` that carry the answer in public data sets (tau-bench's gold actions
 #: and the user simulator's hidden instruction, Who&When's ground truth); hidden before scoring
