@@ -61,6 +61,7 @@ from agenttrainer.models.prompt_contract import PromptContract, attach_contract,
 from agenttrainer.online.rollout import Rollout, collect_rollouts
 from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
 from agenttrainer.packed import to_device, unpack_tokens
+from agenttrainer.trainers.grpo import loss_options
 from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
 from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
@@ -429,8 +430,8 @@ class OnlineRLTrainer:
         else:
             advantages, returns = [torch.tensor(a) for a in group_advantages], None
         total_tokens = sum(int(a.numel()) for a in advantages)
-        normalization = c.loss_normalization or algorithm.normalization
-        num_items = total_tokens if normalization == "token" else len(valid)
+        options = loss_options(c, algorithm, max_tokens=c.max_steps * c.max_new_tokens)
+        num_items = total_tokens if options["normalization"] == "token" else len(valid)
         params = [p for p in self.trainable.parameters() if p.requires_grad]
         index = list(range(len(valid)))
         sums: dict[str, float] = {}
@@ -445,19 +446,7 @@ class OnlineRLTrainer:
                 adv = _pad([advantages[i] for i in mb], logps)
                 ref_t = None if ref is None else _pad([ref[i] for i in mb], logps)
                 old_t = logps.detach() if old is None else _pad([old[i] for i in mb], logps)
-                loss, metrics = algorithm.loss(
-                    logps,
-                    old_t,
-                    ref_t,
-                    adv,
-                    mask,
-                    clip_eps=c.clip_eps,
-                    clip_eps_high=c.clip_eps_high,
-                    kl_coef=c.kl_coef,
-                    num_items=num_items,
-                    normalization=normalization,
-                    max_tokens=c.max_steps * c.max_new_tokens,
-                )
+                loss, metrics = algorithm.loss(logps, old_t, ref_t, adv, mask, num_items=num_items, **options)
                 if values is not None and returns is not None:
                     mb_tokens = float(mask.sum())
                     vloss = value_loss(
