@@ -30,8 +30,8 @@ from typing import Any
 import click
 
 from knowlyrcore import TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
-from knowlyrcore.clikit import Group, mcp_command, run
-from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, PAIRINGS
+from knowlyrcore.clikit import Group, mcp_command, pairing_options, run
+from knowlyrcore.datasets import DEFAULT_MIN_MARGIN
 from knowlyrcore.errors import DataFormatError, InputError, MissingExtraError
 from knowlyrcore.jsonl import iter_json_lines
 
@@ -140,25 +140,7 @@ def cli() -> None:
     is_flag=True,
     help="ATIF, ADP: keep only successful trajectories. SFT: the default (accepted for old commands).",
 )
-@click.option(
-    "--pairing",
-    type=click.Choice(PAIRINGS),
-    default=DEFAULT_PAIRING,
-    show_default=True,
-    help="DPO: each task's best attempt against its worst, or every pair of its attempts.",
-)
-@click.option(
-    "--min-margin",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_MIN_MARGIN,
-    show_default=True,
-    help="DPO: smallest reward difference between chosen and rejected.",
-)
-@click.option(
-    "--max-pairs-per-task",
-    type=click.IntRange(min=1),
-    help="DPO, all_above_margin: at most this many pairs per task (largest margins first).",
-)
+@pairing_options("DPO")
 @click.option(
     "--min-group-size",
     type=click.IntRange(min=1),
