@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 
 from agenttrainer.algorithms import get_algorithm
 from agenttrainer.algorithms.ppo import gae, value_loss, whiten
+from agenttrainer.algorithms.registry import loss_options
 from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import ConfigError, OnlineRLConfig
@@ -61,7 +62,6 @@ from agenttrainer.models.prompt_contract import PromptContract, attach_contract,
 from agenttrainer.online.rollout import Rollout, collect_rollouts
 from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
 from agenttrainer.packed import to_device, unpack_tokens
-from agenttrainer.trainers.grpo import loss_options
 from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
 from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from agenttrainer.algorithms import Algorithm, get_algorithm
+from agenttrainer.algorithms.registry import loss_options
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -49,20 +50,6 @@ from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
 from agenttrainer.trainers.setup import Recipe
-
-
-def loss_options(config: GRPOConfig, algorithm: Algorithm, *, max_tokens: int) -> dict[str, Any]:
-    """The keywords of ``algorithm.loss`` that a run's ``config`` sets (offline and online alike):
-    its clip range, KL weight and ``normalization`` (``loss_normalization``, else the algorithm's
-    own), with ``max_tokens``, the token budget of the ``constant`` normalization. The step's
-    ``num_items`` is the caller's."""
-    return {
-        "clip_eps": config.clip_eps,
-        "clip_eps_high": config.clip_eps_high,
-        "kl_coef": config.kl_coef,
-        "normalization": config.loss_normalization or algorithm.normalization,
-        "max_tokens": max_tokens,
-    }
 
 
 class GRPOTrainer(Recipe):
