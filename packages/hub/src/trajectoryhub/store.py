@@ -54,16 +54,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from pydantic import ValidationError
+from typing_extensions import Unpack
 
 from knowlyrcore import Trajectory
 from knowlyrcore.errors import InputError, KnowlyrError, require_extra
 from trajectoryhub.dedup import content_hash
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 FRESHNESS_DECAY = 0.05  # per day, as in seed 004's GDI
 DEFAULT_FEEDBACK = 0.5
