@@ -15,8 +15,10 @@ from knowlyrcore.clikit import (
     error_line,
     exit_code_of,
     mcp_command,
+    pairing_options,
     run,
 )
+from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING
 from knowlyrcore.errors import (
     NO_SUCH_FILE,
     DataFormatError,
@@ -143,6 +145,28 @@ def test_mcp_command_passes_every_argument_to_the_server(tmp_path, monkeypatch, 
     cli.add_command(mcp_command("knowlyr-test", "echo_server_for_clikit"))
     assert run(cli, ["mcp", "--root", "/data", "--help", "-x"]) == 3
     assert capsys.readouterr().out == "server got ['--root', '/data', '--help', '-x']\n"
+
+
+def test_pairing_options_parse_pair_preferences_choices_in_order():
+    @click.command()
+    @pairing_options("DPO")
+    def pairs(**options):
+        click.echo(repr(options))
+
+    assert (
+        CliRunner().invoke(pairs, []).output
+        == repr({"pairing": DEFAULT_PAIRING, "min_margin": DEFAULT_MIN_MARGIN, "max_pairs_per_task": None}) + "\n"
+    )
+    given = ["--pairing", "all_above_margin", "--min-margin", "0.5", "--max-pairs-per-task", "3"]
+    assert (
+        CliRunner().invoke(pairs, given).output
+        == repr({"pairing": "all_above_margin", "min_margin": 0.5, "max_pairs_per_task": 3}) + "\n"
+    )
+    for bad in (["--pairing", "all"], ["--min-margin", "-1"], ["--max-pairs-per-task", "0"]):
+        assert CliRunner().invoke(pairs, bad).exit_code == EXIT_BAD_INPUT
+    shown = CliRunner().invoke(pairs, ["--help"]).output
+    assert shown.index("--pairing") < shown.index("--min-margin") < shown.index("--max-pairs-per-task")
+    assert "DPO, all_above_margin: at most" in " ".join(shown.split())
 
 
 def test_console_script_exit_code_is_the_processes():

@@ -71,6 +71,8 @@ def test_filters(store):
     assert len(store.query(limit=2)) == 2
     with pytest.raises(StoreError, match="order_by"):
         store.query(order_by="size")
+    with pytest.raises(StoreError, match=r"unknown filter\(s\) \['colour'\]"):
+        store.query(colour="red")
 
 
 def test_gdi_order_matches_hand_computed_scores(store):

@@ -92,20 +92,34 @@ def swe_row(t):
     return (t.id, len(t.steps), t.model, t.outcome.tests.passed, t.outcome.tests.failed)
 
 
-# per row: (id, actions in content = code + api + message actions, model, passed, failed)
-ADP_NEBIUS = [
-    ("tomerfiliba__plumbum-366_17", 7, "swe-agent-llama-70b", 6, 0),
-    ("tempoCollaboration__OQuPy-74_55", 15, "swe-agent-llama-70b", 1, 0),
-    ("marshmallow-code__apispec-811_21", 6, "swe-agent-llama-70b", 95, 2),
-    ("brightway-lca__brightway2-analyzer-19_23", 9, "swe-agent-llama-405b", 8, 2),
-    ("ReviewNB__treon-25_38", 17, "swe-agent-llama-70b", 7, 0),
-]
+# The same five nebius/SWE-agent-trajectories rows as ADP publishes them and in their own format;
+# per row (id, steps, model, tests passed, tests failed). ADP: a step per action in content (code,
+# api and message actions); nebius: one per ``ai`` turn, so one fewer (no closing message).
+SWE_AGENT_ROWS = {
+    "adp_nebius_swe-agent.std.json": [
+        ("tomerfiliba__plumbum-366_17", 7, "swe-agent-llama-70b", 6, 0),
+        ("tempoCollaboration__OQuPy-74_55", 15, "swe-agent-llama-70b", 1, 0),
+        ("marshmallow-code__apispec-811_21", 6, "swe-agent-llama-70b", 95, 2),
+        ("brightway-lca__brightway2-analyzer-19_23", 9, "swe-agent-llama-405b", 8, 2),
+        ("ReviewNB__treon-25_38", 17, "swe-agent-llama-70b", 7, 0),
+    ],
+    "nebius_swe-agent-trajectories_5rows.json": [
+        ("tomerfiliba__plumbum-366_17", 6, "swe-agent-llama-70b", 6, 0),
+        ("tempoCollaboration__OQuPy-74_55", 14, "swe-agent-llama-70b", 1, 0),
+        ("marshmallow-code__apispec-811_21", 5, "swe-agent-llama-70b", 95, 2),
+        ("brightway-lca__brightway2-analyzer-19_23", 8, "swe-agent-llama-405b", 8, 2),
+        ("ReviewNB__treon-25_38", 16, "swe-agent-llama-70b", 7, 0),
+    ],
+}
 
 
-def test_adp_nebius_rows(real):
-    rows = convert_file(real(INTEROP.format("adp_nebius_swe-agent.std.json")))
-    assert [swe_row(t) for t in rows] == ADP_NEBIUS
-    t = rows[0]
+@pytest.mark.parametrize("name", SWE_AGENT_ROWS)
+def test_swe_agent_rows(real, name):
+    assert [swe_row(t) for t in convert_file(real(INTEROP.format(name)))] == SWE_AGENT_ROWS[name]
+
+
+def test_adp_nebius_first_row(real):
+    t = convert_file(real(INTEROP.format("adp_nebius_swe-agent.std.json")))[0]
     # content[1] code_action "ls -F"; [3] find_file; [5] open; [7] edit; [9] python; [11] submit; [13] message
     assert t.tool_names == ["bash", "find_file", "open", "edit", "bash", "submit", "respond"]
     assert t.steps[0].tool_call.parameters == {"command": "ls -F"}
@@ -167,19 +181,8 @@ def test_adp_swe_gym_rows(real):
     assert t.metadata["details"]["report"]["resolved"] is True
 
 
-# per row: (instance_id, ai turns, model, passed, failed)
-NEBIUS = [
-    ("tomerfiliba__plumbum-366_17", 6, "swe-agent-llama-70b", 6, 0),
-    ("tempoCollaboration__OQuPy-74_55", 14, "swe-agent-llama-70b", 1, 0),
-    ("marshmallow-code__apispec-811_21", 5, "swe-agent-llama-70b", 95, 2),
-    ("brightway-lca__brightway2-analyzer-19_23", 8, "swe-agent-llama-405b", 8, 2),
-    ("ReviewNB__treon-25_38", 16, "swe-agent-llama-70b", 7, 0),
-]
-
-
 def test_nebius_rows(real):
     rows = convert_file(real(INTEROP.format("nebius_swe-agent-trajectories_5rows.json")))
-    assert [swe_row(t) for t in rows] == NEBIUS
     # every row: target true, exit_status submitted, the last ai turn runs submit
     for t in rows:
         assert t.outcome.success is True and t.outcome.exit_status == "submitted" and t.outcome.terminated

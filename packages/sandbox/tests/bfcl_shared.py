@@ -17,6 +17,8 @@ RESPOND = {"tool": "respond", "params": {"message": "Done."}}
 
 
 def needs_bfcl():
+    """Skip the calling test without bfcl-eval (``INSTALL_STEP`` installs it), or fail it under
+    ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI)."""
     require(HAVE_BFCL, f"BFCL's data comes with bfcl-eval: {INSTALL_STEP}")
 
 

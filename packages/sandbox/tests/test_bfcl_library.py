@@ -3,8 +3,7 @@
 the bfcl suite's split and exclusions, determinism, and one-line errors.
 
 Expected values are computed here from ``load_entries`` / ``load_answers`` and the suite's tasks.
-The data tests need bfcl-eval (``pip install --no-deps bfcl-eval==2026.3.23``); they skip without
-it, and fail under ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI) instead. The error tests need nothing.
+The data tests need bfcl-eval (``needs_bfcl``); the error tests need nothing.
 """
 
 import functools

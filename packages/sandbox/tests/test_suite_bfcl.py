@@ -2,8 +2,7 @@
 category, splits sharing no function, sampling, rewards, and one-line errors without bfcl-eval or
 with malformed BFCL files.
 
-The data tests need bfcl-eval (``pip install --no-deps bfcl-eval==2026.3.23``); they skip without
-it, and fail under ``KNOWLYR_REQUIRE_COMPONENTS=1`` (CI) instead. The error tests need nothing.
+The data tests need bfcl-eval (``needs_bfcl``); the error tests need nothing.
 """
 
 import functools

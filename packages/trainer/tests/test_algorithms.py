@@ -89,6 +89,20 @@ def test_offline_grpo_takes_the_algorithm_and_refuses_online_only_ones(tmp_path,
         GRPOConfig(train_file=grpo_file, algorithm="a2c")
 
 
+def one_step_config(grpo_file, tmp_path, **fields):
+    """An offline run of one optimizer step on ``grpo_file``, in fp32 and quiet, with no KL term
+    (so no reference model is loaded); ``fields`` set the rest."""
+    return GRPOConfig(
+        train_file=grpo_file,
+        output_dir=str(tmp_path / "out"),
+        kl_coef=0.0,
+        max_optimizer_steps=1,
+        bf16=False,
+        progress_bar=False,
+        **fields,
+    )
+
+
 def test_offline_grpo_passes_every_loss_option_to_the_algorithm(tmp_path, tiny, grpo_file, monkeypatch):
     """A registered algorithm is all a driver needs: one registered here sees the config's clip
     range (clip-higher included), KL weight, normalization and token budget."""
@@ -103,18 +117,7 @@ def test_offline_grpo_passes_every_loss_option_to_the_algorithm(tmp_path, tiny, 
     )
     monkeypatch.setitem(registry._ALGORITHMS, "probe", probe)
     model, tok = tiny
-    config = GRPOConfig(
-        train_file=grpo_file,
-        output_dir=str(tmp_path / "out"),
-        algorithm="probe",
-        clip_eps=0.1,
-        clip_eps_high=0.3,
-        kl_coef=0.0,
-        max_optimizer_steps=1,
-        max_length=256,
-        bf16=False,
-        progress_bar=False,
-    )
+    config = one_step_config(grpo_file, tmp_path, algorithm="probe", clip_eps=0.1, clip_eps_high=0.3, max_length=256)
     result = GRPOTrainer(config, model=model, tokenizer=tok).train()
     assert result["global_step"] == 1 and seen
     options = seen[0]
@@ -141,16 +144,12 @@ def test_dr_grpo_offline_sums_token_losses_over_max_length(tmp_path, tiny, grpo_
     budget (max_length); the first step's loss is then sum_i A_i * (-n_i) / max_length / G per
     group with ratio 1 (no KL): the policy-gradient term at the sampling policy."""
     model, tok = tiny
-    config = GRPOConfig(
-        train_file=grpo_file,
-        output_dir=str(tmp_path / "out"),
+    config = one_step_config(
+        grpo_file,
+        tmp_path,
         algorithm="dr_grpo",
-        kl_coef=0.0,
-        max_optimizer_steps=1,
         batch_size=1,
         max_length=300,
-        bf16=False,
-        progress_bar=False,
         logging_steps=1,
         step_level_advantage=False,
         warmup_ratio=0.0,

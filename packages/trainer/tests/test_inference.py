@@ -62,30 +62,23 @@ def test_possible_tool_call_start_holds_back_partial_tags():
     assert possible_tool_call_start("hello <") == len("hello ")
 
 
-@pytest.mark.parametrize(
-    ("text", "tools", "expected"),
-    [
-        (
-            'Thought: t\nAction: {"name": "bash", "parameters": {"command": "ls"}}',
-            None,
-            ("bash", {"command": "ls"}, "t"),
-        ),
-        ('Action: {"tool": "respond", "params": {"message": "hi"}}', None, ("respond", {"message": "hi"}, "")),
-        ('Thought: read it\nAction: read_file {"path": "a.py"}', None, ("read_file", {"path": "a.py"}, "read it")),
-        ("Thought: read it\nAction: read_file /sort.py", None, ("read_file", {"input": "/sort.py"}, "read it")),
-        (
-            "Action: read_file /sort.py\nObservation: def sort(): ...",
-            [{"name": "read_file", "parameters": {"type": "object", "properties": {"path": {}}, "required": ["path"]}}],
-            ("read_file", {"path": "/sort.py"}, ""),
-        ),
-        ("Action: submit", None, ("submit", {}, "")),
-        ('Sure:\n```json\n{"name": "ls", "arguments": {}}\n```', None, ("ls", {}, "Sure:")),
-    ],
-)
-def test_text_actions(text, tools, expected):
-    action, style = action_from_answer(text, tools)
-    assert (action["tool"], action["params"], action["thought"]) == expected
-    assert style == "text"
+def test_text_actions_are_parse_replys_with_the_tools_passed_on():
+    """``action_from_answer`` returns ``knowlyrcore.parse_reply``'s action and style; the text
+    forms it reads are core's to test (``test_tool_parsing``). With the tool's schema a bare
+    argument fills its one required parameter; without it the argument stays ``input``."""
+    read_file = {
+        "name": "read_file",
+        "parameters": {"type": "object", "properties": {"path": {}}, "required": ["path"]},
+    }
+    text = "Thought: read it\nAction: read_file /sort.py"
+    assert action_from_answer(text, [read_file]) == (
+        {"tool": "read_file", "params": {"path": "/sort.py"}, "thought": "read it"},
+        "text",
+    )
+    assert action_from_answer(text) == (
+        {"tool": "read_file", "params": {"input": "/sort.py"}, "thought": "read it"},
+        "text",
+    )
 
 
 def test_native_tool_call_action_keeps_the_thought():

@@ -365,7 +365,7 @@ def test_ppo_token_rewards_and_update(tiny, tmp_path):
     assert "train/value_loss" in log and log["train/logprob_mismatch"] < 1e-3
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "rloo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "rloo", "gspo"])
 def test_each_algorithm_updates_the_policy(tiny, tmp_path, algorithm):
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}, {"metadata": {"n": 3}}])

@@ -31,7 +31,7 @@ A package's CLI reads::
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -135,6 +135,46 @@ def mcp_command(dist: str, module: str) -> click.Command:
     return command
 
 
+def pairing_options(applies_to: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--pairing``, ``--min-margin`` and ``--max-pairs-per-task``: the choices of
+    ``knowlyrcore.datasets.pair_preferences``, the one rule every command that builds DPO pairs
+    applies. ``applies_to`` (``"DPO"``) starts each help text where the command does more than pair."""
+    from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, PAIRINGS
+
+    def helped(text: str, condition: str = "") -> str:
+        scope = ", ".join(s for s in (applies_to, condition) if s)
+        return f"{scope}: {text}" if scope else text[0].upper() + text[1:]
+
+    options = [
+        click.option(
+            "--pairing",
+            type=click.Choice(PAIRINGS),
+            default=DEFAULT_PAIRING,
+            show_default=True,
+            help=helped("each task's best attempt against its worst, or every pair of its attempts."),
+        ),
+        click.option(
+            "--min-margin",
+            type=click.FloatRange(min=0),
+            default=DEFAULT_MIN_MARGIN,
+            show_default=True,
+            help=helped("smallest reward difference between chosen and rejected."),
+        ),
+        click.option(
+            "--max-pairs-per-task",
+            type=click.IntRange(min=1),
+            help=helped("at most this many pairs per task (largest margins first).", "all_above_margin"),
+        ),
+    ]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):  # as if stacked in this order above the command
+            command = option(command)
+        return command
+
+    return decorate
+
+
 def warn_deprecated(message: str) -> None:
     """Tell the user, once per process, that a flag or config key they used is deprecated, as one
     ``warning: <message>`` line on stderr (``message`` names the new one). A command's user would
@@ -166,6 +206,7 @@ __all__ = [
     "exit_code_of",
     "json_argument",
     "mcp_command",
+    "pairing_options",
     "print_error",
     "run",
 ]

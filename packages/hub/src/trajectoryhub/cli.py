@@ -30,8 +30,8 @@ from typing import Any
 import click
 
 from knowlyrcore import TaskInfo, read_jsonl, read_trajectories, write_jsonl, write_trajectories
-from knowlyrcore.clikit import Group, mcp_command, run
-from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, PAIRINGS
+from knowlyrcore.clikit import Group, mcp_command, pairing_options, run
+from knowlyrcore.datasets import DEFAULT_MIN_MARGIN
 from knowlyrcore.errors import DataFormatError, InputError, MissingExtraError
 from knowlyrcore.jsonl import iter_json_lines
 
@@ -97,6 +97,23 @@ def trajectory_files(fn: Any) -> Any:
     return click.option("-t", "--trajectories", multiple=True, help=FILES_HELP)(fn)
 
 
+def executor_options(local: str, what: str) -> Any:
+    """``--executor``, ``local`` (the default) or ``ray`` (``what`` says where each plays the
+    episodes), and ``--address``, the Ray cluster of ``ray``."""
+
+    def decorate(fn: Any) -> Any:
+        fn = click.option(
+            "--address",
+            help="Ray cluster address (default: start a local Ray runtime listening on 127.0.0.1 only; "
+            "RAY_ADDRESS is honoured).",
+        )(fn)
+        return click.option(
+            "--executor", type=click.Choice([local, "ray"]), default=local, show_default=True, help=what
+        )(fn)
+
+    return decorate
+
+
 class HubGroup(Group):
     """The hub's library functions refuse unusable input with ``ValueError`` (no trajectories to
     evaluate, unscored runs, one agent to compare) and missing extras with ``ImportError`` naming
@@ -140,25 +157,7 @@ def cli() -> None:
     is_flag=True,
     help="ATIF, ADP: keep only successful trajectories. SFT: the default (accepted for old commands).",
 )
-@click.option(
-    "--pairing",
-    type=click.Choice(PAIRINGS),
-    default=DEFAULT_PAIRING,
-    show_default=True,
-    help="DPO: each task's best attempt against its worst, or every pair of its attempts.",
-)
-@click.option(
-    "--min-margin",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_MIN_MARGIN,
-    show_default=True,
-    help="DPO: smallest reward difference between chosen and rejected.",
-)
-@click.option(
-    "--max-pairs-per-task",
-    type=click.IntRange(min=1),
-    help="DPO, all_above_margin: at most this many pairs per task (largest margins first).",
-)
+@pairing_options("DPO")
 @click.option(
     "--min-group-size",
     type=click.IntRange(min=1),
@@ -290,16 +289,8 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
     help="Local checkpoints: weights' dtype for generation (bfloat16: ~2x faster on CPUs with AMX or "
     "AVX512-BF16, many times slower on CPUs without native bf16).",
 )
-@click.option(
-    "--executor",
-    type=click.Choice(["batched", "ray"]),
-    default="batched",
-    show_default=True,
-    help="Play episodes in lockstep here, or on Ray actors (extra: ray; not for local model policies).",
-)
-@click.option(
-    "--address",
-    help="Ray cluster address (default: start a local Ray runtime listening on 127.0.0.1 only; RAY_ADDRESS is honoured).",
+@executor_options(
+    "batched", "Play episodes in lockstep here, or on Ray actors (extra: ray; not for local model policies)."
 )
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=2, show_default=True, help="Ray actors (with --executor ray)."
@@ -685,17 +676,7 @@ def _formats(value: str) -> tuple[str, ...]:
 @click.option("--system-prompt")
 @click.option("--agent-name")
 @click.option("--reward-domain", help="Score steps with knowlyr-reward's rules for this domain.")
-@click.option(
-    "--executor",
-    type=click.Choice(["thread", "ray"]),
-    default="thread",
-    show_default=True,
-    help="Run episodes in threads, or as Ray actors (extra: ray).",
-)
-@click.option(
-    "--address",
-    help="Ray cluster address (default: start a local Ray runtime listening on 127.0.0.1 only; RAY_ADDRESS is honoured).",
-)
+@executor_options("thread", "Run episodes in threads, or as Ray actors (extra: ray).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def collect_command(**options: Any) -> None:
     """Roll out an OpenAI-compatible policy in an environment."""

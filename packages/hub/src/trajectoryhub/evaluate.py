@@ -333,6 +333,17 @@ def evaluate_policy(
 
     if not tasks:
         raise ValueError("evaluate_policy needs at least one task")
+    # what both executors are told alike
+    episodes: dict[str, Any] = dict(
+        max_steps=max_steps,
+        reward_fn=reward_fn,
+        agent_name=name,
+        model_name=model_name,
+        env_kwargs=env_kwargs,
+        seed=seed,
+        progress=progress,
+        record_env_errors=True,
+    )
     if executor == "ray":
         if isinstance(policy, BatchPolicy) or not callable(policy):
             raise ValueError("executor='ray' needs a factory of per-episode policies, not a batch policy")
@@ -341,33 +352,13 @@ def evaluate_policy(
             agent_factory=policy,
             tasks=list(tasks),
             n_episodes=len(tasks),
-            max_steps=max_steps,
-            reward_fn=reward_fn,
-            agent_name=name,
-            model_name=model_name,
-            env_kwargs=env_kwargs,
-            seed=seed,
             concurrency=concurrency,
-            progress=progress,
             executor="ray",
             ray_address=ray_address,
-            record_env_errors=True,
+            **episodes,
         )
     elif executor == "batched":
-        trajectories = collect_batched(
-            env,
-            policy,
-            list(tasks),
-            max_steps=max_steps,
-            reward_fn=reward_fn,
-            agent_name=name,
-            model_name=model_name,
-            env_kwargs=env_kwargs,
-            seed=seed,
-            batch_size=batch_size,
-            progress=progress,
-            record_env_errors=True,
-        )
+        trajectories = collect_batched(env, policy, list(tasks), batch_size=batch_size, **episodes)
     else:
         raise ValueError(f"executor must be 'batched' or 'ray', got {executor!r}")
     return summarize_stage(trajectories, name=name, split=split), trajectories

@@ -54,9 +54,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import ValidationError
+from typing_extensions import Unpack
 
 from knowlyrcore import Trajectory
 from knowlyrcore.errors import InputError, KnowlyrError, require_extra
@@ -130,6 +131,20 @@ def gdi_score(
     utility = math.log1p(exports) / math.log1p(max_exports) if max_exports > 0 else 0.0
     freshness = 1.0 / (1.0 + FRESHNESS_DECAY * max(0.0, age_days))
     return w.intrinsic * intrinsic + w.utility * utility + w.feedback * feedback + w.freshness * freshness
+
+
+class QueryFilters(TypedDict, total=False):
+    """The filters of ``TrajectoryStore.query``: a trajectory is returned when it matches every one
+    given (None: no filter)."""
+
+    task: str | None  # this task id
+    domain: str | None
+    agent: str | None
+    success: bool | None  # True: successful episodes, False: failed ones
+    min_reward: float | None
+    max_reward: float | None
+    since: float | None  # stored at or after this time (unix seconds)
+    until: float | None  # stored at or before this time (unix seconds)
 
 
 @dataclass(frozen=True)
@@ -443,44 +458,28 @@ class TrajectoryStore:
     def query(
         self,
         *,
-        task: str | None = None,
-        domain: str | None = None,
-        agent: str | None = None,
-        success: bool | None = None,
-        min_reward: float | None = None,
-        max_reward: float | None = None,
-        since: float | None = None,
-        until: float | None = None,
         order_by: str = "gdi",
         limit: int | None = None,
         now: float | None = None,
+        **filters: Unpack[QueryFilters],
     ) -> list[StoredTrajectory]:
-        """Trajectories matching every given filter, best first (``order_by``: gdi, reward or
-        time — newest first). ``since``/``until`` bound the time stored (unix seconds)."""
-        return list(
-            self.iter_query(
-                task=task,
-                domain=domain,
-                agent=agent,
-                success=success,
-                min_reward=min_reward,
-                max_reward=max_reward,
-                since=since,
-                until=until,
-                order_by=order_by,
-                limit=limit,
-                now=now,
-            )
-        )
+        """Trajectories matching every given filter (``QueryFilters``), best first (``order_by``:
+        gdi, reward or time — newest first)."""
+        return list(self.iter_query(order_by=order_by, limit=limit, now=now, **filters))
 
     def iter_query(
-        self, *, order_by: str = "gdi", limit: int | None = None, now: float | None = None, **filters: Any
+        self,
+        *,
+        order_by: str = "gdi",
+        limit: int | None = None,
+        now: float | None = None,
+        **filters: Unpack[QueryFilters],
     ) -> Iterator[StoredTrajectory]:
         if order_by not in ORDERS:
             raise StoreError(f"order_by must be one of {', '.join(ORDERS)}, got {order_by!r}")
         if limit is not None and limit < 1:
             raise StoreError(f"limit must be >= 1, got {limit}")
-        where, params = self._where(filters)
+        where, params = self._where(dict(filters))
         stamp = time.time() if now is None else float(now)
         max_exports = int(self._select("SELECT COALESCE(MAX(exports), 0) FROM trajectories", ())[0][0])
         w = self.weights
@@ -629,7 +628,7 @@ class TrajectoryStore:
                     raise StoreError(f"{key} must be a finite number, got {value!r}")
                 clauses.append(clause)
                 params.append(float(value))
-        unknown = set(filters) - {"task", "domain", "agent", "success", "min_reward", "max_reward", "since", "until"}
+        unknown = set(filters) - set(QueryFilters.__annotations__)
         if unknown:
             raise StoreError(f"unknown filter(s) {sorted(unknown)}")
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), params

@@ -18,8 +18,7 @@ from typing import Any
 import click
 
 from agentreward.errors import RewardError, TrajectoryFormatError, UnscoredError
-from knowlyrcore.clikit import Group, mcp_command, run
-from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, PAIRINGS
+from knowlyrcore.clikit import Group, mcp_command, pairing_options, run
 from knowlyrcore.errors import no_such_file
 
 
@@ -232,25 +231,7 @@ def eval_command(input_paths: tuple[str, ...], output: str | None, **options: An
 @cli.command("pairs")
 @INPUT
 @OUTPUT
-@click.option(
-    "--pairing",
-    type=click.Choice(PAIRINGS),
-    default=DEFAULT_PAIRING,
-    show_default=True,
-    help="Each task's best trajectory against its worst, or every pair of its trajectories.",
-)
-@click.option(
-    "--min-margin",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_MIN_MARGIN,
-    show_default=True,
-    help="Smallest reward difference between chosen and rejected.",
-)
-@click.option(
-    "--max-pairs-per-task",
-    type=click.IntRange(min=1),
-    help="all_above_margin: at most this many pairs per task (largest margins first).",
-)
+@pairing_options()
 def pairs_command(
     input_path: str, output: str, pairing: str, min_margin: float, max_pairs_per_task: int | None
 ) -> None:

@@ -12,13 +12,13 @@ token losses are averaged over its completion tokens, then summed over sequences
 the probability of a rare good token grow further in one update, which keeps the policy from
 collapsing onto what it already does (entropy collapse) while bad tokens stay tightly clipped.
 
-``clipped_loss`` is that objective for any ratio: PPO, RLOO, Dr. GRPO and RFT score tokens with
-``grpo_loss`` (their own advantages, another ``normalization``), GSPO with a ratio per sequence.
+``grpo_loss`` is that objective for any ratio: PPO, RLOO, Dr. GRPO and RFT score tokens with it
+(their own advantages, another ``normalization``), GSPO with a ratio per sequence (``ratio``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -61,9 +61,17 @@ def grpo_advantages(
     return baseline_advantages(rewards, valid, scale)
 
 
-def clipped_loss(
-    ratio: torch.Tensor,
+RatioFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def token_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GRPO's importance ratio, one per token: ``rho_t = exp(logp_t - old_logp_t)`` ``(B, T)``."""
+    return torch.exp(logps - old_logps)
+
+
+def grpo_loss(
     logps: torch.Tensor,
+    old_logps: torch.Tensor,
     ref_logps: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
@@ -74,17 +82,40 @@ def clipped_loss(
     num_items: float | None = None,
     normalization: str = "sequence",
     max_tokens: int | None = None,
+    ratio: RatioFn = token_ratio,
     name: str = "grpo",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped surrogate of ``ratio`` ``(B, T)`` plus ``kl_coef`` times the k3 KL to
-    ``ref_logps``, added up as ``normalization`` says (see ``grpo_loss``); ``metrics["loss/<name>"]``
-    is the mean per-sequence loss."""
+    """Clipped surrogate + k3 KL, per-sequence token mean, summed and divided by ``num_items``.
+
+    ``normalization`` says how token losses become the loss: ``"sequence"`` (above; GRPO),
+    ``"constant"`` (Dr. GRPO: every sequence's token losses summed and divided by the same
+    ``max_tokens``, so long answers are not down-weighted per token; then divided by
+    ``num_items``) or ``"token"`` (PPO: mean over every counted token of the step, ``num_items``
+    being that token count).
+
+    Args:
+        logps: per-token log-probs ``(B, T)`` of the completion tokens under the policy.
+        old_logps: the same under the policy that sampled them.
+        ref_logps: the same under the reference model (None: no KL term).
+        advantages: ``(B,)`` per trajectory or ``(B, T)`` per token (step-level advantages).
+        mask: ``(B, T)``, 1 on completion tokens that count.
+        ratio: ``(logps, old_logps, mask) -> (B, T)`` importance ratios (GSPO passes one per sequence).
+        name: the metric ``loss/<name>`` holds the mean per-sequence loss.
+
+    Hand-derived check (used by the unit test): one sequence, two tokens, ``A = 1``,
+    ``logp - old = (ln 1.5, 0)``, ``clip_eps = 0.2``, ``ref = logp - ln 2`` on both tokens.
+    Token 1: ``rho = 1.5``, ``min(1.5, 1.2) = 1.2``; token 2: ``rho = 1``. Surrogate
+    ``= -(1.2 + 1) / 2 = -1.1``. ``kl = e^{-ln 2} + ln 2 - 1 = 0.5 + 0.69315 - 1 = 0.19315`` per
+    token, so with ``kl_coef = 0.1`` the loss is ``-1.1 + 0.019315 = -1.080685``. With
+    ``clip_eps_high = 0.28`` token 1 is clipped at 1.28 instead: ``-(1.28 + 1) / 2 = -1.14``.
+    """
+    rho = ratio(logps, old_logps, mask)  # (B, T)
     high = clip_eps if clip_eps_high is None else clip_eps_high
     mask = mask.to(logps.dtype)
     if advantages.dim() == 1:
         advantages = advantages[:, None]  # (B, 1)
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high)
-    pg = -torch.min(ratio * advantages, clipped * advantages)  # (B, T)
+    clipped = torch.clamp(rho, 1 - clip_eps, 1 + high)
+    pg = -torch.min(rho * advantages, clipped * advantages)  # (B, T)
     per_token = pg
     kl = None
     if kl_coef != 0.0:
@@ -109,7 +140,7 @@ def clipped_loss(
         raise ValueError(f"normalization must be 'sequence', 'constant' or 'token', got {normalization!r}")
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        is_clipped = ((ratio < 1 - clip_eps) & (advantages < 0)) | ((ratio > 1 + high) & (advantages > 0))
+        is_clipped = ((rho < 1 - clip_eps) & (advantages < 0)) | ((rho > 1 + high) & (advantages > 0))
         metrics = {
             f"loss/{name}": float(per_seq.mean()),
             "loss/pg": float(((pg * mask).sum(dim=1) / lengths).mean()),
@@ -118,58 +149,6 @@ def clipped_loss(
         if kl is not None:
             metrics["train/kl"] = float((kl * mask).sum() / n)
     return loss, metrics
-
-
-def grpo_loss(
-    logps: torch.Tensor,
-    old_logps: torch.Tensor,
-    ref_logps: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.04,
-    num_items: float | None = None,
-    normalization: str = "sequence",
-    max_tokens: int | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped surrogate + k3 KL, per-sequence token mean, summed and divided by ``num_items``.
-
-    ``normalization`` says how token losses become the loss: ``"sequence"`` (above; GRPO),
-    ``"constant"`` (Dr. GRPO: every sequence's token losses summed and divided by the same
-    ``max_tokens``, so long answers are not down-weighted per token; then divided by
-    ``num_items``) or ``"token"`` (PPO: mean over every counted token of the step, ``num_items``
-    being that token count).
-
-    Args:
-        logps: per-token log-probs ``(B, T)`` of the completion tokens under the policy.
-        old_logps: the same under the policy that sampled them.
-        ref_logps: the same under the reference model (None: no KL term).
-        advantages: ``(B,)`` per trajectory or ``(B, T)`` per token (step-level advantages).
-        mask: ``(B, T)``, 1 on completion tokens that count.
-
-    Hand-derived check (used by the unit test): one sequence, two tokens, ``A = 1``,
-    ``logp - old = (ln 1.5, 0)``, ``clip_eps = 0.2``, ``ref = logp - ln 2`` on both tokens.
-    Token 1: ``rho = 1.5``, ``min(1.5, 1.2) = 1.2``; token 2: ``rho = 1``. Surrogate
-    ``= -(1.2 + 1) / 2 = -1.1``. ``kl = e^{-ln 2} + ln 2 - 1 = 0.5 + 0.69315 - 1 = 0.19315`` per
-    token, so with ``kl_coef = 0.1`` the loss is ``-1.1 + 0.019315 = -1.080685``. With
-    ``clip_eps_high = 0.28`` token 1 is clipped at 1.28 instead: ``-(1.28 + 1) / 2 = -1.14``.
-    """
-    ratio = torch.exp(logps - old_logps)  # (B, T)
-    return clipped_loss(
-        ratio,
-        logps,
-        ref_logps,
-        advantages,
-        mask,
-        clip_eps=clip_eps,
-        clip_eps_high=clip_eps_high,
-        kl_coef=kl_coef,
-        num_items=num_items,
-        normalization=normalization,
-        max_tokens=max_tokens,
-    )
 
 
 GRPO = register_algorithm(

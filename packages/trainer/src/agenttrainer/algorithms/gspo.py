@@ -12,16 +12,28 @@ advantages (``step_level_advantage``) use the paper's GSPO-token form: token ``t
 ``r_t = sg[s_i] * exp(logp_t - sg[logp_t])`` (value ``s_i``, gradient ``s_i * grad logp_t``) and
 the loss ``-min(r_t * A_t, clip(r_t) * A_t)``; with one advantage per sequence its per-sequence
 token mean is ``l_i``, gradient included. The k3 KL and the normalizations are GRPO's
-(``clipped_loss``). Sequence ratios stay much closer to 1 than token ratios: the paper clips at
-``clip_eps`` 3e-4 / ``clip_eps_high`` 4e-4.
+(``grpo_loss`` with ``ratio=sequence_ratio``). Sequence ratios stay much closer to 1 than token
+ratios: the paper clips at ``clip_eps`` 3e-4 / ``clip_eps_high`` 4e-4.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from agenttrainer.algorithms.grpo import clipped_loss, grpo_advantages
+from agenttrainer.algorithms.grpo import grpo_advantages, grpo_loss
 from agenttrainer.algorithms.registry import Algorithm, register_algorithm
+
+
+def sequence_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's importance ratio ``(B, T)``: on every token of sequence ``i`` the value
+    ``s_i = exp(mean_t(logp_t - old_logp_t))`` over its completion tokens, the gradient
+    ``s_i * grad logp_t`` (the GSPO-token form)."""
+    weights = mask.to(logps.dtype)
+    lengths = weights.sum(dim=1).clamp(min=1)  # (B,)
+    log_ratio = ((logps - old_logps) * weights).sum(dim=1) / lengths  # (B,): log s_i
+    return torch.exp(log_ratio.detach()[:, None] + logps - logps.detach())  # (B, T): value s_i per token
 
 
 def gspo_loss(
@@ -30,38 +42,16 @@ def gspo_loss(
     ref_logps: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    *,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.04,
-    num_items: float | None = None,
-    normalization: str = "sequence",
-    max_tokens: int | None = None,
+    **options: Any,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The sequence-ratio clipped surrogate + k3 KL; arguments as ``grpo_loss``'s.
+    """The sequence-ratio clipped surrogate + k3 KL: ``grpo_loss`` with ``sequence_ratio``;
+    arguments and ``options`` (``clip_eps``, ``kl_coef``, ...) as ``grpo_loss``'s.
 
     Hand-derived in ``packages/trainer/tests/test_gspo.py``: two sequences of two tokens, ``A = (+a, -a)``; sequence
     1 has log-ratios ``(ln 1.21, 0)``, so ``s_1 = exp(ln 1.21 / 2) = 1.1``, inside ``[0.8, 1.2]``;
     sequence 2 ``(ln 0.25, 0)``, so ``s_2 = 0.5``, clipped to 0.8 against its negative advantage.
     """
-    weights = mask.to(logps.dtype)
-    lengths = weights.sum(dim=1).clamp(min=1)  # (B,)
-    log_ratio = ((logps - old_logps) * weights).sum(dim=1) / lengths  # (B,): log s_i
-    ratio = torch.exp(log_ratio.detach()[:, None] + logps - logps.detach())  # (B, T): value s_i per token
-    return clipped_loss(
-        ratio,
-        logps,
-        ref_logps,
-        advantages,
-        mask,
-        clip_eps=clip_eps,
-        clip_eps_high=clip_eps_high,
-        kl_coef=kl_coef,
-        num_items=num_items,
-        normalization=normalization,
-        max_tokens=max_tokens,
-        name="gspo",
-    )
+    return grpo_loss(logps, old_logps, ref_logps, advantages, mask, ratio=sequence_ratio, name="gspo", **options)
 
 
 GSPO = register_algorithm(

@@ -10,17 +10,21 @@ Every ``advantages`` function takes ``(rewards, successes, valid)``, one entry p
 group (``valid=False``: masked out of the update, advantage 0). Every ``loss`` takes
 ``(logps, old_logps, ref_logps, advantages, mask, *, clip_eps, clip_eps_high, kl_coef, num_items,
 normalization, max_tokens)`` and returns ``(loss, metrics)`` (``agenttrainer.algorithms.grpo.grpo_loss``
-documents the arguments).
+documents the arguments); ``loss_options`` gives the keywords a run's config sets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from knowlyrcore.deprecation import moved_names
+
+if TYPE_CHECKING:
+    from agenttrainer.config import GRPOConfig
 
 AdvantageFn = Callable[[Sequence[float], Sequence[bool | None], Sequence[bool]], list[float]]
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -105,3 +109,17 @@ def baseline_advantages(
     mean = sum(members) / len(members)
     factor = scale(members, mean)
     return [(float(r) - mean) * factor if ok else 0.0 for r, ok in zip(rewards, valid)]
+
+
+def loss_options(config: GRPOConfig, algorithm: Algorithm, *, max_tokens: int) -> dict[str, Any]:
+    """The keywords of ``algorithm.loss`` that a run's ``config`` sets (offline and online alike):
+    its clip range, KL weight and ``normalization`` (``loss_normalization``, else the algorithm's
+    own), with ``max_tokens``, the token budget of the ``constant`` normalization. The step's
+    ``num_items`` is the caller's."""
+    return {
+        "clip_eps": config.clip_eps,
+        "clip_eps_high": config.clip_eps_high,
+        "kl_coef": config.kl_coef,
+        "normalization": config.loss_normalization or algorithm.normalization,
+        "max_tokens": max_tokens,
+    }

@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 
 from agenttrainer.algorithms import get_algorithm
 from agenttrainer.algorithms.ppo import gae, value_loss, whiten
+from agenttrainer.algorithms.registry import loss_options
 from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import ConfigError, OnlineRLConfig
@@ -429,8 +430,8 @@ class OnlineRLTrainer:
         else:
             advantages, returns = [torch.tensor(a) for a in group_advantages], None
         total_tokens = sum(int(a.numel()) for a in advantages)
-        normalization = c.loss_normalization or algorithm.normalization
-        num_items = total_tokens if normalization == "token" else len(valid)
+        options = loss_options(c, algorithm, max_tokens=c.max_steps * c.max_new_tokens)
+        num_items = total_tokens if options["normalization"] == "token" else len(valid)
         params = [p for p in self.trainable.parameters() if p.requires_grad]
         index = list(range(len(valid)))
         sums: dict[str, float] = {}
@@ -445,19 +446,7 @@ class OnlineRLTrainer:
                 adv = _pad([advantages[i] for i in mb], logps)
                 ref_t = None if ref is None else _pad([ref[i] for i in mb], logps)
                 old_t = logps.detach() if old is None else _pad([old[i] for i in mb], logps)
-                loss, metrics = algorithm.loss(
-                    logps,
-                    old_t,
-                    ref_t,
-                    adv,
-                    mask,
-                    clip_eps=c.clip_eps,
-                    clip_eps_high=c.clip_eps_high,
-                    kl_coef=c.kl_coef,
-                    num_items=num_items,
-                    normalization=normalization,
-                    max_tokens=c.max_steps * c.max_new_tokens,
-                )
+                loss, metrics = algorithm.loss(logps, old_t, ref_t, adv, mask, num_items=num_items, **options)
                 if values is not None and returns is not None:
                     mb_tokens = float(mask.sum())
                     vloss = value_loss(

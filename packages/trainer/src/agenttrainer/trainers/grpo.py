@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from agenttrainer.algorithms import Algorithm, get_algorithm
+from agenttrainer.algorithms.registry import loss_options
 from agenttrainer.config import GRPOConfig
 from agenttrainer.data import (
     Conversation,
@@ -145,20 +146,8 @@ class GRPOTrainer(Recipe):
         if ref is not None:
             ref_t = torch.nn.utils.rnn.pad_sequence([r.to(logps.device) for r in ref], batch_first=True)  # (S, L)
         old_t = logps.detach() if old is None else old
-        c, algorithm = self.config, self.algorithm
-        loss, metrics = algorithm.loss(
-            logps,
-            old_t,
-            ref_t,
-            adv,
-            mask,
-            clip_eps=c.clip_eps,
-            clip_eps_high=c.clip_eps_high,
-            kl_coef=c.kl_coef,
-            num_items=num_items,
-            normalization=c.loss_normalization or algorithm.normalization,
-            max_tokens=c.max_length,
-        )
+        options = loss_options(self.config, self.algorithm, max_tokens=self.config.max_length)
+        loss, metrics = self.algorithm.loss(logps, old_t, ref_t, adv, mask, num_items=num_items, **options)
         return loss, metrics, logps.detach()
 
     def train(self) -> dict[str, Any]:
@@ -191,7 +180,7 @@ class GRPOTrainer(Recipe):
                     continue  # resuming: these groups were already trained on
                 # Trajectories (or, normalised per token, completion tokens) in the whole step on all
                 # processes, per process (DDP averages grads).
-                per_token = (c.loss_normalization or self.algorithm.normalization) == "token"
+                per_token = loss_options(c, self.algorithm, max_tokens=c.max_length)["normalization"] == "token"
                 count = _completion_tokens if per_token else len
                 num_items = sum(count(groups[g]) for b in window for g in b) / acc.num_processes
                 micro = [shard(b, acc) for b in window]
