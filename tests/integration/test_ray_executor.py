@@ -1,6 +1,6 @@
-"""collect(executor="ray") on a real local Ray runtime (2 CPUs): the same trajectories as the
-thread executor, environments reused per actor, dead workers retried, bugs propagated; the
-runtime the executor starts itself listens on loopback only."""
+"""collect(executor="ray") on a real local Ray runtime: the same trajectories as the thread
+executor, environments reused per actor, dead workers retried, bugs propagated; the runtime the
+executor starts itself listens on loopback only and runs its workers at the caller's priority."""
 
 import ipaddress
 import os
@@ -12,6 +12,7 @@ import pytest
 from knowlyrcore import AgentEnv, TimeStep
 from knowlyrcore.testing import require_module
 from trajectoryhub import collect
+from trajectoryhub.ray_executor import start_local_runtime
 
 ray = require_module("ray", "the Ray executor needs ray: pip install 'knowlyr-hub[ray]' (in [dev])")
 require_module("agentsandbox", "the retail suite comes with knowlyr-sandbox")
@@ -20,16 +21,12 @@ from agentsandbox.suites import get_suite  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
-def start_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime():
     # this module's classes and functions travel to the workers by value (pytest imports test
     # files under names the workers cannot import)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    start_ray()
+    start_local_runtime(ray)  # the runtime collect starts when none is running
     yield
     ray.shutdown()
 
@@ -40,7 +37,7 @@ def no_ray_runtime():
     ray.shutdown()
     yield
     if not ray.is_initialized():
-        start_ray()
+        start_local_runtime(ray)
 
 
 def comparable(trajectory):
@@ -206,25 +203,46 @@ def listening(process):
     return found
 
 
+def ray_priorities(process):
+    """The niceness of every Ray worker and agent (``ray::…``) among ``process``'s descendants."""
+    import psutil
+
+    found = []
+    for each in process.children(recursive=True):
+        try:
+            if each.name().startswith("ray::"):
+                found.append(each.nice())
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
 def is_loopback(ip):
     address = ipaddress.ip_address(ip.split("%")[0])
     return (getattr(address, "ipv4_mapped", None) or address).is_loopback  # gRPC's ::ffff:127.0.0.1
 
 
-def test_the_local_runtime_listens_on_loopback_only(no_ray_runtime):
+def test_the_local_runtime_listens_on_loopback_only_and_runs_workers_at_our_priority(no_ray_runtime):
     """Before: GCS, raylet and workers listened on every interface (::), the runtime-env agent on
-    the host's address, for anyone on the network to reach."""
+    the host's address, for anyone on the network to reach; and the workers ran at niceness 15
+    above ours, so any other busy process on the machine starved the episodes."""
     from trajectoryhub.ray_executor import run_on_ray
 
     psutil = require_module("psutil", "listing the Ray processes' sockets needs psutil: pip install psutil")
-    seen = []  # sampled after each episode, while the runtime the executor started is up
+    me = psutil.Process()
+    seen, priorities = [], []  # sampled after each episode, while the runtime the executor started is up
+
+    def sample():
+        seen.extend(listening(me))
+        priorities.extend(ray_priorities(me))
+
     runs = run_on_ray(CountingEnv, agent=finish, agent_factory=None, tasks=[None] * 3, seeds=[0, 1, 2], env_kwargs={},
-                      options={}, concurrency=2, address=None,
-                      on_done=lambda: seen.extend(listening(psutil.Process())))  # fmt: skip
+                      options={}, concurrency=2, address=None, on_done=sample)  # fmt: skip
     assert [t.outcome.success for t in runs] == [True] * 3 and not ray.is_initialized()  # started and stopped here
     names = {name for name, _ in seen}
     assert {"gcs_server", "raylet"} <= names and any(name.startswith("ray::") for name in names), names
     assert [(name, ip) for name, ip in seen if not is_loopback(ip)] == []
+    assert priorities and set(priorities) == {me.nice()}
 
 
 def test_evaluate_on_ray_records_an_env_error_as_a_failed_episode():

@@ -16,7 +16,8 @@ saying why) so one bad node does not stop a long run.
 A Ray runtime is started only if none is running, and shut down again at the end only if it
 was started here: ``ray.init(address=...)`` joins the cluster named by ``address`` (or by
 ``RAY_ADDRESS``); without either, a fresh single-machine runtime starts whose GCS, raylet,
-workers and agents listen on 127.0.0.1 only (``start_local_runtime``).
+workers and agents listen on 127.0.0.1 only and whose workers run at the caller's priority
+(``start_local_runtime``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ from knowlyrcore import InfrastructureError, Outcome, TaskInfo, Trajectory
 from knowlyrcore.errors import require_extra
 
 INFRASTRUCTURE_FAILURE = "infrastructure_failure"
+#: Ray's settings for the runtime ``start_local_runtime`` starts. Ray lowers its workers' priority
+#: by ``worker_niceness`` (15 by default) so that its own daemons stay responsive on a busy
+#: cluster node; on the caller's machine the workers run the episodes, which are the job, so any
+#: other busy process starved them (an actor's first import took 8 s instead of 1 s beside one
+#: CPU-bound process on 2 cores). 0 runs them at the priority ``collect`` was started with.
+LOCAL_RUNTIME_CONFIG = {"worker_niceness": 0}
 
 
 def _import_ray() -> Any:
@@ -44,13 +51,20 @@ def start_local_runtime(ray: Any) -> None:
     ``_node_ip_address`` for the host's address unless it thinks multi-node clusters are off, as
     it does on macOS and Windows. So that switch is off while the runtime starts, and the node
     IP is checked afterwards: a Ray that ignored both is stopped rather than left listening.
+    Its workers run at the caller's priority (``LOCAL_RUNTIME_CONFIG``).
     """
     from ray._private import ray_constants
 
     saved = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address="local",
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+            _system_config=LOCAL_RUNTIME_CONFIG,
+        )
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
     node_ip = ray.util.get_node_ip_address()
