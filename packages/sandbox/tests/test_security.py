@@ -5,6 +5,7 @@ network is untouched), the agent gets a clear error observation, and the sandbox
 working. The fixture then checks that closing it leaves no container, process or directory.
 """
 
+import gc
 import os
 import socket
 import subprocess
@@ -183,10 +184,40 @@ def test_huge_finite_output_is_truncated(sandbox):
     assert len(result.output) == HOSTILE.max_output_bytes
 
 
+def open_descriptors():
+    """What this process's file descriptors refer to (``socket:[inode]``, ``pipe:[inode]``, paths)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the descriptor listdir itself used
+            continue
+    return found
+
+
+def descriptors_of(transport):
+    """What the shell's connection holds open: the Docker attach socket, or the local pipes."""
+    ends = [transport.sock] if hasattr(transport, "sock") else [transport.process.stdin, transport.process.stdout]
+    return {os.readlink(f"/proc/self/fd/{end.fileno()}") for end in ends}
+
+
 def test_endless_output_is_killed_once_it_overflows(sandbox):
-    result = sandbox.run("yes")
-    assert "more than" in result.error and result.truncated
-    assert len(result.output) == HOSTILE.max_output_bytes
+    """Before: the killed shell's Docker connection stayed open until Python's cycle collector
+    freed the SDK's wrapper of it, and the daemon, still pushing output into it, hung: the shell
+    started after the kill failed ("cannot exec in a stopped state") and removing the container
+    took 20 s."""
+    gc.disable()  # the sandbox must close the connection itself, not leave it to the collector
+    try:
+        first = sandbox.run("yes")
+        killed_shell = descriptors_of(sandbox._shell.transport)  # the shell started after the kill
+        result = sandbox.run("yes")
+        left_open = killed_shell & open_descriptors()
+    finally:
+        gc.enable()
+    for each in (first, result):
+        assert "more than" in each.error and each.truncated
+        assert len(each.output) == HOSTILE.max_output_bytes
+    assert left_open == set()
     assert_usable(sandbox)
 
 

@@ -90,6 +90,7 @@ class DockerTransport(Transport):
     def __init__(self, sock):
         # The SDK wraps the raw socket; reading it directly keeps select() honest.
         self.sock: socket.socket = getattr(sock, "_sock", sock)
+        self._wrapper = sock
         self._raw = bytearray()
 
     def send(self, data: bytes) -> None:
@@ -123,10 +124,18 @@ class DockerTransport(Transport):
         return bytes(out)
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        # Closing the socket object alone leaves the connection open: the SDK's wrapper holds a
+        # reference to it (in a cycle with the HTTP response), so the descriptor lived until
+        # Python's cycle collector ran. Until then the daemon kept pushing a killed `yes`'s
+        # output into it and hung: the `kill -9 -1` exec never finished, the container was
+        # restarted after 10 s, the next shell failed ("cannot exec in a stopped state") and
+        # removing the container waited 10-20 s more. shutdown ends the connection whoever
+        # still refers to it.
+        for close in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close, self._wrapper.close):
+            try:
+                close()
+            except OSError:
+                pass
 
 
 class DockerSandbox(Sandbox):
