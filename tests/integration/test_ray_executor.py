@@ -12,7 +12,7 @@ import pytest
 from knowlyrcore import AgentEnv, TimeStep
 from knowlyrcore.testing import require_module
 from trajectoryhub import collect
-from trajectoryhub.ray_executor import start_local_runtime
+from trajectoryhub.ray_executor import LOCAL_RUNTIME_CONFIG, start_local_runtime
 
 ray = require_module("ray", "the Ray executor needs ray: pip install 'knowlyr-hub[ray]' (in [dev])")
 require_module("agentsandbox", "the retail suite comes with knowlyr-sandbox")
@@ -243,6 +243,9 @@ def test_the_local_runtime_listens_on_loopback_only_and_runs_workers_at_our_prio
     assert {"gcs_server", "raylet"} <= names and any(name.startswith("ray::") for name in names), names
     assert [(name, ip) for name, ip in seen if not is_loopback(ip)] == []
     assert priorities and set(priorities) == {me.nice()}
+    # ray.init adds its session's keys (the spill directory...) to the dict it is given: the next
+    # runtime must not get this one's
+    assert LOCAL_RUNTIME_CONFIG == {"worker_niceness": 0}
 
 
 def test_evaluate_on_ray_records_an_env_error_as_a_failed_episode():

@@ -36,6 +36,7 @@ INFRASTRUCTURE_FAILURE = "infrastructure_failure"
 #: cluster node; on the caller's machine the workers run the episodes, which are the job, so any
 #: other busy process starved them (an actor's first import took 8 s instead of 1 s beside one
 #: CPU-bound process on 2 cores). 0 runs them at the priority ``collect`` was started with.
+#: ``ray.init`` adds its session's keys to the dict it is given, so it gets a copy.
 LOCAL_RUNTIME_CONFIG = {"worker_niceness": 0}
 
 
@@ -63,7 +64,7 @@ def start_local_runtime(ray: Any) -> None:
             _node_ip_address="127.0.0.1",
             include_dashboard=False,
             log_to_driver=False,
-            _system_config=LOCAL_RUNTIME_CONFIG,
+            _system_config=dict(LOCAL_RUNTIME_CONFIG),
         )
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
