@@ -40,7 +40,7 @@ MPMATH_SPEC = "mpmath==1.3.0"  # what BFCL's MathAPI backend imports
 #: core, each test file on one worker.
 PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", "--dist", "loadfile"]
 #: Collecting only: every test module is imported, none runs.
-COLLECT = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
+COLLECT = ["-m", "pytest", "-qq", "-p", "no:cacheprovider", "--collect-only"]
 DIST_TO_FOLDER = {
     tomllib.loads(p.read_text())["project"]["name"]: p.parent.name for p in PACKAGES.glob("*/pyproject.toml")
 }
