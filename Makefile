@@ -24,10 +24,13 @@ TEST_ORDER := $(if $(TEST_ORDER_SEED),--random-order-bucket=module --random-orde
 # Tests run in parallel worker processes (pytest-xdist), one more than there are cores by default:
 # a quarter of the time a worker waits on a subprocess, a container or a server (measured on 2
 # cores: 3 workers 588 s, 2 workers 646 s, same order). Each test file stays on one worker
-# (--dist loadfile), so its module fixtures (a served model, a corpus) are built once.
+# (--dist loadfile), so its module fixtures (a served model, a corpus) are built once. Files are
+# queued longest first (the root conftest.py, from the last run's times in .pytest_cache);
+# --no-loadscope-reorder stops xdist from re-sorting them by how many tests they hold, which put
+# long files of few tests (the distributed runs, the wheel installs) last.
 # TEST_WORKERS=0 runs everything in one process. The 20 slowest tests are listed.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-TEST_PARALLEL := -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist loadfile) --durations=20
+TEST_PARALLEL := -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist loadfile --no-loadscope-reorder) --durations=20
 
 .DEFAULT_GOAL := help
 

@@ -55,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     default = Path(__file__).resolve().parent.parent / "shared" / "data" / "real"
     os.environ[REAL_DATA_ENV_VAR] = str(Path(os.environ.get(REAL_DATA_ENV_VAR) or default).resolve())
     share_cores_between_workers(config)
+    config.pluginmanager.register(LongestFilesFirst(config), "knowlyr-longest-files-first")
 
 
 def _seed_for(nodeid: str) -> int:
@@ -194,3 +195,61 @@ def share_cores_between_workers(config: pytest.Config) -> None:
     share = str(threads_per_worker(os.cpu_count(), workers))
     for name in _THREAD_VARS:
         os.environ.setdefault(name, share)
+
+
+# --- Longest test files first --------------------------------------------------------------------
+# ``make test`` hands whole files to the workers (--dist loadfile) from one queue. A long file that
+# starts last keeps one worker busy while the others sit idle, so the queue starts with the files
+# that took longest the last time (kept in pytest's cache), or, on a fresh clone, with the
+# integration files; the rest keep the order they were collected in (shuffled under
+# TEST_ORDER_SEED), so the order still varies where little time is at stake.
+
+#: Files that took at least this long are queued by their time; shorter ones keep their place.
+LONG_FILE_SECONDS = 5.0
+
+
+def file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def longest_first(files: list[str], seconds: dict[str, float], integration: set[str]) -> list[str]:
+    """``files`` reordered: those known to take ``LONG_FILE_SECONDS`` or more first, longest
+    first; with no times known, the ``integration`` files first. Otherwise the order is kept."""
+    if seconds:
+        long = sorted((f for f in files if seconds.get(f, 0.0) >= LONG_FILE_SECONDS), key=lambda f: -seconds[f])
+    else:
+        long = [f for f in files if f in integration]
+    chosen = set(long)
+    return long + [f for f in files if f not in chosen]
+
+
+class LongestFilesFirst:
+    """Queues long test files first and keeps each file's time for the next run."""
+
+    CACHE_KEY = "knowlyr/file-seconds"
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+        self.spent: dict[str, float] = {}
+
+    @pytest.hookimpl(trylast=True)  # after pytest-random-order has shuffled the items
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        seconds = self.cache.get(self.CACHE_KEY, {}) if self.cache is not None else {}
+        by_file: dict[str, list[pytest.Item]] = {}
+        for item in items:
+            by_file.setdefault(file_of(item.nodeid), []).append(item)
+        integration = {f for f, its in by_file.items() if any(i.get_closest_marker("integration") for i in its)}
+        items[:] = [item for f in longest_first(list(by_file), seconds, integration) for item in by_file[f]]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # the workers' reports reach the controller too: it alone records (workers have workerinput)
+        if not hasattr(self.config, "workerinput"):
+            name = file_of(report.nodeid)
+            self.spent[name] = self.spent.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        if self.cache is not None and self.spent:
+            # a run of a few files updates their times and keeps the others'
+            times = {**self.cache.get(self.CACHE_KEY, {}), **{f: round(s, 1) for f, s in self.spent.items()}}
+            self.cache.set(self.CACHE_KEY, times)

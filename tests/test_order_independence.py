@@ -116,30 +116,20 @@ def test_share():
 
 def test_parallel_workers_each_get_their_share_of_the_cores(tmp_path):
     folder = scratch(tmp_path, "test_threads.py", THREADS)
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    # the user sets MKL_NUM_THREADS and not OMP_NUM_THREADS: the one they set must be kept
+    user = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    user["MKL_NUM_THREADS"] = "7"
     shares = {}
     for workers in ("2", "0"):  # -n 0: no workers, one process
         out = tmp_path / f"threads-{workers}.jsonl"
         done = run_session(
-            folder, "-p", "xdist", "-n", workers, "test_threads.py", env={**clean, "THREADS_OUT": str(out)}
+            folder, "-p", "xdist", "-n", workers, "test_threads.py", env={**user, "THREADS_OUT": str(out)}
         )
         assert done.returncode == 0, done.stdout + done.stderr
         shares[workers] = json.loads(out.read_text())
     share = str(max(1, (os.cpu_count() or 1) // 2))
-    assert shares["2"] == [share, share]
-    assert shares["0"] == [None, None]  # one process keeps torch's own default
-    kept = tmp_path / "threads-kept.jsonl"
-    done = run_session(
-        folder,
-        "-p",
-        "xdist",
-        "-n",
-        "2",
-        "test_threads.py",
-        env={**clean, "OMP_NUM_THREADS": "7", "THREADS_OUT": str(kept)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(kept.read_text())[0] == "7"  # what the user set wins
+    assert shares["2"] == [share, "7"]  # OMP gets the worker's share, what the user set wins
+    assert shares["0"] == [None, "7"]  # one process keeps torch's own default
 
 
 def test_threads_per_worker_divides_the_cores_and_never_gives_zero():
@@ -153,3 +143,50 @@ def test_threads_per_worker_divides_the_cores_and_never_gives_zero():
     assert conftest.threads_per_worker(2, 4) == 1
     assert conftest.threads_per_worker(None, 2) == 1
     assert conftest.threads_per_worker(3, 2) == 1
+
+
+def load_root_conftest():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT_CONFTEST)
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    return conftest
+
+
+def test_long_files_are_queued_first_and_short_ones_keep_their_place():
+    longest_first = load_root_conftest().longest_first
+    files = ["a.py", "b.py", "c.py", "d.py", "e.py"]
+    seconds = {"a.py": 1.0, "b.py": 40.0, "c.py": 2.0, "d.py": 90.0}  # e.py is new: no time yet
+    assert longest_first(files, seconds, integration={"c.py"}) == ["d.py", "b.py", "a.py", "c.py", "e.py"]
+    # a fresh clone has no times: the integration files go first, each group in its own order
+    assert longest_first(files, {}, integration={"c.py", "e.py"}) == ["c.py", "e.py", "a.py", "b.py", "d.py"]
+
+
+SHORT_AND_LONG = {
+    "test_short.py": "def test_one():\n    pass\n\ndef test_two():\n    pass\n",
+    "test_long.py": "def test_one():\n    pass\n",
+}
+
+
+def test_a_run_keeps_each_files_time_and_the_next_collection_starts_with_the_longest(tmp_path):
+    folder = scratch(tmp_path, "test_short.py", SHORT_AND_LONG["test_short.py"])
+    (folder / "test_long.py").write_text(SHORT_AND_LONG["test_long.py"])
+    cached = folder / ".pytest_cache" / "v" / "knowlyr" / "file-seconds"
+
+    def session(*args):
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=folder,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    session("-q", "test_short.py", "test_long.py")
+    assert set(json.loads(cached.read_text())) == {"test_short.py", "test_long.py"}
+    cached.write_text(json.dumps({"test_short.py": 6.0, "test_long.py": 60.0}))
+    listed = [
+        line for line in session("--collect-only", "-q", "test_short.py", "test_long.py").splitlines() if "::" in line
+    ]
+    assert listed == ["test_long.py::test_one", "test_short.py::test_one", "test_short.py::test_two"]
+    session("-q", "test_short.py")  # a run of one file updates its time and keeps the other's
+    times = json.loads(cached.read_text())
+    assert times["test_long.py"] == 60.0 and times["test_short.py"] < 6.0
