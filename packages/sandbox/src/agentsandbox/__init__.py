@@ -7,20 +7,17 @@ Code execution in a Docker container or a daemonless bubblewrap sandbox (``Sandb
 sandbox is used.
 """
 
-# ruff: noqa: E402 -- knowlyr-core must be checked before anything is imported from it
+# ruff: noqa: E402 -- the knowlyr siblings must be checked before anything is imported from them
 from importlib import metadata as _metadata
 
 __version__ = _metadata.version("knowlyr-sandbox")
-# The other project's knowlyr-core (PyPI) has no knowlyrcore.origin, so core is checked here.
-if _metadata.version("knowlyr-core") != __version__:
+try:
+    from knowlyrcore.origin import check_siblings
+except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
     raise ImportError(
-        f"knowlyr-sandbox {__version__} needs knowlyr-core {__version__}, found knowlyr-core "
-        f"{_metadata.version('knowlyr-core')} (the knowlyr-* packages on PyPI are another project); "
-        "fix: pip install ./packages/core from the knowlyr checkout, or pip install --no-index "
-        f"--find-links WHEELHOUSE knowlyr-core=={__version__} (docs/install.md)"
-    )
-
-from knowlyrcore.origin import check_siblings
+        "knowlyr-sandbox needs the knowlyr checkout's knowlyr-core, and this one has no knowlyrcore.origin (the "
+        "knowlyr-* packages on PyPI are another project); fix: pip install ./packages/core (docs/install.md)"
+    ) from exc
 
 check_siblings("knowlyr-sandbox")
 
