@@ -152,7 +152,7 @@ def check_another_projects_core_is_refused(python: Path, foreign: str) -> None:
     done = subprocess.run([str(python.parent / "knowlyr-hub"), "--help"], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: knowlyr-hub needs the knowlyr checkout's knowlyr-core")
+    assert last.startswith("ImportError: knowlyr-hub needs knowlyr-core from the knowlyr checkout, not PyPI's")
     assert last.endswith("fix: pip install ./packages/core (docs/install.md)")
 
 

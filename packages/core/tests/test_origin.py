@@ -47,8 +47,8 @@ def test_core_version_is_the_pyprojects_with_the_local_label():
 
 def test_siblings_at_our_version_or_absent_pass(monkeypatch):
     fake_versions(monkeypatch, knowlyr_sandbox=OURS, knowlyr_hub=None, knowlyr_trainer=None)
-    origin.check_siblings("knowlyr-core")
-    origin.check_siblings("knowlyr-sandbox")
+    assert origin.check_siblings("knowlyr-core") == OURS
+    assert origin.check_siblings("knowlyr-sandbox") == OURS
 
 
 def test_another_projects_sibling_fails_with_one_line(monkeypatch):
@@ -131,7 +131,7 @@ def test_dependent_refuses_a_core_without_origin(module, tmp_path):
     assert done.returncode == 1, done.stderr
     message = done.stdout.strip()
     assert "\n" not in message
-    assert message.startswith(f"{DEPENDENTS[module]} needs the knowlyr checkout's knowlyr-core")
+    assert message.startswith(f"{DEPENDENTS[module]} needs knowlyr-core from the knowlyr checkout, not PyPI's")
     assert message.endswith("fix: pip install ./packages/core (docs/install.md)")
 
 

@@ -3,19 +3,15 @@
 Depends on knowlyr-core; the sandbox, recorder and reward packages are optional extras.
 """
 
-# ruff: noqa: E402 -- the knowlyr siblings must be checked before anything is imported from them
-from importlib import metadata as _metadata
-
-__version__ = _metadata.version("knowlyr-hub")
+# the knowlyr siblings are checked before anything is imported from them
 try:
     from knowlyrcore.origin import check_siblings
 except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
     raise ImportError(
-        "knowlyr-hub needs the knowlyr checkout's knowlyr-core, and this one has no knowlyrcore.origin (the "
-        "knowlyr-* packages on PyPI are another project); fix: pip install ./packages/core (docs/install.md)"
+        "knowlyr-hub needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
     ) from exc
 
-check_siblings("knowlyr-hub")
+__version__ = check_siblings("knowlyr-hub")  # the pyproject's, from the installed metadata
 
 from trajectoryhub.batched import collect_batched
 from trajectoryhub.dedup import ContentStore, content_hash, dedup

@@ -12,19 +12,15 @@ Example:
     True
 """
 
-# ruff: noqa: E402 -- the knowlyr siblings must be checked before anything is imported from them
-from importlib import metadata as _metadata
-
-__version__ = _metadata.version("knowlyr-recorder")
+# the knowlyr siblings are checked before anything is imported from them
 try:
     from knowlyrcore.origin import check_siblings
 except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
     raise ImportError(
-        "knowlyr-recorder needs the knowlyr checkout's knowlyr-core, and this one has no knowlyrcore.origin (the "
-        "knowlyr-* packages on PyPI are another project); fix: pip install ./packages/core (docs/install.md)"
+        "knowlyr-recorder needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
     ) from exc
 
-check_siblings("knowlyr-recorder")
+__version__ = check_siblings("knowlyr-recorder")  # the pyproject's, from the installed metadata
 
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList
 from agentrecorder.atif_validation import check_atif_file, validate_atif

@@ -7,19 +7,15 @@ Code execution in a Docker container or a daemonless bubblewrap sandbox (``Sandb
 sandbox is used.
 """
 
-# ruff: noqa: E402 -- the knowlyr siblings must be checked before anything is imported from them
-from importlib import metadata as _metadata
-
-__version__ = _metadata.version("knowlyr-sandbox")
+# the knowlyr siblings are checked before anything is imported from them
 try:
     from knowlyrcore.origin import check_siblings
 except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
     raise ImportError(
-        "knowlyr-sandbox needs the knowlyr checkout's knowlyr-core, and this one has no knowlyrcore.origin (the "
-        "knowlyr-* packages on PyPI are another project); fix: pip install ./packages/core (docs/install.md)"
+        "knowlyr-sandbox needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
     ) from exc
 
-check_siblings("knowlyr-sandbox")
+__version__ = check_siblings("knowlyr-sandbox")  # the pyproject's, from the installed metadata
 
 from agentsandbox.agents import EndpointAgent, ScriptedAgent
 from agentsandbox.backends import (

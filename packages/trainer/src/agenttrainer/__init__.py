@@ -6,19 +6,15 @@ Example:
     True
 """
 
-# ruff: noqa: E402 -- the knowlyr siblings must be checked before anything is imported from them
-from importlib import metadata as _metadata
-
-__version__ = _metadata.version("knowlyr-trainer")
+# the knowlyr siblings are checked before anything is imported from them
 try:
     from knowlyrcore.origin import check_siblings
 except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
     raise ImportError(
-        "knowlyr-trainer needs the knowlyr checkout's knowlyr-core, and this one has no knowlyrcore.origin (the "
-        "knowlyr-* packages on PyPI are another project); fix: pip install ./packages/core (docs/install.md)"
+        "knowlyr-trainer needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
     ) from exc
 
-check_siblings("knowlyr-trainer")
+__version__ = check_siblings("knowlyr-trainer")  # the pyproject's, from the installed metadata
 
 from agenttrainer.batch_policy import LocalBatchPolicy
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig
