@@ -4,6 +4,7 @@ and the one-version rule of the six pyprojects (scripts/set_version.py)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -46,8 +47,8 @@ def test_core_version_is_the_pyprojects_with_the_local_label():
 
 def test_siblings_at_our_version_or_absent_pass(monkeypatch):
     fake_versions(monkeypatch, knowlyr_sandbox=OURS, knowlyr_hub=None, knowlyr_trainer=None)
-    origin.check_siblings("knowlyr-core")
-    origin.check_siblings("knowlyr-sandbox")
+    assert origin.check_siblings("knowlyr-core") == OURS
+    assert origin.check_siblings("knowlyr-sandbox") == OURS
 
 
 def test_another_projects_sibling_fails_with_one_line(monkeypatch):
@@ -68,7 +69,7 @@ def test_a_sibling_left_at_an_older_version_of_ours_fails(monkeypatch):
         origin.check_siblings("knowlyr-trainer")
 
 
-#: Packages that check knowlyr-core before importing it, by import name.
+#: Packages that check their knowlyr siblings before importing anything from them, by import name.
 DEPENDENTS = {
     "agentsandbox": "knowlyr-sandbox",
     "agentrecorder": "knowlyr-recorder",
@@ -84,33 +85,54 @@ metadata.version = lambda dist: sys.argv[2] if dist == "knowlyr-core" else real(
 try:
     importlib.import_module(sys.argv[1])
 except ImportError as error:
-    print("knowlyrcore imported:", "knowlyrcore" in sys.modules)
     print(error)
     sys.exit(1)
 """
 
 
-def import_with_core_at(module: str, core_version: str) -> subprocess.CompletedProcess:
+def import_with_core_at(
+    module: str, core_version: str, *, path_first: Path | None = None
+) -> subprocess.CompletedProcess:
     """Import ``module`` in a fresh interpreter (the check runs once, at first import) with
-    knowlyr-core's installed version reported as ``core_version``."""
+    knowlyr-core's installed version reported as ``core_version`` and ``path_first`` ahead of
+    everything on ``sys.path``."""
     if importlib.util.find_spec(module) is None:
         # not a component: the dependents are optional siblings, absent when core is tested alone
         pytest.skip(f"{DEPENDENTS[module]} is not installed next to knowlyr-core here")
+    env = dict(os.environ)
+    if path_first is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path_first), env.get("PYTHONPATH")]))
     return subprocess.run(
-        [sys.executable, "-c", IMPORT_WITH_CORE_AT, module, core_version], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", IMPORT_WITH_CORE_AT, module, core_version],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
 
 
 @pytest.mark.parametrize("module", sorted(DEPENDENTS))
-def test_dependent_refuses_another_projects_core_before_importing_it(module):
-    """With knowlyr-core at the other project's 0.1.2 the import fails with the same one line
-    the shared check prints, before knowlyrcore is imported (the other one has no origin module)."""
+def test_dependent_refuses_core_at_another_version(module):
+    """With knowlyr-core's version reported as the other project's 0.1.2 the import fails with
+    the one line of the shared check."""
     done = import_with_core_at(module, "0.1.2")
     assert done.returncode == 1, done.stderr
-    imported, message = done.stdout.strip().split("\n")
-    assert imported == "knowlyrcore imported: False"
     dist = DEPENDENTS[module]
-    assert message == origin.mismatch_message(dist, metadata.version(dist), "knowlyr-core", "0.1.2")
+    assert done.stdout.strip() == origin.mismatch_message(dist, metadata.version(dist), "knowlyr-core", "0.1.2")
+
+
+@pytest.mark.parametrize("module", sorted(DEPENDENTS))
+def test_dependent_refuses_a_core_without_origin(module, tmp_path):
+    """The other project's knowlyrcore has no ``origin`` module: the import fails with one line
+    naming the package and the fix, not with a ModuleNotFoundError."""
+    (tmp_path / "knowlyrcore").mkdir()
+    (tmp_path / "knowlyrcore" / "__init__.py").write_text('__version__ = "0.1.2"\n')
+    done = import_with_core_at(module, "0.1.2", path_first=tmp_path)
+    assert done.returncode == 1, done.stderr
+    message = done.stdout.strip()
+    assert "\n" not in message
+    assert message.startswith(f"{DEPENDENTS[module]} needs knowlyr-core from the knowlyr checkout, not PyPI's")
+    assert message.endswith("fix: pip install ./packages/core (docs/install.md)")
 
 
 @pytest.mark.parametrize("module", sorted(DEPENDENTS))

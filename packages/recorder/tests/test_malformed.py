@@ -16,6 +16,7 @@ import pytest
 
 from agentrecorder import ConversionError, UnknownFormatError, convert_file, iter_convert, names
 from agentrecorder.cli import main
+from agentrecorder.registry import get_adapter
 
 
 def _error(path, fmt="auto") -> str:
@@ -153,6 +154,24 @@ def test_explicit_format_that_does_not_match(real):
     assert message == f"{path}: not in the swe-agent format: not a JSON object"
 
 
+ROWS = "not a JSON object (a data set's rows are read one by one)"
+
+
+@pytest.mark.parametrize(
+    ("format_", "reason"),
+    [
+        ("atif", "not a JSON object"),
+        ("who-and-when", "not a JSON object"),
+        ("swe-agent", "not a JSON object"),
+        ("adp", ROWS),
+        ("nebius", ROWS),
+    ],
+)
+def test_a_record_that_is_not_an_object_is_refused_with_the_formats_reason(format_, reason):
+    """The object formats refuse a list (a whole data set read as one record) before reading a field."""
+    assert get_adapter(format_).check([{"steps": [], "trajectory": [], "history": []}]) == reason
+
+
 def test_jsonl_record_in_another_format(real_json, tmp_path):
     chat = real_json("tau-bench_gpt-4o-airline_tasks0-4.json")[1]
     sharegpt = {"conversations": [{"from": "human", "value": "hi"}]}
@@ -212,6 +231,7 @@ def test_batch_with_bad_files_converts_the_good_ones(real, tmp_path, capsys):
 _MEASURE = """
 import re, sys, time
 from agentrecorder.cli import main
+from agentrecorder.registry import get_adapter
 start = time.perf_counter()
 code = main(sys.argv[1:])
 with open("/proc/self/status") as status:

@@ -161,6 +161,20 @@ def test_a_cut_answer_is_closed_with_the_end_token_and_tool_results_use_the_tool
 # -- rollouts --------------------------------------------------------------------------------
 
 
+def test_no_prompts_get_no_samples_without_a_model_call_or_a_request(tiny):
+    """A model that fails on any use and a server that is not there: no prompts touch neither."""
+    _, tokenizer = tiny
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"the model was used ({name})")
+
+    assert LocalGenerator(Untouchable(), tokenizer).generate([], max_new_tokens=5) == []
+    assert ServerGenerator("http://127.0.0.1:9/v1", "m", timeout=1).generate([], max_new_tokens=5) == []
+    with pytest.raises(GenerationError, match="unreachable"):  # what a request to it does
+        ServerGenerator("http://127.0.0.1:9/v1", "m", timeout=1).generate([[5]], max_new_tokens=5)
+
+
 def test_a_shared_prefix_is_prefilled_once_without_deprecation_warnings(tiny):
     """Prompts sharing >= 16 tokens start from one prefilled KV cache, passed under the keyword this
     transformers takes (``cache`` in 5.x, where ``past_key_values`` warns on every call); the greedy

@@ -9,13 +9,17 @@ or an old environment), importing a knowlyr package fails with one line saying w
 which version was found, which was expected and how to fix it, instead of an ``ImportError``
 deep inside.
 
-Each dependent package's ``__init__`` checks knowlyr-core itself before importing anything from
-it (the other project's knowlyr-core has no ``knowlyrcore.origin``), then calls
-``check_siblings`` for the other knowlyr packages installed next to it::
+Each dependent package's ``__init__`` takes its ``__version__`` from ``check_siblings`` before
+importing anything else; it checks knowlyr-core and every other knowlyr package installed next
+to it. The other project's knowlyr-core has no ``knowlyrcore.origin``, so the ``__init__`` turns a
+failing import of this module into a short ``ImportError`` naming the fix::
 
-    from knowlyrcore.origin import check_siblings
+    try:
+        from knowlyrcore.origin import check_siblings
+    except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
+        raise ImportError("knowlyr-hub needs knowlyr-core from the knowlyr checkout, ...") from exc
 
-    check_siblings("knowlyr-hub")  # ImportError if e.g. knowlyr-sandbox 0.1.2 is installed
+    __version__ = check_siblings("knowlyr-hub")  # ImportError if e.g. knowlyr-core 0.0.9+mono is installed
 
 Only ``importlib.metadata`` is read: the check costs a few milliseconds per import and works the
 same for editable installs, whose metadata carries the pyproject version too.
@@ -61,16 +65,19 @@ def mismatch_message(required_by: str, expected: str, dist: str, found: str) -> 
     )
 
 
-def check_siblings(required_by: str) -> None:
-    """Raise ``ImportError`` if a knowlyr package installed next to ``required_by`` has another version.
+def check_siblings(required_by: str) -> str:
+    """``required_by``'s installed version, after checking that every knowlyr package installed
+    next to it has that version too (``ImportError`` naming the fix if one has another).
 
     Every knowlyr package present is checked, not only declared ones: a package imports optional
     siblings lazily (knowlyr-hub's ``tasks`` imports knowlyr-sandbox), and registered
     environments load through entry points, so any of them can end up in the same process.
-    Packages that are not installed are fine.
+    Packages that are not installed are fine. knowlyr-core is checked first (``FOLDERS`` order):
+    everything else is imported through it, so a wrong core is the one to name.
     """
     expected = metadata.version(required_by)
     for dist in FOLDERS:
         found = installed_version(dist)
         if dist != required_by and found is not None and found != expected:
             raise ImportError(mismatch_message(required_by, expected, dist, found))
+    return expected

@@ -3,22 +3,15 @@
 Depends on knowlyr-core; the sandbox, recorder and reward packages are optional extras.
 """
 
-# ruff: noqa: E402 -- knowlyr-core must be checked before anything is imported from it
-from importlib import metadata as _metadata
-
-__version__ = _metadata.version("knowlyr-hub")
-# The other project's knowlyr-core (PyPI) has no knowlyrcore.origin, so core is checked here.
-if _metadata.version("knowlyr-core") != __version__:
+# the knowlyr siblings are checked before anything is imported from them
+try:
+    from knowlyrcore.origin import check_siblings
+except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
     raise ImportError(
-        f"knowlyr-hub {__version__} needs knowlyr-core {__version__}, found knowlyr-core "
-        f"{_metadata.version('knowlyr-core')} (the knowlyr-* packages on PyPI are another project); "
-        "fix: pip install ./packages/core from the knowlyr checkout, or pip install --no-index "
-        f"--find-links WHEELHOUSE knowlyr-core=={__version__} (docs/install.md)"
-    )
+        "knowlyr-hub needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
+    ) from exc
 
-from knowlyrcore.origin import check_siblings
-
-check_siblings("knowlyr-hub")
+__version__ = check_siblings("knowlyr-hub")  # the pyproject's, from the installed metadata
 
 from trajectoryhub.batched import collect_batched
 from trajectoryhub.dedup import ContentStore, content_hash, dedup

@@ -7,7 +7,8 @@ a sequence the policy never produced. So a ``Generator`` takes prompt token ids 
 prompt, the sampled ids, the policy's log-probability of each at sampling time and why it
 stopped.
 
-Two implementations share the interface:
+Two implementations share the interface (and ``SamplingGenerator``'s ``generate``, which answers
+no prompts without a model call or a request):
 
 - ``LocalGenerator``: an in-process transformers model. The prompts of one call are LEFT-padded
   into one batch (the attention mask hides the pads, transformers derives positions from the
@@ -36,6 +37,7 @@ import json
 import math
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -122,7 +124,31 @@ def through_first_end(ids: list[int], end_ids: Sequence[int]) -> list[int]:
     return ids
 
 
-class LocalGenerator:
+class SamplingGenerator(ABC):
+    """What both generators share: ``generate`` answers no prompts with no samples, without a
+    model call or a request; ``_sample`` gets at least one prompt."""
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+    ) -> list[TokenSample]:
+        """One sample per prompt, in the prompts' order."""
+        if not prompts:
+            return []
+        return self._sample(prompts, max_new_tokens, temperature, top_p)
+
+    @abstractmethod
+    def _sample(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float
+    ) -> list[TokenSample]:
+        """One sample per prompt of a non-empty ``prompts``."""
+
+
+class LocalGenerator(SamplingGenerator):
     """Batched sampling with an in-process causal LM (a ``PreTrainedModel`` or a peft model)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int | None = None, logprobs: bool = True) -> None:
@@ -140,16 +166,9 @@ class LocalGenerator:
     def weights_updated(self, model: Any = None, path: str | None = None) -> None:
         self._prefix = None  # cached keys/values belong to the old weights
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
+    def _sample(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float
     ) -> list[TokenSample]:
-        if not prompts:
-            return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         # Longest first: chunks then hold prompts of similar length, so little of them is padding.
@@ -254,7 +273,7 @@ def _common_prefix_length(prompts: list[list[int]]) -> int:
     return max(shortest, 0)
 
 
-class ServerGenerator:
+class ServerGenerator(SamplingGenerator):
     """Sampling through an OpenAI-compatible server's ``/completions`` endpoint with token ids.
 
     Sends ``{"prompt": [[ids], ...], "logprobs": 0, "return_token_ids": true}`` and reads
@@ -302,16 +321,9 @@ class ServerGenerator:
         except ValueError as exc:  # not JSON, not UTF-8, or an integer past Python's 4300 digits
             raise GenerationError(f"{self.base_url}{route}: response is not JSON ({exc})") from None
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
+    def _sample(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float
     ) -> list[TokenSample]:
-        if not prompts:
-            return []
         body = {
             "model": self.served_name,
             "prompt": [list(p) for p in prompts],

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from agentrecorder.adapters.base import RESPOND, Adapter, StepList
+from agentrecorder.adapters.base import RESPOND, ObjectAdapter, StepList
 from agentrecorder.errors import FieldError
 from agentrecorder.extension import KEY, restore_step, restore_trajectory
 from agentrecorder.fields import expect, get, path
@@ -60,16 +60,15 @@ def _text(item: dict, where: str, *keys: str) -> str:
     return ""
 
 
-class ADPAdapter(Adapter):
+class ADPAdapter(ObjectAdapter):
     name = "adp"
     description = (
         "ADP (Agent Data Protocol) standardized rows {id, content[text_observation, api_action, ...], details}"
     )
     priority = 5
+    not_an_object = "not a JSON object (a data set's rows are read one by one)"
 
-    def check(self, record: Any) -> str | None:
-        if not isinstance(record, dict):
-            return "not a JSON object (a data set's rows are read one by one)"
+    def check_object(self, record: dict[str, Any]) -> str | None:
         content = record.get("content")
         if not isinstance(content, list) or not content:
             return "no 'content' list"

@@ -44,7 +44,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from agentrecorder.adapters.base import RESPOND, Adapter, StepList, iso_timestamp
+from agentrecorder.adapters.base import RESPOND, ObjectAdapter, StepList, iso_timestamp
 from agentrecorder.adapters.usage import reported_usage
 from agentrecorder.errors import FieldError
 from agentrecorder.extension import KEY, restore_step, restore_trajectory
@@ -399,14 +399,12 @@ class _Reader:
         return reported_usage(prompt, completion, cost, self.agent_steps or None)
 
 
-class ATIFAdapter(Adapter):
+class ATIFAdapter(ObjectAdapter):
     name = "atif"
     description = "ATIF v1.x (Harbor's trajectory interchange format): {schema_version: ATIF-v1.x, session_id, steps}"
     priority = 5
 
-    def check(self, record: Any) -> str | None:
-        if not isinstance(record, dict):
-            return "not a JSON object"
+    def check_object(self, record: dict[str, Any]) -> str | None:
         version = record.get("schema_version")
         if not isinstance(version, str) or not version.startswith("ATIF-"):
             return "no schema_version 'ATIF-v1.x'"

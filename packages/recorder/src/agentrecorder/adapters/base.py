@@ -4,7 +4,8 @@ An adapter is a class with a ``name`` (the ``--format`` value), a one-line ``des
 a ``priority`` (auto-detection tries lower numbers first, so specific formats come before
 generic ones), ``check(record)`` (``None`` when the record looks like this format, otherwise
 the reason it does not) and ``convert(record, source=...)`` yielding ``Trajectory`` objects
-(one log file may hold several episodes, e.g. a tau-bench results list).
+(one log file may hold several episodes, e.g. a tau-bench results list). Formats whose records
+are JSON objects subclass ``ObjectAdapter`` and write ``check_object`` instead of ``check``.
 
 Adapters read values through ``agentrecorder.fields`` so a bad value raises ``FieldError``
 with its JSON path; the converter adds the file and line.
@@ -41,6 +42,23 @@ class Adapter:
 
     def convert(self, record: Any, *, source: str) -> Iterator[Trajectory]:
         """Yield the trajectories in ``record`` (``source`` is ``"<format>:<file>"``)."""
+        raise NotImplementedError
+
+
+class ObjectAdapter(Adapter):
+    """An adapter whose records are JSON objects: ``check`` refuses anything else with
+    ``not_an_object`` and asks ``check_object`` about the rest."""
+
+    #: why a record that is not a JSON object is not in this format
+    not_an_object: ClassVar[str] = "not a JSON object"
+
+    def check(self, record: Any) -> str | None:
+        if not isinstance(record, dict):
+            return self.not_an_object
+        return self.check_object(record)
+
+    def check_object(self, record: dict[str, Any]) -> str | None:
+        """``None`` if the JSON object ``record`` is in this format, else a short reason why not."""
         raise NotImplementedError
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agentrecorder.adapters.base import Adapter, StepList, code_blocks, strip_blocks
+from agentrecorder.adapters.base import ObjectAdapter, StepList, code_blocks, strip_blocks
 from agentrecorder.adapters.swe_agent import parse_text_action
 from agentrecorder.errors import FieldError
 from agentrecorder.fields import expect, get, path
@@ -39,16 +39,15 @@ def _is_turns(value: Any) -> bool:
     )
 
 
-class NebiusAdapter(Adapter):
+class NebiusAdapter(ObjectAdapter):
     name = "nebius"
     description = (
         "nebius/SWE-agent-trajectories rows {instance_id, target, exit_status, trajectory[{role, text, mask}]}"
     )
     priority = 15
+    not_an_object = "not a JSON object (a data set's rows are read one by one)"
 
-    def check(self, record: Any) -> str | None:
-        if not isinstance(record, dict):
-            return "not a JSON object (a data set's rows are read one by one)"
+    def check_object(self, record: dict[str, Any]) -> str | None:
         if not _is_turns(record.get("trajectory")):
             return "no 'trajectory' list of {role, text} turns"
         if not any(k in record for k in ("instance_id", "target", "exit_status")):

@@ -21,7 +21,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from agentrecorder.adapters.base import Adapter, StepList
+from agentrecorder.adapters.base import ObjectAdapter, StepList
 from agentrecorder.adapters.usage import reported_usage
 from agentrecorder.errors import FieldError
 from agentrecorder.fields import expect, get, parse_arguments, path, text_of
@@ -115,14 +115,12 @@ def _usage(info: dict, where: str) -> Usage | None:
     return reported_usage(sent, received, cost, get(stats, "api_calls", where, int, None))
 
 
-class SWEAgentAdapter(Adapter):
+class SWEAgentAdapter(ObjectAdapter):
     name = "swe-agent"
     description = "SWE-agent .traj: text actions (trajectory[]) or function calling (history with tool_calls)"
     priority = 20
 
-    def check(self, record: Any) -> str | None:
-        if not isinstance(record, dict):
-            return "not a JSON object"
+    def check_object(self, record: dict[str, Any]) -> str | None:
         if "question" in record or "conversations" in record:
             return "has 'question'/'conversations', not a .traj"
         trajectory = record.get("trajectory")

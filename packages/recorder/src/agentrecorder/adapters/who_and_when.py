@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from agentrecorder.adapters.base import RESPOND, Adapter, StepList, code_blocks, strip_blocks
+from agentrecorder.adapters.base import RESPOND, ObjectAdapter, StepList, code_blocks, strip_blocks
 from agentrecorder.fields import expect, get, path
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.trajectory import Outcome, Trajectory
@@ -28,14 +28,12 @@ TERMINAL = "Computer_terminal"
 _EXITCODE = re.compile(r"exitcode:\s*(-?\d+)")
 
 
-class WhoAndWhenAdapter(Adapter):
+class WhoAndWhenAdapter(ObjectAdapter):
     name = "who-and-when"
     description = "Who&When multi-agent logs {question, history[{name, content}], mistake_agent, mistake_step}"
     priority = 10
 
-    def check(self, record: Any) -> str | None:
-        if not isinstance(record, dict):
-            return "not a JSON object"
+    def check_object(self, record: dict[str, Any]) -> str | None:
         history = record.get("history")
         if not isinstance(history, list) or not all(isinstance(h, dict) and "name" in h for h in history):
             return "no 'history' list of {name, content} messages"

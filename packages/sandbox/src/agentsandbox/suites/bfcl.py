@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import functools
 import random
+from collections.abc import Callable
 from typing import Any
 
 from agentsandbox.bfcl.checker import check
@@ -157,18 +158,40 @@ def draw(pool: list[dict[str, Any]], n: int, key: str) -> list[dict[str, Any]]:
     return copy.deepcopy(chosen)
 
 
-def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    """``n`` tasks of ``split`` (all of them when ``n`` is at least its size); deterministic."""
-    if split not in SPLIT_CATEGORIES:
-        raise SuiteError(f"the bfcl suite has splits train and test (no function of test is in train), not {split!r}")
-    return draw(_pools()[0][split], n, f"bfcl/{split}/{seed}")
+def pooled_suite(
+    pools: Callable[[], tuple[dict[str, list[dict[str, Any]]], dict[str, str]]],
+    *,
+    name: str,
+    splits: tuple[str, ...],
+    split_rule: str,
+    **fields: Any,
+) -> TaskSuite:
+    """A suite whose ``generate(split, n, seed)`` draws ``n`` tasks of the split's pool (all of them
+    when ``n`` is at least its size), the same ones for the same arguments.
+
+    Args:
+        pools: Every usable task of each split and ``{bfcl id: why it was left out}``, cached.
+        name: The suite's name, also the first part of each draw's random key.
+        splits: The splits ``pools`` holds, checked before it is called (it loads bfcl-eval's data).
+        split_rule: How the splits are told apart, said when an unknown split is asked for.
+        **fields: The other ``TaskSuite`` fields (``env_id``, ``description``, ...).
+    """
+
+    def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
+        if split not in splits:
+            raise SuiteError(f"the {name} suite has splits {' and '.join(splits)} ({split_rule}), not {split!r}")
+        return draw(pools()[0][split], n, f"{name}/{split}/{seed}")
+
+    return TaskSuite(name=name, generator=generate, **fields)
 
 
-BFCL = TaskSuite(
+BFCL = pooled_suite(
+    _pools,
     name="bfcl",
+    splits=tuple(SPLIT_CATEGORIES),
+    split_rule="no function of test is in train",
     env_id="knowlyr/bfcl",
     description="BFCL single-turn function calling (bfcl-eval's data), judged by BFCL's AST rules",
-    generator=generate,
     max_steps=10,
     system_prompt=SYSTEM_PROMPT,
 )

@@ -53,8 +53,7 @@ from agentsandbox.bfcl.multi_turn import (
     refusal,
 )
 from agentsandbox.bfcl.multi_turn_env import SYSTEM_PROMPT
-from agentsandbox.suites import SuiteError, TaskSuite
-from agentsandbox.suites.bfcl import draw, render_question
+from agentsandbox.suites.bfcl import pooled_suite, render_question
 
 SPLITS = ("train", "test")
 STEPS_PER_TURN = 5  # room beyond the expert's calls in each turn (BFCL allows a model 20 steps a turn)
@@ -137,18 +136,13 @@ def excluded() -> dict[str, str]:
     return dict(_pools()[1])
 
 
-def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    """``n`` tasks of ``split`` (all of them when ``n`` is at least its size); deterministic."""
-    if split not in SPLITS:
-        raise SuiteError(f"the bfcl-multi-turn suite has splits train and test (split by scenario), not {split!r}")
-    return draw(_pools()[0][split], n, f"bfcl-multi-turn/{split}/{seed}")
-
-
-BFCL_MULTI_TURN = TaskSuite(
+BFCL_MULTI_TURN = pooled_suite(
+    _pools,
     name="bfcl-multi-turn",
+    splits=SPLITS,
+    split_rule="split by scenario",
     env_id="knowlyr/bfcl-multi-turn",
     description="BFCL multi-turn function calling on BFCL's own stateful backends, judged turn by turn as BFCL does",
-    generator=generate,
     max_steps=60,
     system_prompt=SYSTEM_PROMPT,
 )
