@@ -15,7 +15,9 @@ Example:
 # the knowlyr siblings are checked before anything is imported from them
 try:
     from knowlyrcore.origin import check_siblings
-except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
+except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
+    if exc.name not in ("knowlyrcore", "knowlyrcore.origin"):
+        raise  # a module our knowlyr-core needs is missing: its own error says which
     raise ImportError(
         "knowlyr-recorder needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
     ) from exc

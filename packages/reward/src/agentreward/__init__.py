@@ -9,7 +9,9 @@ the JSONL records themselves, passing every field they do not score through.
 # the knowlyr siblings are checked before anything is imported from them
 try:
     from knowlyrcore.origin import check_siblings
-except ImportError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
+except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
+    if exc.name not in ("knowlyrcore", "knowlyrcore.origin"):
+        raise  # a module our knowlyr-core needs is missing: its own error says which
     raise ImportError(
         "knowlyr-reward needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
     ) from exc
