@@ -414,3 +414,24 @@ def pair_preferences(
         kept.sort(key=lambda cr: cr[1][0] - cr[0][0])  # largest margin first
         pairs += [PreferencePair(key, c[1], r[1], c[0] - r[0]) for c, r in kept[:max_pairs_per_task]]
     return pairs
+
+
+class PRMRecord(_Record):
+    """One labelled example for a learned process reward model: what the scorer reads after a
+    step (``text``: the task and the steps so far, as ``knowlyrcore.prefix_text.step_prefixes``
+    renders them) and ``label``, the probability that the task still succeeds from there (a
+    Monte-Carlo estimate: the mean outcome of continuations from that step; 0 or 1 for a final
+    step, whose outcome is known).
+
+    ``trajectory_id`` and ``step`` say where the prefix comes from; ``group`` names what a
+    held-out split leaves out (the task's template), so a scorer can be measured on groups it
+    never saw. Prefixes of the same ``task_id`` with different labels form the pairs of the
+    pairwise loss.
+    """
+
+    text: str = Field(min_length=1)
+    label: Annotated[float, BeforeValidator(_number), Field(ge=0.0, le=1.0)]
+    trajectory_id: str | None = None
+    step: Annotated[int, Field(strict=True, ge=0)] | None = None
+    group: str | None = None
+    continuations: Annotated[int, Field(strict=True, ge=0)] | None = None  # how many runs the label averages
