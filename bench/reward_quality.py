@@ -33,8 +33,8 @@ from agentrecorder import iter_convert
 from agentreward import Calibrator, RewardEngine, agreement
 from agentreward.quality import evaluate, hide_labels
 from agentsandbox.suites import get_suite
-from knowlyrcore import TaskInfo, ToolCategory, get_domain_profile
 from trajectoryhub import collect_batched
+from trajectoryhub.corrupted import KINDS, CorruptedExpert
 
 # the published real agent logs: $KNOWLYR_REAL_DATA, else shared/data/real beside the clone (as the
 # root conftest.py sets it for knowlyrcore.testing.real_data; a script does not import pytest)
@@ -61,45 +61,6 @@ def who_and_when(engine: RewardEngine, folder: Path) -> dict[str, Any]:
             "published_best_step_accuracy": WHO_AND_WHEN_BEST_STEP_ACCURACY}  # fmt: skip
 
 
-class CorruptedExpert:
-    """The suite's expert with one kind of mistake, chosen per task from a seeded stream."""
-
-    KINDS = ("skip_write", "invented_id", "repeat", "give_up")
-    GIVE_UP = {"tool": "respond", "params": {"message": "Sorry, I cannot help with that."}}
-
-    def __init__(self, suite, kind: str, rng: random.Random):
-        self.expert, self.kind, self.rng = suite.expert(), kind, rng
-        self.actions: list[dict[str, Any]] = []
-
-    def reset(self, task=None) -> None:
-        self.expert.reset(task)
-        actions = [dict(a) for a in self.expert.actions]
-        profile = get_domain_profile(TaskInfo.coerce(task).domain)
-        writes = {t.name for t in profile.tools if t.category == ToolCategory.WRITE}
-        at = self.rng.randrange(len(actions))
-        if self.kind == "skip_write" and any(a["tool"] in writes for a in actions):
-            actions = [a for a in actions if a["tool"] not in writes]
-        elif self.kind == "invented_id" and any(self._id_keys(a) for a in actions[:-1]):
-            index = next(i for i, a in enumerate(actions) if self._id_keys(a))
-            key = self._id_keys(actions[index])[0]
-            params = dict(actions[index]["params"])
-            params[key] = f"{params[key]}9" if isinstance(params[key], str) else params[key] + 9
-            actions[index] = {**actions[index], "params": params}
-        elif self.kind == "repeat" and len(actions) > 1:
-            at = min(at, len(actions) - 2)
-            actions.insert(at + 1, dict(actions[at]))
-        else:
-            actions = [self.GIVE_UP]
-        self.actions = actions
-
-    @staticmethod
-    def _id_keys(action: dict[str, Any]) -> list[str]:
-        return [k for k, v in (action.get("params") or {}).items() if "id" in k and isinstance(v, (str, int))]
-
-    def __call__(self, observation: Any) -> dict[str, Any]:
-        return self.actions.pop(0) if len(self.actions) > 1 else self.actions[0]
-
-
 def first_deviation(trajectory: dict[str, Any]) -> int | None:
     """The first step whose call differs from the task's solution (None: it follows it)."""
     solution = trajectory["task"]["metadata"].get("solution") or []
@@ -120,8 +81,8 @@ def suite_runs(name: str, n: int, seed: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     runs: list[dict[str, Any]] = []
     agents: list[tuple[str, Any]] = [("expert", suite.expert)]
-    for kind in CorruptedExpert.KINDS:
-        agents.append((kind, lambda kind=kind: CorruptedExpert(suite, kind, random.Random(rng.random()))))
+    for kind in KINDS:
+        agents.append((kind, lambda kind=kind: CorruptedExpert(kind, random.Random(rng.random()))))
     for agent, factory in agents:
         collected = collect_batched(suite.env_id, factory, tasks, max_steps=suite.max_steps, agent_name=agent,
                                     env_kwargs=suite.env_kwargs, progress=False)  # fmt: skip

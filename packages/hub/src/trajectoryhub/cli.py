@@ -227,6 +227,59 @@ def dedup_command(trajectories: tuple[str, ...], more_files: tuple[str, ...], ou
     click.echo(f"{len(items)} trajectories, {len(unique)} unique -> {output}", err=True)
 
 
+@cli.command("prm-data")
+@trajectory_files
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="PRM records JSONL to write.")
+@click.option("--env", help="Environment id (default: the tasks' suite's, else the one of their domain).")
+@click.option(
+    "-k",
+    "--continuations",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Continuations per step (the expert is deterministic: 1 is exact).",
+)
+@click.option("--max-steps", type=click.IntRange(min=1), help="Steps per continuation (default: the suite's + 10).")
+def prm_data_command(
+    trajectories: tuple[str, ...],
+    more_files: tuple[str, ...],
+    output: str,
+    env: str | None,
+    continuations: int,
+    max_steps: int | None,
+) -> None:
+    """Label every step of recorded runs for a learned process reward model.
+
+    A step's label is the chance the task still succeeds after it: the environment is put back in
+    the state the step left (the recorded calls replayed) and the task's expert plays on from
+    there (its metadata.solution); the last step's label is the run's outcome. One PRMRecord per
+    step ({text, label, task_id, trajectory_id, step, group}), for `knowlyr-trainer prm`.
+    """
+    from trajectoryhub.prm_data import LabelStats, prm_records, step_values
+
+    def needs_solution(trajectory: Any) -> tuple[str, str] | None:
+        solution = trajectory.task.metadata.get("solution")
+        if not isinstance(solution, list) or not solution:
+            return "task.metadata.solution", "missing: the expert continuation replays the task's solution"
+        return None
+
+    runs = _read_all(_files(trajectories, more_files), check=needs_solution)
+    tasks = [run.task for run in runs]
+    suite = _suite_of(tasks, env_given=env is not None)
+    env_id = env or (suite.env_id if suite else _env_for_domain(tasks))
+    env_kwargs = dict(suite.env_kwargs or {}) if suite and not env else {}
+    budget = max_steps or ((suite.max_steps if suite else 30) + 10)
+    records = [run.model_dump(mode="json") for run in runs]
+    labelled = step_values(records, env=env_id, env_kwargs=env_kwargs, k=continuations, max_steps=budget, progress=True)
+    stats = LabelStats()
+    written = write_jsonl(output, (r.model_dump(mode="json") for r in prm_records(labelled, stats)))
+    click.echo(
+        f"{stats.runs} runs, {written} labelled steps ({stats.by_value.get('1.0', 0)} at 1, "
+        f"{stats.by_value.get('0.0', 0)} at 0; {stats.unreplayable} runs not replayable: final step only) -> {output}",
+        err=True,
+    )
+
+
 def _load_runs(paths: list[str]) -> dict[str, list]:
     runs: dict[str, list] = {}
     for path in paths:
