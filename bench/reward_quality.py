@@ -15,7 +15,18 @@ Every figure scores trajectories with their outcome and labels removed first
 * ``calibration``: the human-calibration layer fitted on the suite's step labels of half the
   tasks and measured (Spearman with the labels) on the other half, before and after.
 
+* ``layers`` (``--learned``): the learned layer beside the rules. Process reward models are
+  trained by ``knowlyr-trainer prm`` on the suite's train split (the expert and its corrupted
+  versions, plus any ``--policy-runs``), every step labelled by Monte-Carlo continuations
+  (``trajectoryhub.prm_data``). Per layer: ``loto_auc``, the mean over test templates of the
+  trajectory AUC on template T's test runs scored by a PRM trained without any run of T
+  (``loto_auc_pooled``: all held-out scores ranked together); ``step_brier`` against the test
+  runs' Monte-Carlo step labels; ``tau_airline_auc`` and ``whowhen_step_acc`` with a PRM
+  trained on every template; and, with ``--samples FILE`` (n sampled runs per test task),
+  ``best_of_n``: pass@1 against the run the layer ranks first, with a paired test.
+
     python bench/reward_quality.py [--tau-bench FILE --tasks A-B] [--suite retail --n 60]
+    python bench/reward_quality.py --learned [--policy-runs RUNS.jsonl] [--samples SAMPLED.jsonl]
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,10 +43,14 @@ from typing import Any
 
 from agentrecorder import iter_convert
 from agentreward import Calibrator, RewardEngine, agreement
-from agentreward.quality import evaluate, hide_labels
+from agentreward.best_of_n import best_of_n
+from agentreward.quality import evaluate, hide_labels, roc_auc
 from agentsandbox.suites import get_suite
+from knowlyrcore.datasets import PRMRecord
+from knowlyrcore.jsonl import write_jsonl
 from trajectoryhub import collect_batched
 from trajectoryhub.corrupted import KINDS, CorruptedExpert
+from trajectoryhub.prm_data import prm_records, step_values
 
 # the published real agent logs: $KNOWLYR_REAL_DATA, else shared/data/real beside the clone (as the
 # root conftest.py sets it for knowlyrcore.testing.real_data; a script does not import pytest)
@@ -47,15 +63,25 @@ def task_range(text: str) -> set[str]:
     return {str(i) for i in range(int(first), int(last or first) + 1)}
 
 
-def tau_bench(engine: RewardEngine, path: Path, tasks: set[str] | None) -> dict[str, Any]:
+def tau_runs(path: Path, tasks: set[str] | None) -> list[dict[str, Any]]:
     runs = [t.model_dump(mode="json") for t in iter_convert(path, "openai-chat")]
-    if tasks is not None:
-        runs = [t for t in runs if t["task"]["id"] in tasks]
-    return {"file": path.name, "tasks": f"{len(tasks)} task ids" if tasks else "all", **evaluate(engine, runs)}
+    return runs if tasks is None else [t for t in runs if t["task"]["id"] in tasks]
+
+
+def tau_bench(engine: RewardEngine, path: Path, tasks: set[str] | None) -> dict[str, Any]:
+    return {
+        "file": path.name,
+        "tasks": f"{len(tasks)} task ids" if tasks else "all",
+        **evaluate(engine, tau_runs(path, tasks)),
+    }
+
+
+def who_and_when_runs(folder: Path) -> list[dict[str, Any]]:
+    return [t.model_dump(mode="json") for path in sorted(folder.glob("*.json")) for t in iter_convert(path)]
 
 
 def who_and_when(engine: RewardEngine, folder: Path) -> dict[str, Any]:
-    runs = [t.model_dump(mode="json") for path in sorted(folder.glob("*.json")) for t in iter_convert(path)]
+    runs = who_and_when_runs(folder)
     report = evaluate(engine, runs)
     return {"files": len(runs), "step_accuracy": report["step_accuracy"], "step_chance": report["step_chance"],
             "published_best_step_accuracy": WHO_AND_WHEN_BEST_STEP_ACCURACY}  # fmt: skip
@@ -75,9 +101,11 @@ def first_deviation(trajectory: dict[str, Any]) -> int | None:
     return None
 
 
-def suite_runs(name: str, n: int, seed: int) -> list[dict[str, Any]]:
+def suite_runs(name: str, n: int, seed: int, split: str = "test") -> list[dict[str, Any]]:
+    """The suite's expert and its four corrupted versions on ``n`` tasks of ``split``; a failed
+    run's first step off the solution is marked as its mistake."""
     suite = get_suite(name)
-    tasks = suite.generate("test", n, seed)
+    tasks = suite.generate(split, n, seed)
     rng = random.Random(seed)
     runs: list[dict[str, Any]] = []
     agents: list[tuple[str, Any]] = [("expert", suite.expert)]
@@ -123,6 +151,121 @@ def calibration_held_out(engine: RewardEngine, runs: list[dict[str, Any]]) -> di
             "held_out_spearman_after": round(after["spearman"], 4)}  # fmt: skip
 
 
+# --- the learned layer ----------------------------------------------------------------------------
+
+
+def template_of(record: dict[str, Any]) -> str:
+    return str((record["task"].get("metadata") or {}).get("template") or record["task"].get("domain"))
+
+
+def label_steps(suite: Any, runs: list[dict[str, Any]]) -> list[PRMRecord]:
+    """Monte-Carlo step labels of ``runs`` (the expert resuming from every step)."""
+    labelled = step_values(runs, env=suite.env_id, env_kwargs=suite.env_kwargs, max_steps=suite.max_steps + 10)
+    return list(prm_records(labelled))
+
+
+def train_prm(records: list[PRMRecord], out: Path, args: argparse.Namespace) -> Path:
+    """A PRM trained by ``knowlyr-trainer prm`` on ``records``; returns its checkpoint."""
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "prm.jsonl"
+    write_jsonl(data, (r.model_dump(mode="json") for r in records))
+    command = [
+        sys.executable, "-m", "agenttrainer.cli", "prm", "--train-file", str(data), "--output-dir", str(out / "run"),
+        "--model", args.prm_model, "--num-epochs", str(args.prm_epochs), "--batch-size", str(args.prm_batch),
+        "--learning-rate", str(args.prm_lr), "--max-length", str(args.prm_max_length), "--seed", str(args.seed),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"knowlyr-trainer prm failed ({' '.join(command)}):\n{done.stderr[-2000:]}")
+    return out / "run" / "final"
+
+
+def auc_of(pairs: list[tuple[float, bool]]) -> float | None:
+    auc = roc_auc([score for score, _ in pairs], [success for _, success in pairs])
+    return None if auc is None else round(auc, 4)
+
+
+def brier(values: list[float], labels: list[float]) -> float | None:
+    return round(sum((v - y) ** 2 for v, y in zip(values, labels)) / len(values), 4) if values else None
+
+
+def leave_one_template_out(suite: Any, train_records: list[PRMRecord], test_runs: list[dict[str, Any]],
+                           workdir: Path, args: argparse.Namespace) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Trajectory AUC per held-out template, for the rule layer and for a PRM trained without it.
+
+    Template ``T``'s test runs are scored by a PRM whose training data hold no run of ``T``;
+    the rule layer is scored on the same runs. Step calibration (Brier) compares each step's
+    value with its Monte-Carlo label."""
+    from agentreward.learned import LearnedScorer  # torch: only for --learned
+
+    rules = RewardEngine()
+    test_labels = {(r.trajectory_id, r.step): r.label for r in label_steps(suite, test_runs)}
+    figures: dict[str, dict[str, Any]] = {"rules": {"by_template": {}}, "learned": {"by_template": {}}}
+    pooled: dict[str, list[tuple[float, bool]]] = {"rules": [], "learned": []}
+    steps: dict[str, tuple[list[float], list[float]]] = {"rules": ([], []), "learned": ([], [])}
+    for template in sorted({template_of(r) for r in test_runs}):
+        held_out = [r for r in test_runs if template_of(r) == template]
+        kept = [r for r in train_records if r.group != template]
+        scorer = LearnedScorer(train_prm(kept, workdir / f"without-{template}", args))
+        for name in ("rules", "learned"):
+            pairs = []
+            for run in held_out:
+                hidden = hide_labels(run)
+                if name == "rules":
+                    scored = rules.score_record(hidden)
+                    total, values = scored["reward"], [s["reward"] for s in scored["steps"]]
+                else:
+                    values = scorer.step_values(hidden)
+                    total = values[-1] if values else 0.0
+                pairs.append((total, bool(run["outcome"]["success"])))
+                run_id = run.get("id") or f"{run['task']['id']}/{run.get('agent', '')}"
+                for i, value in enumerate(values):
+                    if (run_id, i) in test_labels:
+                        steps[name][0].append(value)
+                        steps[name][1].append(test_labels[(run_id, i)])
+            figures[name]["by_template"][template] = {"runs": len(pairs), "auc": auc_of(pairs)}
+            pooled[name].extend(pairs)
+    for name, figure in figures.items():
+        aucs = [t["auc"] for t in figure["by_template"].values() if t["auc"] is not None]
+        figure["loto_auc"] = round(sum(aucs) / len(aucs), 4) if aucs else None
+        figure["loto_auc_pooled"] = auc_of(pooled[name])
+        figure["step_brier"] = brier(*steps[name])
+    return figures
+
+
+def best_of_samples(score: Any, path: Path) -> dict[str, Any]:
+    """Best-of-n over a file of sampled runs (n per task, e.g. ``knowlyr-hub evaluate --samples 4 -o``)."""
+    groups: dict[str, list[tuple[float, bool]]] = {}
+    for trajectory in iter_convert(path, "knowlyr"):
+        record = trajectory.model_dump(mode="json")
+        groups.setdefault(str(record["task"]["id"]), []).append(
+            (score(hide_labels(record)), bool(record["outcome"]["success"]))
+        )
+    return {"file": path.name, **best_of_n(groups)}
+
+
+def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """``--learned``: train PRMs on the suite's train split and report the learned layer beside the rules."""
+    suite = get_suite(args.suite)
+    workdir = Path(args.workdir)
+    train_runs = suite_runs(args.suite, args.train_n, args.seed + 1, split="train")
+    for path in args.policy_runs:  # the policy's own rollouts on train tasks, labelled the same way
+        train_runs += [t.model_dump(mode="json") for t in iter_convert(path, "knowlyr")]
+    train_records = label_steps(suite, train_runs)
+    test_runs = suite_runs(args.suite, args.n, args.seed)
+    layers = leave_one_template_out(suite, train_records, test_runs, workdir, args)
+    full = train_prm(train_records, workdir / "all-templates", args)
+    engines = {"rules": RewardEngine(), "learned": RewardEngine(layers=("learned",), prm=full)}
+    for name, engine in engines.items():
+        layers[name]["tau_airline_auc"] = evaluate(engine, tau_runs(args.tau_bench, args.tasks))["auc"]
+        layers[name]["whowhen_step_acc"] = evaluate(engine, who_and_when_runs(args.who_and_when))["step_accuracy"]
+        if args.samples:
+            layers[name]["best_of_n"] = best_of_samples(lambda r, e=engine: e.score_record(r)["reward"], args.samples)
+    result["layers"] = layers
+    result["learned"] = {"checkpoint": str(full), "train_runs": len(train_runs), "train_steps": len(train_records),
+                         "test_runs": len(test_runs), "model": args.prm_model, "epochs": args.prm_epochs}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -137,6 +280,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=60, help="Suite tasks (each run by 5 agents).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--preset", default="default", choices=("default", "seed-003"))
+    learned = parser.add_argument_group(
+        "the learned layer (--learned: trains one PRM per held-out template, minutes each)"
+    )
+    learned.add_argument("--learned", action="store_true", help="Train and report the learned layer beside the rules.")
+    learned.add_argument(
+        "--train-n", type=int, default=84, help="Train-split tasks for the PRM data (each run by 5 agents)."
+    )
+    learned.add_argument(
+        "--policy-runs",
+        type=Path,
+        action="append",
+        default=[],
+        help="More train-split runs with outcomes (a policy's own, e.g. knowlyr-hub evaluate -o); repeatable.",
+    )
+    learned.add_argument("--samples", type=Path, help="Sampled test runs, n per task: best-of-n per layer.")
+    learned.add_argument("--workdir", default="runs/reward-quality", help="Where the PRM data and checkpoints go.")
+    learned.add_argument("--prm-model", default="all-minilm-l6-v2")
+    learned.add_argument("--prm-epochs", type=int, default=2)
+    learned.add_argument("--prm-batch", type=int, default=16)
+    learned.add_argument("--prm-lr", type=float, default=5e-5)
+    learned.add_argument("--prm-max-length", type=int, default=384)
     args = parser.parse_args(argv)
 
     engine = RewardEngine(preset=args.preset)
@@ -151,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         "who_and_when": who_and_when(engine, args.who_and_when),
         "suite": suite_report,
         "calibration": calibration_held_out(engine, runs),
-        "seconds": round(time.perf_counter() - start, 1),
     }
+    if args.learned:
+        learned_section(args, result)
+    result["seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(result), flush=True)
     return 0
 
