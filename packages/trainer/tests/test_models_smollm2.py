@@ -36,8 +36,13 @@ CONVERSATIONS = [
 
 
 def test_first_use_converts_into_the_cache_once(tmp_path, monkeypatch):
+    import gguf
+
     monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path))
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     path = resolve_model_path("SmolLM2-135M-Instruct")
+    # the conversion parses the file once (memoised gguf functions) and puts gguf back as it was
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
     target = tmp_path / "models" / "smollm2-135m"
     assert path == str(target)
     config = json.loads((target / "config.json").read_text())
