@@ -302,6 +302,7 @@ CASES: dict[str, dict[str, tuple[list[str], str, str | list[str]]]] = {
             "RewardEngine(judge=Judge(model='m')).score_record({'task': {}, 'steps': [{'tool_call': {'name': 'ls'}}]})",
         ),
         "mcp": (["mcp"], "knowlyr-reward mcp", ["cli", "mcp"]),
+        "learned": (["torch"], "the learned reward layer", "from agentreward.learned import LearnedScorer"),
     },
     "hub": {
         "sandbox": (["agentsandbox"], "knowlyr-hub tasks", ["cli", "tasks", "--list"]),
