@@ -106,6 +106,7 @@ class ProcessRewardModel(torch.nn.Module):
         """The checkpoint ``save`` wrote into ``directory``."""
         from safetensors.torch import load_file
 
+        _transformers()  # a missing extra is named before the checkpoint is judged
         config = read_checkpoint_config(directory)
         model = cls.from_pretrained_text_model(directory, pooling=config["pooling"], max_length=config["max_length"])
         model.head.load_state_dict(load_file(str(Path(directory) / HEAD_FILE)))
@@ -143,11 +144,13 @@ def load_tokenizer(directory: str | Path) -> Any:
 
 def encode(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, Any]:
     """Token ids of ``texts`` for the model: padded, cut to ``max_length`` keeping the end (the
-    newest steps) when a text is longer."""
+    newest steps) when a text is longer. A lone surrogate (a JSON ``"\\ud800"`` escape read from a
+    log) becomes ``?``: the tokenizer accepts only text that is valid Unicode."""
     side = tokenizer.truncation_side
     tokenizer.truncation_side = "left"
+    texts = [text.encode("utf-8", "replace").decode("utf-8") for text in texts]
     try:
-        return tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        return tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     finally:
         tokenizer.truncation_side = side
 
