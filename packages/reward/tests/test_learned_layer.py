@@ -189,6 +189,33 @@ def test_a_bad_checkpoint_path_is_one_line_naming_it(tmp_path, folder, config, m
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda ck: (ck / "tokenizer_config.json").unlink(), "tokenizer_config.json is missing"),
+        (lambda ck: (ck / "prm_head.safetensors").write_bytes(b"junk"), "prm_head.safetensors: not this model's head"),
+        (lambda ck: (ck / "model.safetensors").unlink(), "cannot load a text model to put a reward head on"),
+    ],
+)
+def test_a_damaged_checkpoint_is_one_line_naming_it(build_prm, tmp_path, damage, message):
+    checkpoint = build_prm(tmp_path / "ck")
+    damage(checkpoint)
+    with pytest.raises(RewardError, match=message) as caught:
+        RewardEngine(layers=("learned",), prm=checkpoint)
+    assert str(checkpoint) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_head_of_another_width_is_refused(build_prm, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    checkpoint = build_prm(tmp_path / "ck")
+    save_file({"weight": torch.zeros(1, 8), "bias": torch.zeros(1)}, str(checkpoint / "prm_head.safetensors"))
+    with pytest.raises(RewardError, match=r"not this model's head \(.*size mismatch for weight") as caught:
+        RewardEngine(layers=("learned",), prm=checkpoint)
+    assert "\n" not in str(caught.value)
+
+
 SCRIPT = """
 import json, sys
 for name in {blocked!r}:
