@@ -1,7 +1,9 @@
-"""knowlyr-reward: a three-layer process reward model for agent trajectories.
+"""knowlyr-reward: a process reward model for agent trajectories in four layers.
 
 Layer 1 rules (``agentreward.rules``), layer 2 an LLM judge (``agentreward.judge``),
-layer 3 human calibration (``agentreward.calibration``), combined by ``RewardEngine``.
+layer 3 human calibration (``agentreward.calibration``), layer 4 a learned model
+(``agentreward.learned``, the ``learned`` extra: imported only when asked for), combined by
+``RewardEngine``.
 ``RewardEngine.score`` scores a ``knowlyrcore.Trajectory``; the CLI and ``score_record`` work on
 the JSONL records themselves, passing every field they do not score through.
 """

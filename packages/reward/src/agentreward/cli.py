@@ -1,7 +1,8 @@
 """The ``knowlyr-reward`` command.
 
 knowlyr-reward score TRAJ.jsonl --domain coding [-o scored.jsonl] [--preset seed-003] [--judge-url URL --judge-model M]
-knowlyr-reward eval LABELLED.jsonl [--domain D] [--preset P]   (how well rewards predict known labels)
+knowlyr-reward score TRAJ.jsonl --layers rules,learned --prm runs/prm   (+ a trained process reward model)
+knowlyr-reward eval LABELLED.jsonl [--domain D] [--preset P] [--layers L --prm PATH]   (how well rewards predict known labels)
 knowlyr-reward pairs SCORED.jsonl -o preferences.jsonl [--pairing best_vs_worst|all_above_margin] [--min-margin 0.1]
 knowlyr-reward calibrate SCORED.jsonl [--labels labels.jsonl] -o calibration.json
 knowlyr-reward rubrics [--domain coding]
@@ -25,7 +26,7 @@ from knowlyrcore.errors import no_such_file
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="knowlyr-reward")
 def cli() -> None:
-    """Process reward model for agent trajectories: rules, LLM judge, human calibration."""
+    """Process reward model for agent trajectories: rules, LLM judge, human calibration, a learned model."""
 
 
 def _engine(options: dict[str, Any]):
@@ -34,6 +35,16 @@ def _engine(options: dict[str, Any]):
     from agentreward.judge import Judge
     from agentreward.rubrics import load_weights
 
+    layers = options["layers"]
+    # the engine refuses these too; here they are worded with the options that fix them
+    if "learned" in layers and not options["prm"]:
+        raise click.UsageError("--layers learned needs --prm PATH (a checkpoint of `knowlyr-trainer prm`)")
+    if options["prm"] and "learned" not in layers:
+        raise click.UsageError("--prm is the learned layer's checkpoint: add learned to --layers")
+    if "judge" in layers and not options["judge_model"]:
+        raise click.UsageError("--layers judge needs --judge-model (and --judge-url for a local endpoint)")
+    if "calibration" in layers and not options["calibration"]:
+        raise click.UsageError("--layers calibration needs --calibration FILE (from `knowlyr-reward calibrate`)")
     judge = None
     if options["judge_url"] or options["judge_model"]:
         if not options["judge_model"]:
@@ -50,9 +61,11 @@ def _engine(options: dict[str, Any]):
         raise click.UsageError("--dimension-weights weighs the seed-003 preset's dimensions: add --preset seed-003")
     return RewardEngine(
         domain=options["domain"],
+        layers=layers,
         weights=weights,
         judge=judge,
         calibrator=Calibrator.load(options["calibration"]) if options["calibration"] else None,
+        prm=options["prm"],
         outcome_weight=options["outcome_weight"],
         preset=options["preset"],
         conversation_rules=options["conversation_rules"],
@@ -110,11 +123,39 @@ def _json_mapping(ctx: Any, param: Any, value: str | None) -> dict[str, float] |
     return {str(k): float(v) for k, v in data.items()}
 
 
+def _layer_names(ctx: Any, param: Any, value: str) -> tuple[str, ...]:
+    """``rules,learned`` -> ``("rules", "learned")``, each a known layer."""
+    from agentreward.engine import LAYERS
+
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = [name for name in names if name not in LAYERS]
+    if unknown or not names:
+        raise click.BadParameter(f"{unknown[0] if unknown else value!r}: name layers among {', '.join(LAYERS)}")
+    return names
+
+
 def engine_options(command: Any) -> Any:
     """The options that build a ``RewardEngine`` (shared by ``score`` and ``eval``)."""
     from agentreward.presets import PRESETS
 
     options = [
+        click.option(
+            "--layers",
+            default="rules",
+            show_default=True,
+            callback=_layer_names,
+            metavar="L1,L2",
+            help="The layers that score, comma-separated: rules, judge, calibration, learned. With the "
+            "rule layers and learned both, each step reward and the total are the mean of the two. "
+            "--judge-model and --calibration switch their layer on by themselves.",
+        ),
+        click.option(
+            "--prm",
+            callback=_existing,
+            metavar="PATH",
+            help="The learned layer's checkpoint directory (from `knowlyr-trainer prm`; needs "
+            "knowlyr-reward[learned]).",
+        ),
         click.option("--domain", help="Rubric weights of this domain (default: each trajectory's task.domain)."),
         click.option(
             "--weights", callback=_existing, help="YAML/JSON file of rubric weights, overriding the domain's."
@@ -204,9 +245,9 @@ def score_command(input_path: str, output: str | None, quiet: bool, **options: A
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the report here (JSON).")
 def eval_command(input_paths: tuple[str, ...], output: str | None, **options: Any) -> None:
     """How well the rewards predict known labels: score labelled trajectories with outcome and
-    labels hidden, print one JSON line with the ROC AUC for success, the rank correlation with
-    outcome.score and, for steps labelled metadata.mistake (Who&When), how often the
-    lowest-rewarded step is the mistake."""
+    labels hidden, with the layers of --layers, print one JSON line with the ROC AUC for success,
+    the rank correlation with outcome.score and, for steps labelled metadata.mistake (Who&When),
+    how often the lowest-rewarded step is the mistake."""
     from agentreward.quality import evaluate
     from agentreward.trajectories import dumps_strict, write_atomically
 
@@ -218,8 +259,10 @@ def eval_command(input_paths: tuple[str, ...], output: str | None, **options: An
 
     report = {
         "inputs": list(input_paths),
+        "layers": list(engine.layers),
         "preset": engine.preset,
         "judge": options["judge_model"],
+        "prm": options["prm"],
         **evaluate(engine, labelled()),
     }
     line = dumps_strict(report, output or "<stdout>")

@@ -31,6 +31,8 @@ from knowlyrcore.prefix_text import step_prefixes
 #: ``prm.json``'s ``format`` value: tells a PRM checkpoint from any other model directory
 CHECKPOINT_FORMAT = "knowlyr-prm"
 CONFIG_FILE, HEAD_FILE = "prm.json", "prm_head.safetensors"
+#: what every tokenizer's ``save_pretrained`` writes
+TOKENIZER_FILE = "tokenizer_config.json"
 #: model types whose hidden states see the whole text at every position (mean pooling fits)
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "deberta-v2"})
 #: how many tokens of a prefix the scorer reads by default (all-MiniLM-L6-v2 was trained on 256)
@@ -104,11 +106,17 @@ class ProcessRewardModel(torch.nn.Module):
     @classmethod
     def load(cls, directory: str | Path) -> ProcessRewardModel:
         """The checkpoint ``save`` wrote into ``directory``."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
+        _transformers()  # a missing extra is named before the checkpoint is judged
         config = read_checkpoint_config(directory)
         model = cls.from_pretrained_text_model(directory, pooling=config["pooling"], max_length=config["max_length"])
-        model.head.load_state_dict(load_file(str(Path(directory) / HEAD_FILE)))
+        head = Path(directory) / HEAD_FILE
+        try:
+            model.head.load_state_dict(load_file(str(head)))
+        except (SafetensorError, RuntimeError, OSError) as exc:  # damaged, or another model's width
+            raise RewardError(f"{head}: not this model's head ({' '.join(str(exc).split())})") from None
         return model
 
 
@@ -134,8 +142,13 @@ def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
     return config
 
 
-def load_tokenizer(directory: str | Path) -> Any:
-    tokenizer = _transformers().AutoTokenizer.from_pretrained(str(directory))
+def load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer of the model directory ``path``, able to pad (the same meaning and signature
+    as ``agenttrainer.models.load_tokenizer``, which knowlyr-reward cannot import)."""
+    try:
+        tokenizer = _transformers().AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise RewardError(f"{path}: cannot load its tokenizer ({' '.join(str(exc).split())})") from None
     if tokenizer.pad_token is None:  # a causal LM's tokenizer may have none; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -143,11 +156,13 @@ def load_tokenizer(directory: str | Path) -> Any:
 
 def encode(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, Any]:
     """Token ids of ``texts`` for the model: padded, cut to ``max_length`` keeping the end (the
-    newest steps) when a text is longer."""
+    newest steps) when a text is longer. A lone surrogate (a JSON ``"\\ud800"`` escape read from a
+    log) becomes ``?``: the tokenizer accepts only text that is valid Unicode."""
     side = tokenizer.truncation_side
     tokenizer.truncation_side = "left"
+    texts = [text.encode("utf-8", "replace").decode("utf-8") for text in texts]
     try:
-        return tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        return tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     finally:
         tokenizer.truncation_side = side
 
@@ -159,6 +174,9 @@ class LearnedScorer:
     def __init__(self, path: str | Path, *, batch_size: int = 16, device: str | None = None):
         self.path = Path(path)
         self.model = ProcessRewardModel.load(self.path)
+        # without the tokenizer's files transformers builds one without the model's vocabulary
+        if not (self.path / TOKENIZER_FILE).is_file():
+            raise RewardError(f"{path}: {TOKENIZER_FILE} is missing (save the checkpoint with its tokenizer)")
         self.tokenizer = load_tokenizer(self.path)
         self.device = torch.device(device or "cpu")
         self.model.to(self.device).eval()

@@ -35,8 +35,8 @@ stats = lazy_import("scipy.stats")  # ~1.5 s to import: only the metrics need it
 LABEL_TASK_KEYS = ("expected_actions", "outputs", "instruction", "ground_truth", "answer", "solution")
 #: keys of a trajectory's ``metadata`` that carry the result (tau-bench's reward breakdown)
 LABEL_METADATA_KEYS = ("reward_info", "mistake_agent", "mistake_step", "mistake_reason", "is_correct")
-#: keys of a step's ``metadata`` that carry a label
-LABEL_STEP_KEYS = ("mistake", "mistake_reason", "human_score", "reward_flags")
+#: keys of a step's ``metadata`` that carry a label, or an earlier scoring's findings
+LABEL_STEP_KEYS = ("mistake", "mistake_reason", "human_score", "reward_flags", "learned_value")
 
 
 class Scorer(Protocol):

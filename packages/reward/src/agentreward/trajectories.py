@@ -1,8 +1,9 @@
 """Read and write trajectory records as plain dicts (the format in docs/formats.md).
 
 Records stay dicts rather than ``knowlyrcore.Trajectory`` models: only the fields scoring reads
-are checked (steps with a tool call, an observation) and every other field passes through
-untouched, so a scored file is the input file plus rewards.
+or writes are checked (steps with a tool call, an observation; the task, outcome and metadata
+objects) and every other field passes through untouched, so a scored file is the input file
+plus rewards.
 
 Parsing is strict, with knowlyr-core's limits: ``NaN``, ``Infinity`` and overflowing numbers
 are refused (``path:line: field: non-finite number``), nesting deeper than ``MAX_JSON_DEPTH``
@@ -86,9 +87,14 @@ def check_trajectory(record: Any, path: str = "<trajectory>", line: int | None =
         obs = step.get("observation", {})
         if not isinstance(obs, dict):
             raise TrajectoryFormatError(path, line, "must be an object", field=f"steps[{i}].observation")
+        if step.get("metadata") is not None and not isinstance(step["metadata"], dict):  # scoring writes into it
+            raise TrajectoryFormatError(path, line, "must be an object", field=f"steps[{i}].metadata")
     task = record.get("task", {})
     if not isinstance(task, dict):
         raise TrajectoryFormatError(path, line, "must be an object", field="task")
+    for name in ("outcome", "metadata"):  # read for the outcome and labels, written with the scores
+        if record.get(name) is not None and not isinstance(record[name], dict):
+            raise TrajectoryFormatError(path, line, "must be an object", field=name)
     return record
 
 
