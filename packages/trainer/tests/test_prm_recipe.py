@@ -209,6 +209,16 @@ def test_cli_end_to_end_with_a_config_file_and_flags(tmp_path, tiny_bert, data):
     assert first.head.weight.abs().sum() > 0  # trained, not the zero initialisation
 
 
+def test_a_causal_lm_is_pooled_at_its_last_token(tmp_path, tiny_path, data):
+    """The conftest's tiny Llama (SmolLM2's tokenizer, whose pad token is its end-of-text token)
+    as the text model: last-token pooling, trained and loaded back by the scorer."""
+    result = _train(data[0], tmp_path / "out", tiny_path, max_optimizer_steps=2, learning_rate=1e-3)
+    assert result["global_step"] == 2 and all(math.isfinite(x) for x in _losses(tmp_path / "out"))
+    scorer = learned.LearnedScorer(result["output_dir"])
+    assert scorer.model.pooling == "last" and scorer.model.encoder.config.model_type == "llama"
+    assert scorer.model.head.weight.abs().sum() > 0
+
+
 def test_a_missing_text_model_directory_is_one_line(tmp_path, data):
     result = CliRunner().invoke(
         cli, ["prm", "--train-file", data[0], "--model", str(tmp_path / "nowhere"), "--output-dir", str(tmp_path / "o")]
