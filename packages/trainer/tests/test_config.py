@@ -2,7 +2,7 @@
 
 import pytest
 
-from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, SFTConfig
+from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, PRMConfig, SFTConfig
 
 
 def test_yaml_then_overrides(tmp_path):
@@ -18,7 +18,7 @@ def test_yaml_then_overrides(tmp_path):
 
 
 def test_every_field_is_documented():
-    for cls in (SFTConfig, DPOConfig, GRPOConfig):
+    for cls in (SFTConfig, DPOConfig, GRPOConfig, PRMConfig):
         assert all(cls.field_help().values()), cls
 
 

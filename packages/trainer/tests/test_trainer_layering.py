@@ -42,7 +42,7 @@ def _is_recipe_side(module):
     )
 
 
-RECIPES = ["trainers/sft.py", "trainers/dpo.py", "trainers/grpo.py", "online/trainer.py"]
+RECIPES = ["trainers/sft.py", "trainers/dpo.py", "trainers/grpo.py", "trainers/prm.py", "online/trainer.py"]
 #: what a recipe may import from the recipe side: the helpers, not ``common`` (the compatibility
 #: shim) and not another recipe
 RECIPE_HELPERS = {

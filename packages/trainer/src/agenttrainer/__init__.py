@@ -1,4 +1,4 @@
-"""knowlyr-trainer: pure-PyTorch SFT / DPO / GRPO for LLM tool-use agents.
+"""knowlyr-trainer: pure-PyTorch SFT / DPO / GRPO for LLM tool-use agents, and process reward models.
 
 Example:
     >>> from agenttrainer import SFTConfig
@@ -19,13 +19,14 @@ except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) ha
 __version__ = check_siblings("knowlyr-trainer")  # the pyproject's, from the installed metadata
 
 from agenttrainer.batch_policy import LocalBatchPolicy
-from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig
+from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, PRMConfig, SFTConfig
 from agenttrainer.data import DataError
 from agenttrainer.eval import evaluate_model
 from agenttrainer.inference import AgentInference
 from agenttrainer.models import LORA_PRESETS, apply_lora, create_lora_config, load_model_and_tokenizer, save_model
 from agenttrainer.trainers.dpo import DPOTrainer
 from agenttrainer.trainers.grpo import GRPOTrainer
+from agenttrainer.trainers.prm import PRMTrainer
 from agenttrainer.trainers.sft import SFTTrainer
 from agenttrainer.wrapper import GRPOTrainerWrapper, SFTTrainerWrapper
 
@@ -35,10 +36,12 @@ __all__ = [
     "DPOConfig",
     "GRPOConfig",
     "OnlineRLConfig",
+    "PRMConfig",
     "SFTConfig",
     # trainers
     "DPOTrainer",
     "GRPOTrainer",
+    "PRMTrainer",
     "SFTTrainer",
     # seed-002 wrappers
     "GRPOTrainerWrapper",

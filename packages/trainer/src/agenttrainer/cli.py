@@ -1,4 +1,4 @@
-"""``knowlyr-trainer`` command line: ``sft``, ``dpo``, ``grpo``, ``eval`` (and ``serve`` when installed).
+"""``knowlyr-trainer`` command line: ``sft``, ``dpo``, ``grpo``, ``prm``, ``eval`` (and ``serve`` when installed).
 
 Every config field is a flag (``--batch-size``, ``--mask-observations/--no-mask-observations``,
 ``--report-to wandb,tensorboard``, ``--task-weights '{"a": 0.7, "b": 0.3}'``); ``--model`` is
@@ -23,6 +23,7 @@ from agenttrainer.config import (
     DPOConfig,
     GRPOConfig,
     OnlineRLConfig,
+    PRMConfig,
     SFTConfig,
     TrainConfig,
     read_config_file,
@@ -73,11 +74,12 @@ def _field_option(f: dataclasses.Field, name: str, *, hidden: bool = False):
 
 
 def _config_options(config_cls: type[TrainConfig]):
-    """Decorator adding one option per config field (default None = not given), and a hidden one
-    per old field name (``renamed_fields``) that is no field of ``config_cls``."""
+    """Decorator adding one option per config field (default None = not given) the recipe uses
+    (not its ``unused_fields``), and a hidden one per old field name (``renamed_fields``) that is
+    no field of ``config_cls``."""
 
     def decorate(fn):
-        fields = {f.name: f for f in dataclasses.fields(config_cls)}
+        fields = {f.name: f for f in dataclasses.fields(config_cls) if f.name not in config_cls.unused_fields}
         for old, new in config_cls.renamed_fields.items():
             if old not in fields:
                 fn = _field_option(fields[new], old, hidden=True)(fn)
@@ -146,7 +148,7 @@ def _run(trainer_cls: Any, config: TrainConfig) -> None:
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="knowlyr-trainer")
 def cli() -> None:
-    """Train LLM tool-use agents on knowlyr-hub trajectory exports: SFT, DPO, GRPO."""
+    """Train LLM tool-use agents on knowlyr-hub trajectory exports: SFT, DPO, GRPO; and process reward models (prm)."""
 
 
 @cli.command()
@@ -207,6 +209,30 @@ def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
     from agenttrainer.trainers.grpo import GRPOTrainer
 
     _run(GRPOTrainer, _offline_config(GRPOConfig, values, lines, config_file))
+
+
+@cli.command()
+@_config_options(PRMConfig)
+def prm(config_file: str | None, **flags: Any) -> None:
+    """Train a process reward model: a text model with a scalar head (extra: prm).
+
+    \b
+    knowlyr-trainer prm --train-file prm.jsonl --eval-file prm-eval.jsonl --output-dir runs/prm
+
+    Data: JSONL, one object per trajectory prefix: "text" (what the scorer reads after a step:
+    the task and the steps so far, as knowlyrcore.prefix_text.step_prefixes renders them) and
+    "label" (the probability in [0, 1] that the task still succeeds from there, e.g. the mean
+    outcome of continuations; 0 or 1 for a final step), optionally "task_id" (prefixes of one
+    task with labels at least --margin apart form the pairs of the pairwise loss),
+    "trajectory_id", "step", "group" and "continuations". A bad line stops the run with
+    file:line: field: problem (exit 2). The loss is BCE against the labels plus
+    --pairwise-weight x -log sigmoid(logit_i - logit_j) over those pairs. The model goes to
+    OUTPUT_DIR/final, which knowlyr-reward's learned layer loads (LearnedScorer); with
+    --eval-file the result reports eval loss and ROC AUC (label >= 0.5 as success).
+    """
+    from agenttrainer.trainers.prm import PRMTrainer
+
+    _run(PRMTrainer, _build(PRMConfig, config_file, flags))
 
 
 def _yaml_values(config_file: str | None) -> dict[str, Any]:

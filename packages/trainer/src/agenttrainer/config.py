@@ -118,6 +118,9 @@ class TrainConfig:
     recipe: ClassVar[str] = "train"  # the run directory records it; the default output_dir is ./output/<recipe>
     #: Old field name -> new one (``knowlyrcore.deprecation.renamed_fields``; each class sets its own).
     renamed_fields: ClassVar[dict[str, str]] = {}
+    #: Shared fields this recipe has no use for: the command line has no flag for them, and a
+    #: value other than the default is refused rather than silently ignored.
+    unused_fields: ClassVar[tuple[str, ...]] = ()
 
     model_name_or_path: str = field(
         default="smollm2-135m", metadata={"help": "Model path, Hugging Face id or alias (smollm2-135m)."}
@@ -210,6 +213,10 @@ class TrainConfig:
     progress_bar: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
 
     def __post_init__(self) -> None:
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        for name in self.unused_fields:
+            if getattr(self, name) != defaults[name]:
+                raise ConfigError(f"{name}: the {self.recipe} recipe does not use it; leave it out")
         if self.output_dir is None:
             self.output_dir = f"./output/{self.recipe}"
         if self.fp16:
@@ -391,6 +398,65 @@ class DPOConfig(TrainConfig):
             raise ConfigError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
         if self.label_smoothing and self.loss_type != "sigmoid":
             raise ConfigError("label_smoothing applies to loss_type 'sigmoid' only")
+
+
+@renamed_fields(**OPTIMIZER_STEPS_RENAMED)
+@dataclass
+class PRMConfig(TrainConfig):
+    """A learned process reward model: a text model with a scalar head, trained on labelled
+    trajectory prefixes (``knowlyrcore.datasets.PRMRecord``) with BCE plus a pairwise loss."""
+
+    recipe: ClassVar[str] = "prm"
+    # a text model with a linear head: no LM head to chunk, no packed rows, no LoRA
+    unused_fields: ClassVar[tuple[str, ...]] = (
+        "packing",
+        "loss_chunk_size",
+        "gradient_checkpointing",
+        "use_lora",
+        "lora_preset",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+    )
+
+    model_name_or_path: str = field(
+        default="all-minilm-l6-v2",
+        metadata={
+            "help": "Text model to put the reward head on: all-minilm-l6-v2 (packaged, the prm extra), smollm2-135m, "
+            "a model directory, or a prm checkpoint to train further."
+        },
+    )
+    train_file: str | None = field(
+        default=None, metadata={"help": "PRM JSONL: one {text, label, task_id, ...} record per trajectory prefix."}
+    )
+    eval_file: str | None = field(
+        default=None,
+        metadata={"help": "Held-out PRM JSONL: eval loss and ROC AUC (label >= 0.5 as success); early stopping."},
+    )
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate of AdamW."})
+    batch_size: int = field(
+        default=16,
+        metadata={"help": "Records per micro-batch; a task's records are batched together, so their pairs meet."},
+    )
+    max_length: int = field(
+        default=512, metadata={"help": "Tokens of a prefix the model reads; longer ones keep their end (newest steps)."}
+    )
+    pairwise_weight: float = field(
+        default=1.0, metadata={"help": "Weight of the pairwise (Bradley-Terry) term beside the BCE (0: BCE only)."}
+    )
+    margin: float = field(
+        default=0.5, metadata={"help": "Smallest label difference between two records of a task that makes a pair."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.pairwise_weight < 0:
+            raise ConfigError(f"pairwise_weight must be >= 0, got {self.pairwise_weight}")
+        if not 0 < self.margin <= 1:
+            raise ConfigError(f"margin must be in (0, 1] (labels are probabilities), got {self.margin}")
+        if self.max_length < 8:
+            raise ConfigError(f"max_length must be at least 8 tokens, got {self.max_length}")
 
 
 def algorithm_choices() -> dict[str, str]:

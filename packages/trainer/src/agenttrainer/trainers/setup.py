@@ -103,8 +103,9 @@ class Recipe:
     directory, read and check all its data (so bad input fails in seconds, before the slow model
     load), then the accelerator and the policy.
 
-    A recipe subclasses it and implements ``read_data()`` and ``train()``; pass ``model`` /
-    ``tokenizer`` to train an already loaded model.
+    A recipe subclasses it and implements ``read_data()`` and ``train()`` (and ``load_model()``
+    when it trains something other than a causal LM); pass ``model`` / ``tokenizer`` to train an
+    already loaded model.
     """
 
     def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None):
@@ -116,8 +117,13 @@ class Recipe:
         self.data = self.read_data() if config.train_file else None
         self.accelerator = make_accelerator(config)
         claim_output_dir(config, main_process=self.accelerator.is_main_process)
-        self.model, self.tokenizer = load_policy(config, model, tokenizer)
-        self.wrapped = HiddenStates(self.model)  # the forward pass that stops before the LM head
+        self.load_model(model, tokenizer)
+
+    def load_model(self, model: Any, tokenizer: Any) -> None:
+        """Set ``model`` (what is saved), ``tokenizer`` and ``wrapped`` (what the loop runs): the
+        policy, with LoRA when asked for, and its forward pass that stops before the LM head."""
+        self.model, self.tokenizer = load_policy(self.config, model, tokenizer)
+        self.wrapped = HiddenStates(self.model)
 
     def read_data(self) -> Any:
         """Every record the run will use, read and checked; no model needed."""
