@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -165,18 +164,21 @@ def label_steps(suite: Any, runs: list[dict[str, Any]]) -> list[PRMRecord]:
 
 
 def train_prm(records: list[PRMRecord], out: Path, args: argparse.Namespace) -> Path:
-    """A PRM trained by ``knowlyr-trainer prm`` on ``records``; returns its checkpoint."""
+    """A PRM trained by knowlyr-trainer's ``prm`` recipe on ``records``; returns its checkpoint.
+
+    The same run as ``knowlyr-trainer prm --train-file OUT/prm.jsonl --output-dir OUT/run --model
+    M --num-epochs E --batch-size B --learning-rate LR --max-length L --seed S``, in this process."""
+    from agenttrainer import PRMConfig, PRMTrainer  # torch: only for --learned
+
     out.mkdir(parents=True, exist_ok=True)
     data = out / "prm.jsonl"
     write_jsonl(data, (r.model_dump(mode="json") for r in records))
-    command = [
-        sys.executable, "-m", "agenttrainer.cli", "prm", "--train-file", str(data), "--output-dir", str(out / "run"),
-        "--model", args.prm_model, "--num-epochs", str(args.prm_epochs), "--batch-size", str(args.prm_batch),
-        "--learning-rate", str(args.prm_lr), "--max-length", str(args.prm_max_length), "--seed", str(args.seed),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"knowlyr-trainer prm failed ({' '.join(command)}):\n{done.stderr[-2000:]}")
+    config = PRMConfig(
+        model_name_or_path=args.prm_model, train_file=str(data), output_dir=str(out / "run"), overwrite=True,
+        num_epochs=args.prm_epochs, batch_size=args.prm_batch, learning_rate=args.prm_lr,
+        max_length=args.prm_max_length, seed=args.seed, save_steps=0,
+    )  # fmt: skip
+    PRMTrainer(config).train()
     return out / "run" / "final"
 
 

@@ -238,3 +238,39 @@ def test_the_packaged_all_minilm_l6_v2_trains_a_few_steps(tmp_path, data):
     scorer = learned.LearnedScorer(result["output_dir"])
     assert scorer.model.encoder.config.hidden_size == 384 and scorer.model.pooling == "mean"
     assert all(0 < v < 1 for v in scorer.values(["Task: x\nStep 1: ls {}\nResult: confirmed"]))
+
+
+def test_a_frozen_text_model_trains_the_head_alone_on_states_computed_once(tmp_path, tiny_bert, data, monkeypatch):
+    from agenttrainer.trainers import prm as recipe
+
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    computed = []
+    real_pooled = learned.ProcessRewardModel.pooled
+
+    def counting(self, input_ids, attention_mask):
+        computed.append(int(input_ids.shape[0]))
+        return real_pooled(self, input_ids, attention_mask)
+
+    monkeypatch.setattr(learned.ProcessRewardModel, "pooled", counting)
+    train_file, eval_file = data
+    result = _train(train_file, tmp_path / "frozen", tiny_bert, eval_file=eval_file, train_encoder=False,
+                    learning_rate=0.1, num_epochs=20)  # fmt: skip
+    texts = {r["text"] for r in prm_rows(12) + prm_rows(4, seed=1, first=100)}
+    assert sum(computed) == len(texts)  # each distinct text once, train and eval, before any step
+    assert result["eval_auc"] >= 0.9  # the outcome word is in the random frozen states: the head finds most of it
+    trained = learned.ProcessRewardModel.load(result["output_dir"])
+    untouched = learned.ProcessRewardModel.from_pretrained_text_model(tiny_bert, max_length=64)
+    for (name, p), q in zip(trained.encoder.state_dict().items(), untouched.encoder.state_dict().values()):
+        # the text model is saved as it was loaded (BERT's pooler, which the PRM does not use, is
+        # drawn afresh at each load: the tiny checkpoint has none)
+        assert name.startswith("pooler.") or torch.equal(p, q), name
+    # the scorer's fp32 forward gives what training saw: the cached states through the head
+    scorer = learned.LearnedScorer(result["output_dir"])
+    some = sorted(texts)[:5]
+    states = recipe.pooled_states(scorer.model, scorer.tokenizer, some, 4)
+    assert torch.allclose(
+        torch.sigmoid(scorer.model.score_pooled(torch.stack(states))), torch.tensor(scorer.values(some))
+    )
+    computed.clear()  # a second run on the same texts reads them all from the cache
+    _train(train_file, tmp_path / "again", tiny_bert, train_encoder=False, num_epochs=1)
+    assert computed == []

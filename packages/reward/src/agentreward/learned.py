@@ -79,6 +79,14 @@ class ProcessRewardModel(torch.nn.Module):
         return cls(encoder, pooling=pooling or default_pooling(encoder.config.model_type), max_length=max_length)
 
     def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+        return self.score_pooled(self.pooled(input_ids, attention_mask))
+
+    def score_pooled(self, pooled: Any) -> Any:
+        """``(B,)`` logits of ``(B, hidden)`` pooled states: the head alone."""
+        return self.head(pooled.to(self.head.weight.dtype)).squeeze(-1)
+
+    def pooled(self, input_ids: Any, attention_mask: Any) -> Any:
+        """``(B, hidden)``: the text model's last hidden states pooled per text, before the head."""
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         mask = attention_mask.to(hidden.dtype)
         if self.pooling == "mean":
@@ -87,7 +95,7 @@ class ProcessRewardModel(torch.nn.Module):
             positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
             last = (positions * mask.long()).argmax(1)
             pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-        return self.head(pooled.to(self.head.weight.dtype)).squeeze(-1)
+        return pooled
 
     def save(self, directory: str | Path, tokenizer: Any = None) -> Path:
         """Write the checkpoint into ``directory`` (the text model, its tokenizer, the head)."""

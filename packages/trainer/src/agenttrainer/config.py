@@ -442,6 +442,14 @@ class PRMConfig(TrainConfig):
     max_length: int = field(
         default=512, metadata={"help": "Tokens of a prefix the model reads; longer ones keep their end (newest steps)."}
     )
+    train_encoder: bool = field(
+        default=True,
+        metadata={
+            "help": "Train the text model with the head; --no-train-encoder trains the head alone on the frozen "
+            "model's pooled states, computed once per text and kept in the knowlyr cache (minutes instead of hours "
+            "on a CPU; use a larger learning rate and more epochs, e.g. 1e-2 and 30)."
+        },
+    )
     pairwise_weight: float = field(
         default=1.0, metadata={"help": "Weight of the pairwise (Bradley-Terry) term beside the BCE (0: BCE only)."}
     )

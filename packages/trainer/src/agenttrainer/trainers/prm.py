@@ -30,6 +30,8 @@ Run: ``knowlyr-trainer prm --train-file prm.jsonl --eval-file prm-eval.jsonl --o
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
 import os
@@ -50,7 +52,7 @@ from agenttrainer.trainers.plan import epoch_windows
 from agenttrainer.trainers.setup import Recipe
 from knowlyrcore.datasets import PRMRecord
 from knowlyrcore.errors import DataFormatError, require_extra
-from knowlyrcore.jsonl import read_jsonl
+from knowlyrcore.jsonl import read_jsonl, write_bytes_atomic
 
 FEATURE = "the prm recipe"
 
@@ -94,6 +96,34 @@ def task_batches(groups: torch.Tensor, batch_size: int, rng: random.Random) -> l
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def pooled_states(model: Any, tokenizer: Any, texts: list[str], batch_size: int) -> list[torch.Tensor]:
+    """The text model's pooled state of each text, in fp32 as ``LearnedScorer`` computes them,
+    read from the knowlyr cache where an earlier run computed them: a file per text model (a
+    sha256 of its weights), ``max_length`` and pooling, holding a state per text's sha256. Runs
+    on overlapping data (one per held-out template) compute each text once."""
+    from agenttrainer.fingerprint import weights_fingerprint
+    from agenttrainer.models.aliases import cache_root
+
+    learned = learned_module()
+    key = hashlib.sha256(f"{weights_fingerprint(model.encoder)}:{model.max_length}:{model.pooling}".encode())
+    path = cache_root() / "prm-states" / f"{key.hexdigest()}.pt"
+    cached: dict[str, torch.Tensor] = torch.load(path, weights_only=True) if path.is_file() else {}
+    digests = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() for text in texts]
+    missing = [i for i, digest in enumerate(digests) if digest not in cached]
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(missing), batch_size):
+            chunk = missing[start : start + batch_size]
+            encoded = learned.encode(tokenizer, [texts[i] for i in chunk], model.max_length)
+            states = model.pooled(encoded["input_ids"], encoded["attention_mask"]).float()
+            cached.update({digests[i]: state.clone() for i, state in zip(chunk, states)})
+    if missing:
+        buffer = io.BytesIO()
+        torch.save(cached, buffer)
+        write_bytes_atomic(path, buffer.getvalue())
+    return [cached[digest] for digest in digests]
+
+
 def text_model_path(name: str) -> str:
     """The directory of ``name``: the packaged all-MiniLM-L6-v2, an embedded model's alias
     (smollm2-135m), or a directory (a training run's directory means its ``final/``)."""
@@ -105,6 +135,7 @@ class PRMTrainer(Recipe):
     and ``tokenizer`` to train an already built model."""
 
     config: PRMConfig
+    pooled: dict[str, torch.Tensor] | None = None  # text -> pooled state, when the text model is frozen
 
     def __init__(self, config: PRMConfig, *, model: Any = None, tokenizer: Any = None):
         # the extras first, before any data is read: a missing one is the whole answer
@@ -141,10 +172,21 @@ class PRMTrainer(Recipe):
         self.model = self.wrapped = model.float()  # fp32 master weights; bf16 only under autocast
         self.tokenizer = tokenizer
 
+    # ----------------------------------------------------------------------------- frozen text model
+    def freeze_text_model(self, *record_lists: list[PRMRecord]) -> None:
+        """``train_encoder=False``: the text model's weights stay as loaded and every text's pooled
+        state is computed once (``pooled_states``); the steps then run the head alone."""
+        self.model.encoder.requires_grad_(False)
+        texts = sorted({r.text for records in record_lists for r in records})
+        self.pooled = dict(zip(texts, pooled_states(self.model, self.tokenizer, texts, self.config.batch_size)))
+
     # ----------------------------------------------------------------------------- batches
     def logits(self, model: Any, records: list[PRMRecord], batch: list[int]) -> tuple[torch.Tensor, int]:
         """``(B,)`` logits of ``records[batch]`` and the tokens read."""
         acc = self.accelerator
+        if self.pooled is not None:  # a frozen text model: its states were computed once
+            states = torch.stack([self.pooled[records[i].text] for i in batch]).to(acc.device)
+            return model.score_pooled(states), 0
         encoded = self.learned.encode(self.tokenizer, [records[i].text for i in batch], self.config.max_length)
         mask = encoded["attention_mask"].to(acc.device)
         with acc.autocast():
@@ -213,6 +255,8 @@ class PRMTrainer(Recipe):
         data, self.data = self.data or self.read_data(), None
         records, evals = data["train"], data["eval"]
         labels, groups = torch.tensor([r.label for r in records]), group_ids(records)
+        if not c.train_encoder:
+            self.freeze_text_model(records, evals or [])
         plan = [
             epoch_windows(
                 task_batches(groups, c.batch_size, random.Random(c.seed * 1000 + epoch)), c.gradient_accumulation_steps
