@@ -45,6 +45,7 @@ from agentreward import Calibrator, RewardEngine, agreement
 from agentreward.best_of_n import best_of_n
 from agentreward.quality import evaluate, hide_labels, roc_auc
 from agentsandbox.suites import get_suite
+from knowlyrcore import read_trajectories
 from knowlyrcore.datasets import PRMRecord
 from knowlyrcore.jsonl import write_jsonl
 from trajectoryhub import collect_batched
@@ -167,7 +168,9 @@ def train_prm(records: list[PRMRecord], out: Path, args: argparse.Namespace) -> 
     """A PRM trained by knowlyr-trainer's ``prm`` recipe on ``records``; returns its checkpoint.
 
     The same run as ``knowlyr-trainer prm --train-file OUT/prm.jsonl --output-dir OUT/run --model
-    M --num-epochs E --batch-size B --learning-rate LR --max-length L --seed S``, in this process."""
+    M --num-epochs E --batch-size B --learning-rate LR --max-length L --seed S --no-train-encoder``,
+    in this process. By default the text model stays frozen and the head is trained on its pooled
+    states, computed once for all runs (``--prm-train-encoder`` fine-tunes it: hours on a CPU)."""
     from agenttrainer import PRMConfig, PRMTrainer  # torch: only for --learned
 
     out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +179,8 @@ def train_prm(records: list[PRMRecord], out: Path, args: argparse.Namespace) -> 
     config = PRMConfig(
         model_name_or_path=args.prm_model, train_file=str(data), output_dir=str(out / "run"), overwrite=True,
         num_epochs=args.prm_epochs, batch_size=args.prm_batch, learning_rate=args.prm_lr,
-        max_length=args.prm_max_length, seed=args.seed, save_steps=0,
+        max_length=args.prm_max_length, seed=args.seed, save_steps=0, train_encoder=args.prm_train_encoder,
+        progress_bar=False,
     )  # fmt: skip
     PRMTrainer(config).train()
     return out / "run" / "final"
@@ -238,7 +242,7 @@ def leave_one_template_out(suite: Any, train_records: list[PRMRecord], test_runs
 def best_of_samples(score: Any, path: Path) -> dict[str, Any]:
     """Best-of-n over a file of sampled runs (n per task, e.g. ``knowlyr-hub evaluate --samples 4 -o``)."""
     groups: dict[str, list[tuple[float, bool]]] = {}
-    for trajectory in iter_convert(path, "knowlyr"):
+    for trajectory in read_trajectories(path):
         record = trajectory.model_dump(mode="json")
         groups.setdefault(str(record["task"]["id"]), []).append(
             (score(hide_labels(record)), bool(record["outcome"]["success"]))
@@ -252,7 +256,7 @@ def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
     workdir = Path(args.workdir)
     train_runs = suite_runs(args.suite, args.train_n, args.seed + 1, split="train")
     for path in args.policy_runs:  # the policy's own rollouts on train tasks, labelled the same way
-        train_runs += [t.model_dump(mode="json") for t in iter_convert(path, "knowlyr")]
+        train_runs += [t.model_dump(mode="json") for t in read_trajectories(path)]
     train_records = label_steps(suite, train_runs)
     test_runs = suite_runs(args.suite, args.n, args.seed)
     layers = leave_one_template_out(suite, train_records, test_runs, workdir, args)
@@ -265,7 +269,8 @@ def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
             layers[name]["best_of_n"] = best_of_samples(lambda r, e=engine: e.score_record(r)["reward"], args.samples)
     result["layers"] = layers
     result["learned"] = {"checkpoint": str(full), "train_runs": len(train_runs), "train_steps": len(train_records),
-                         "test_runs": len(test_runs), "model": args.prm_model, "epochs": args.prm_epochs}  # fmt: skip
+                         "test_runs": len(test_runs), "model": args.prm_model, "epochs": args.prm_epochs,
+                         "train_encoder": args.prm_train_encoder, "policy_runs": [str(p) for p in args.policy_runs]}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,10 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     learned.add_argument("--samples", type=Path, help="Sampled test runs, n per task: best-of-n per layer.")
     learned.add_argument("--workdir", default="runs/reward-quality", help="Where the PRM data and checkpoints go.")
     learned.add_argument("--prm-model", default="all-minilm-l6-v2")
-    learned.add_argument("--prm-epochs", type=int, default=2)
+    learned.add_argument("--prm-epochs", type=int, default=30)
     learned.add_argument("--prm-batch", type=int, default=16)
-    learned.add_argument("--prm-lr", type=float, default=5e-5)
+    learned.add_argument("--prm-lr", type=float, default=1e-2, help="(fine-tuning the text model: about 5e-5)")
     learned.add_argument("--prm-max-length", type=int, default=384)
+    learned.add_argument(
+        "--prm-train-encoder",
+        action="store_true",
+        help="Fine-tune the text model too (default: frozen, the head trained on its pooled states).",
+    )
     args = parser.parse_args(argv)
 
     engine = RewardEngine(preset=args.preset)
