@@ -259,6 +259,8 @@ def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
         train_runs += [t.model_dump(mode="json") for t in read_trajectories(path)]
     train_records = label_steps(suite, train_runs)
     test_runs = suite_runs(args.suite, args.n, args.seed)
+    for path in args.policy_test_runs:  # a policy's own runs on test tasks join the held-out scoring
+        test_runs += [t.model_dump(mode="json") for t in read_trajectories(path)]
     layers = leave_one_template_out(suite, train_records, test_runs, workdir, args)
     full = train_prm(train_records, workdir / "all-templates", args)
     engines = {"rules": RewardEngine(), "learned": RewardEngine(layers=("learned",), prm=full)}
@@ -270,7 +272,8 @@ def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["layers"] = layers
     result["learned"] = {"checkpoint": str(full), "train_runs": len(train_runs), "train_steps": len(train_records),
                          "test_runs": len(test_runs), "model": args.prm_model, "epochs": args.prm_epochs,
-                         "train_encoder": args.prm_train_encoder, "policy_runs": [str(p) for p in args.policy_runs]}  # fmt: skip
+                         "train_encoder": args.prm_train_encoder, "policy_runs": [str(p) for p in args.policy_runs],
+                         "policy_test_runs": [str(p) for p in args.policy_test_runs]}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,6 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         help="More train-split runs with outcomes (a policy's own, e.g. knowlyr-hub evaluate -o); repeatable.",
+    )
+    learned.add_argument(
+        "--policy-test-runs",
+        type=Path,
+        action="append",
+        default=[],
+        help="Test-split runs with outcomes scored with the suite's in leave-one-template-out; repeatable.",
     )
     learned.add_argument("--samples", type=Path, help="Sampled test runs, n per task: best-of-n per layer.")
     learned.add_argument("--workdir", default="runs/reward-quality", help="Where the PRM data and checkpoints go.")
