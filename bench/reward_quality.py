@@ -50,7 +50,7 @@ from knowlyrcore.datasets import PRMRecord
 from knowlyrcore.jsonl import write_jsonl
 from trajectoryhub import collect_batched
 from trajectoryhub.corrupted import KINDS, CorruptedExpert
-from trajectoryhub.prm_data import prm_records, step_values
+from trajectoryhub.prm_data import group_of, prm_records, step_values
 
 # the published real agent logs: $KNOWLYR_REAL_DATA, else shared/data/real beside the clone (as the
 # root conftest.py sets it for knowlyrcore.testing.real_data; a script does not import pytest)
@@ -154,10 +154,6 @@ def calibration_held_out(engine: RewardEngine, runs: list[dict[str, Any]]) -> di
 # --- the learned layer ----------------------------------------------------------------------------
 
 
-def template_of(record: dict[str, Any]) -> str:
-    return str((record["task"].get("metadata") or {}).get("template") or record["task"].get("domain"))
-
-
 def label_steps(suite: Any, runs: list[dict[str, Any]]) -> list[PRMRecord]:
     """Monte-Carlo step labels of ``runs`` (the expert resuming from every step)."""
     labelled = step_values(runs, env=suite.env_id, env_kwargs=suite.env_kwargs, max_steps=suite.max_steps + 10)
@@ -209,8 +205,8 @@ def leave_one_template_out(suite: Any, train_records: list[PRMRecord], test_runs
     figures: dict[str, dict[str, Any]] = {"rules": {"by_template": {}}, "learned": {"by_template": {}}}
     pooled: dict[str, list[tuple[float, bool]]] = {"rules": [], "learned": []}
     steps: dict[str, tuple[list[float], list[float]]] = {"rules": ([], []), "learned": ([], [])}
-    for template in sorted({template_of(r) for r in test_runs}):
-        held_out = [r for r in test_runs if template_of(r) == template]
+    for template in sorted({group_of(r) for r in test_runs}):
+        held_out = [r for r in test_runs if group_of(r) == template]
         kept = [r for r in train_records if r.group != template]
         scorer = LearnedScorer(train_prm(kept, workdir / f"without-{template}", args))
         for name in ("rules", "learned"):

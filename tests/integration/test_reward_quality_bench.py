@@ -20,17 +20,12 @@ suites = require_module("agentsandbox.suites", "the retail suite (knowlyr-sandbo
 
 @pytest.fixture(scope="module")
 def tiny_text_model(tmp_path_factory):
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import AutoTokenizer
+
+    from agentreward.testing import write_tiny_text_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=256)  # fmt: skip
-    path = tmp_path_factory.mktemp("bert") / "tiny-bert"
-    BertModel(config, add_pooling_layer=False).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return write_tiny_text_model(tmp_path_factory.mktemp("bert") / "tiny-bert", tokenizer)
 
 
 def sampled_runs(path: Path, n: int) -> None:

@@ -50,16 +50,12 @@ def write_jsonl(path, rows):
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A random one-layer BERT of hidden size 32 saved with all-MiniLM-L6-v2's tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import AutoTokenizer
+
+    from agentreward.testing import write_tiny_text_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    path = tmp_path_factory.mktemp("bert") / "tiny-bert"
-    BertModel(config, add_pooling_layer=False).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return str(write_tiny_text_model(tmp_path_factory.mktemp("bert") / "tiny-bert", tokenizer, max_positions=128))
 
 
 @pytest.fixture

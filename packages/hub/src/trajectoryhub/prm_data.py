@@ -229,9 +229,15 @@ def prm_records(labelled: Iterable[LabelledRun], stats: LabelStats | None = None
                 task_id=task.get("id"),
                 trajectory_id=trajectory.get("id") or f"{task.get('id')}/{trajectory.get('agent', '')}",
                 step=i,
-                group=(task.get("metadata") or {}).get("template") or task.get("domain"),
+                group=group_of(trajectory),
                 continuations=0 if i == len(steps) - 1 else run.continuations,
             )
+
+
+def group_of(trajectory: dict[str, Any]) -> str | None:
+    """What a held-out split leaves out: the task's template, else its domain."""
+    task = trajectory.get("task") or {}
+    return (task.get("metadata") or {}).get("template") or task.get("domain")
 
 
 def _without_labels(trajectory: dict[str, Any]) -> dict[str, Any]:

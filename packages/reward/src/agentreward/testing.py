@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from agentreward.errors import RewardError
@@ -273,3 +274,23 @@ class LayerConformance:
             record = engine.score_record(trajectory.model_dump(mode="json"))
             assert scored.step_rewards == [s["reward"] for s in record["steps"]]
             assert scored.reward == record["reward"]
+
+
+def write_tiny_text_model(directory: str | Path, tokenizer: Any, *, max_positions: int = 256) -> Path:
+    """A random one-layer BERT (hidden size 32) with ``tokenizer``, saved into ``directory``: a
+    text model to train a process reward model on in seconds. Seeded: the same model each time."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+    )
+    BertModel(config, add_pooling_layer=False).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return Path(directory)
