@@ -198,8 +198,6 @@ def leave_one_template_out(suite: Any, train_records: list[PRMRecord], test_runs
     Template ``T``'s test runs are scored by a PRM whose training data hold no run of ``T``;
     the rule layer is scored on the same runs. Step calibration (Brier) compares each step's
     value with its Monte-Carlo label."""
-    from agentreward.learned import LearnedScorer  # torch: only for --learned
-
     rules = RewardEngine()
     test_labels = {(r.trajectory_id, r.step): r.label for r in label_steps(suite, test_runs)}
     figures: dict[str, dict[str, Any]] = {"rules": {"by_template": {}}, "learned": {"by_template": {}}}
@@ -208,18 +206,14 @@ def leave_one_template_out(suite: Any, train_records: list[PRMRecord], test_runs
     for template in sorted({group_of(r) for r in test_runs}):
         held_out = [r for r in test_runs if group_of(r) == template]
         kept = [r for r in train_records if r.group != template]
-        scorer = LearnedScorer(train_prm(kept, workdir / f"without-{template}", args))
-        for name in ("rules", "learned"):
+        prm = train_prm(kept, workdir / f"without-{template}", args)
+        engines = {"rules": rules, "learned": RewardEngine(layers=("learned",), prm=prm)}
+        for name, engine in engines.items():
             pairs = []
             for run in held_out:
-                hidden = hide_labels(run)
-                if name == "rules":
-                    scored = rules.score_record(hidden)
-                    total, values = scored["reward"], [s["reward"] for s in scored["steps"]]
-                else:
-                    values = scorer.step_values(hidden)
-                    total = values[-1] if values else 0.0
-                pairs.append((total, bool(run["outcome"]["success"])))
+                scored = engine.score_record(hide_labels(run))
+                values = [step["reward"] for step in scored["steps"]]
+                pairs.append((scored["reward"], bool(run["outcome"]["success"])))
                 run_id = run.get("id") or f"{run['task']['id']}/{run.get('agent', '')}"
                 for i, value in enumerate(values):
                     if (run_id, i) in test_labels:
