@@ -258,8 +258,12 @@ def test_nul_bytes_are_refused_with_a_clear_error(sandbox):
 
 
 def test_background_daemon_does_not_survive_reset(sandbox):
-    # the daemon signals it is up by a file; the loop waits on that, not on time
-    sandbox.run("nohup setsid sh -c 'touch /tmp/up; exec sleep 600' >/dev/null 2>&1 & until [ -e /tmp/up ]; do :; done")
+    # the daemon signals it is up by a file; the loop waits on that, not on time, and yields the
+    # CPU while it polls (a busy loop on a loaded machine could use up the command's 10 s)
+    started = sandbox.run(
+        "nohup setsid sh -c 'touch /tmp/up; exec sleep 600' >/dev/null 2>&1 & until [ -e /tmp/up ]; do sleep 0.05; done"
+    )
+    assert started.exit_code == 0, started  # a start cut short by the time limit takes the daemon with it
     assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 0
     sandbox.reset()
     assert sandbox.run("pgrep -f 'sleep 600'").exit_code == 1
