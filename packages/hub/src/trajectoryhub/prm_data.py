@@ -30,7 +30,6 @@ scores with) and ``group`` the task's template, for held-out-template splits.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -135,7 +134,6 @@ class LabelStats:
     runs: int = 0
     steps: int = 0
     unreplayable: int = 0
-    episodes_played: int = 0
     by_value: dict[str, int] = field(default_factory=dict)
 
 
@@ -214,7 +212,7 @@ def prm_records(labelled: Iterable[LabelledRun], stats: LabelStats | None = None
             continue
         stats.runs += 1
         task = trajectory.get("task") or {}
-        texts = step_prefixes(_without_labels(trajectory))
+        texts = step_prefixes(trajectory)  # reads only the description and the steps: no label
         if run.values is None:
             stats.unreplayable += 1
             values = {len(steps) - 1: 1.0 if _success(trajectory) else 0.0}
@@ -238,14 +236,3 @@ def group_of(trajectory: dict[str, Any]) -> str | None:
     """What a held-out split leaves out: the task's template, else its domain."""
     task = trajectory.get("task") or {}
     return (task.get("metadata") or {}).get("template") or task.get("domain")
-
-
-def _without_labels(trajectory: dict[str, Any]) -> dict[str, Any]:
-    """What the renderer may read: no outcome, rewards or task metadata (step_prefixes already
-    reads only the description and the steps; this keeps it so if the renderer grows)."""
-    hidden = copy.deepcopy(trajectory)
-    hidden.pop("outcome", None)
-    hidden.pop("reward", None)
-    if isinstance(hidden.get("task"), dict):
-        hidden["task"].pop("metadata", None)
-    return hidden
