@@ -61,14 +61,20 @@ format: install ## apply ruff formatting and import sorting
 	$(BIN)/ruff check --fix packages tests examples bench scripts conftest.py
 	$(BIN)/ruff format packages tests examples bench scripts conftest.py
 
-test: install lint ## lint, then run unit and integration tests (what CI runs); TEST_ORDER_SEED=N shuffles them
-	$(BIN)/pytest -m "not slow" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
+test: install lint ## lint, then run unit and integration tests (CI runs this, then test-long); TEST_ORDER_SEED=N shuffles them
+	$(BIN)/pytest -m "not slow and not long" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 test-unit: install ## fast tests only (no Docker, no model, no servers); TEST_ORDER_SEED=N shuffles them
-	$(BIN)/pytest -m "not slow and not integration" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow and not long and not integration" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
 
-test-integration: install ## the integration tier only (Docker, the model, servers, installs from wheels); TEST_ORDER_SEED=N shuffles them
-	$(BIN)/pytest -m "integration and not slow" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
+test-integration: install ## the integration tier only (Docker, the model, servers); TEST_ORDER_SEED=N shuffles them
+	$(BIN)/pytest -m "integration and not slow and not long" $(TEST_ORDER) $(TEST_PARALLEL) $(PYTEST_ARGS)
+
+# The long tier: files whose tests mostly start interpreters (gloo training processes, pip
+# installing wheels into fresh environments), ~5 minutes of CPU. Kept out of `make test` so that
+# stays under 10 minutes on 2 cores; CI runs both.
+test-long: install ## the long tier: multi-process training (DDP, FSDP, SIGKILL + resume) and installs from built wheels
+	$(BIN)/pytest -m "long and not slow" $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 test-slow: install ## the slow tier (full demo runs)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)
@@ -107,4 +113,4 @@ bench: install ## run the benchmarks (one JSON line each; trainer_vs_trl takes ~
 clean: ## remove virtual environments and caches
 	rm -rf $(VENV) .venv-isolated .pytest_cache .ruff_cache site
 
-.PHONY: help install install-dev lint format test test-unit test-integration test-slow test-isolated demo demo-loop demo-quickstart docs bench bench-bfcl clean
+.PHONY: help install install-dev lint format test test-unit test-integration test-long test-slow test-isolated demo demo-loop demo-quickstart docs bench bench-bfcl clean

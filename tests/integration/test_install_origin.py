@@ -18,7 +18,7 @@ The hub case finally installs the other project's knowlyr-core over ours (what `
 knowlyr-hub`` from PyPI did) and checks that ``knowlyr-hub --help`` stops with the one line naming
 the fix (that knowlyrcore has no ``origin`` module). About three minutes, mostly pip.
 
-    pytest -m integration tests/integration/test_install_origin.py
+    make test-long    # or: pytest tests/integration/test_install_origin.py
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import tomllib
 
 from knowlyrcore.testing import require
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ROOT / "packages"

@@ -19,6 +19,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+# Each test starts 3-4 interpreters that import torch and train: ~2 minutes for the file.
+pytestmark = pytest.mark.long
+
 ACCELERATE = Path(sys.executable).parent / "accelerate"
 
 

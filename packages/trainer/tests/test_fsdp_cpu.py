@@ -13,12 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from agenttrainer.data import pack, sft_conversation, tokenize_conversation
 from agenttrainer.losses import sft_loss
 from agenttrainer.models import build_tiny_model
 from agenttrainer.models.attention import HiddenStates
+
+pytestmark = pytest.mark.long  # two gloo processes, each importing torch
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 HERE = Path(__file__).parent

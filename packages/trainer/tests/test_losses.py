@@ -5,15 +5,10 @@ import math
 import pytest
 import torch
 
-from agenttrainer.losses import (
-    chunked_token_logps,
-    dpo_loss,
-    group_advantages,
-    grpo_loss,
-    sft_loss,
-    step_level_advantages,
-    step_weights,
-)
+from agenttrainer.algorithms.dpo import dpo_loss
+from agenttrainer.algorithms.grpo import group_advantages, grpo_loss
+from agenttrainer.algorithms.steps import step_level_advantages
+from agenttrainer.losses import chunked_token_logps, sft_loss, step_weights
 
 
 def _two_token_case():

@@ -6,16 +6,13 @@ import math
 import pytest
 import torch
 
+from agenttrainer.algorithms.grpo import grpo_loss
+from agenttrainer.algorithms.ppo import gae, value_loss
+from agenttrainer.algorithms.rft import rejection_advantages
+from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.config import ConfigError, OnlineRLConfig
 from agenttrainer.generation import GenerationError, LocalGenerator, ServerGenerator, TokenSample
-from agenttrainer.losses import (
-    gae,
-    group_baseline_advantages,
-    grpo_loss,
-    rejection_advantages,
-    spread_over_steps,
-    value_loss,
-)
+from agenttrainer.losses import group_baseline_advantages
 from agenttrainer.online import ChatTokens, OnlineRLTrainer, collect_rollouts
 from knowlyrcore import AgentEnv, InfrastructureError, InvalidActionError, TimeStep, register, unregister
 from knowlyrcore.testing import require_module
