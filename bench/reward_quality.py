@@ -17,8 +17,9 @@ Every figure scores trajectories with their outcome and labels removed first
 
 * ``layers`` (``--learned``): the learned layer beside the rules. Process reward models are
   trained by ``knowlyr-trainer prm`` on the suite's train split (the expert and its corrupted
-  versions, plus any ``--policy-runs``), every step labelled by Monte-Carlo continuations
-  (``trajectoryhub.prm_data``). Per layer: ``loto_auc``, the mean over test templates of the
+  versions, plus any ``--policy-runs``), every step labelled by a Monte-Carlo continuation
+  (``trajectoryhub.prm_data``): by default the run's own (its outcome: the value for the policy
+  that made it), with ``--prm-labels expert`` the expert playing on from the step. Per layer: ``loto_auc``, the mean over test templates of the
   trajectory AUC on template T's test runs scored by a PRM trained without any run of T
   (``loto_auc_pooled``: all held-out scores ranked together); ``step_brier`` against the test
   runs' Monte-Carlo step labels; ``tau_airline_auc`` and ``whowhen_step_acc`` with a PRM
@@ -50,7 +51,7 @@ from knowlyrcore.datasets import PRMRecord
 from knowlyrcore.jsonl import write_jsonl
 from trajectoryhub import collect_batched
 from trajectoryhub.corrupted import KINDS, CorruptedExpert
-from trajectoryhub.prm_data import group_of, prm_records, step_values
+from trajectoryhub.prm_data import group_of, outcome_values, prm_records, step_values
 
 # the published real agent logs: $KNOWLYR_REAL_DATA, else shared/data/real beside the clone (as the
 # root conftest.py sets it for knowlyrcore.testing.real_data; a script does not import pytest)
@@ -154,8 +155,11 @@ def calibration_held_out(engine: RewardEngine, runs: list[dict[str, Any]]) -> di
 # --- the learned layer ----------------------------------------------------------------------------
 
 
-def label_steps(suite: Any, runs: list[dict[str, Any]]) -> list[PRMRecord]:
-    """Monte-Carlo step labels of ``runs`` (the expert resuming from every step)."""
+def label_steps(suite: Any, runs: list[dict[str, Any]], labels: str) -> list[PRMRecord]:
+    """Monte-Carlo step labels of ``runs``: each run's own outcome (``outcome``: its policy's one
+    continuation) or the expert resuming from every step (``expert``)."""
+    if labels == "outcome":
+        return list(prm_records(outcome_values(runs)))
     labelled = step_values(runs, env=suite.env_id, env_kwargs=suite.env_kwargs, max_steps=suite.max_steps + 10)
     return list(prm_records(labelled))
 
@@ -176,7 +180,7 @@ def train_prm(records: list[PRMRecord], out: Path, args: argparse.Namespace) -> 
         model_name_or_path=args.prm_model, train_file=str(data), output_dir=str(out / "run"), overwrite=True,
         num_epochs=args.prm_epochs, batch_size=args.prm_batch, learning_rate=args.prm_lr,
         max_length=args.prm_max_length, seed=args.seed, save_steps=0, train_encoder=args.prm_train_encoder,
-        progress_bar=False,
+        signals=not args.prm_no_signals, progress_bar=False,
     )  # fmt: skip
     PRMTrainer(config).train()
     return out / "run" / "final"
@@ -199,7 +203,7 @@ def leave_one_template_out(suite: Any, train_records: list[PRMRecord], test_runs
     the rule layer is scored on the same runs. Step calibration (Brier) compares each step's
     value with its Monte-Carlo label."""
     rules = RewardEngine()
-    test_labels = {(r.trajectory_id, r.step): r.label for r in label_steps(suite, test_runs)}
+    test_labels = {(r.trajectory_id, r.step): r.label for r in label_steps(suite, test_runs, args.prm_labels)}
     figures: dict[str, dict[str, Any]] = {"rules": {"by_template": {}}, "learned": {"by_template": {}}}
     pooled: dict[str, list[tuple[float, bool]]] = {"rules": [], "learned": []}
     steps: dict[str, tuple[list[float], list[float]]] = {"rules": ([], []), "learned": ([], [])}
@@ -247,7 +251,7 @@ def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
     train_runs = suite_runs(args.suite, args.train_n, args.seed + 1, split="train")
     for path in args.policy_runs:  # the policy's own rollouts on train tasks, labelled the same way
         train_runs += [t.model_dump(mode="json") for t in read_trajectories(path)]
-    train_records = label_steps(suite, train_runs)
+    train_records = label_steps(suite, train_runs, args.prm_labels)
     test_runs = suite_runs(args.suite, args.n, args.seed)
     for path in args.policy_test_runs:  # a policy's own runs on test tasks join the held-out scoring
         test_runs += [t.model_dump(mode="json") for t in read_trajectories(path)]
@@ -262,7 +266,9 @@ def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["layers"] = layers
     result["learned"] = {"checkpoint": str(full), "train_runs": len(train_runs), "train_steps": len(train_records),
                          "test_runs": len(test_runs), "model": args.prm_model, "epochs": args.prm_epochs,
-                         "train_encoder": args.prm_train_encoder, "policy_runs": [str(p) for p in args.policy_runs],
+                         "train_encoder": args.prm_train_encoder, "signals": not args.prm_no_signals,
+                         "labels": args.prm_labels,
+                         "policy_runs": [str(p) for p in args.policy_runs],
                          "policy_test_runs": [str(p) for p in args.policy_test_runs]}  # fmt: skip
 
 
@@ -312,6 +318,17 @@ def main(argv: list[str] | None = None) -> int:
         "--prm-train-encoder",
         action="store_true",
         help="Fine-tune the text model too (default: frozen, the head trained on its pooled states).",
+    )
+    learned.add_argument(
+        "--prm-labels",
+        choices=("outcome", "expert"),
+        default="outcome",
+        help="Step labels: each run's own outcome (its policy's continuation) or the expert playing on from each step.",
+    )
+    learned.add_argument(
+        "--prm-no-signals",
+        action="store_true",
+        help="The head reads the text state alone, without the process signals (agentreward.signals).",
     )
     args = parser.parse_args(argv)
 

@@ -15,7 +15,7 @@ from knowlyrcore.jsonl import read_jsonl
 from knowlyrcore.prefix_text import step_prefixes
 from trajectoryhub import collect_batched
 from trajectoryhub.corrupted import CorruptedExpert
-from trajectoryhub.prm_data import LabelStats, ResumeExpert, prm_records, step_values
+from trajectoryhub.prm_data import LabelStats, ResumeExpert, outcome_values, prm_records, step_values
 
 # a sibling package: absent when knowlyr-hub is installed alone (make test-isolated), as in the other hub tests
 suites = pytest.importorskip("agentsandbox.suites", reason="the retail suite comes with knowlyr-sandbox")
@@ -134,3 +134,46 @@ def test_cli_writes_prm_records_and_refuses_a_run_without_a_solution(retail, tmp
     refused = subprocess.run([*cli, "-t", str(bad), "-o", str(tmp_path / "none.jsonl")], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert refused.returncode == 2 and not (tmp_path / "none.jsonl").exists()
     assert refused.stderr.strip().splitlines()[-1].startswith(f"error: {bad}:2: task.metadata.solution: missing")
+
+
+def test_own_outcome_labels_give_every_step_its_runs_outcome(retail):
+    """A run that skipped its write fails: all its steps 0, though the expert could still repair
+    the early ones; a solved run's steps all 1. No environment is touched."""
+    suite, _ = retail
+    failed = [r for r in play(retail, lambda: CorruptedExpert("skip_write", random.Random(0)), "skip")
+              if not r["outcome"]["success"] and len(r["steps"]) > 1][:2]  # fmt: skip
+    solved = play(retail, suite.expert, "expert")[:2]
+    labelled = outcome_values(failed + solved + [{"task": {"id": "empty"}, "steps": [], "outcome": {}}])
+    assert [run.values for run in labelled[:2]] == [[0.0] * len(r["steps"]) for r in failed]
+    assert [run.values for run in labelled[2:4]] == [[1.0] * len(r["steps"]) for r in solved]
+    records = list(prm_records(labelled))
+    assert len(records) == sum(len(r["steps"]) for r in failed + solved)  # the empty run gives none
+    last = {r.trajectory_id: r.step for r in records}  # records come in step order
+    assert {r.continuations for r in records if r.step < last[r.trajectory_id]} == {1}  # the run's own rest
+    assert len(failed) == 2 and label(retail, failed)[0].values[0] == 1.0  # the expert's value of that step
+
+
+def test_cli_outcome_labels_need_no_solution(retail, tmp_path):
+    suite, _ = retail
+    runs = play(retail, suite.expert, "expert")[:2]
+    del runs[1]["task"]["metadata"]["solution"]
+    runs[1]["outcome"]["success"] = False
+    given = tmp_path / "runs.jsonl"
+    given.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    out = tmp_path / "prm.jsonl"
+    cli = [
+        sys.executable,
+        "-m",
+        "trajectoryhub.cli",
+        "prm-data",
+        "--labels",
+        "outcome",
+        "-t",
+        str(given),
+        "-o",
+        str(out),
+    ]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    labels = [(r.trajectory_id, r.label) for r in read_jsonl(out, PRMRecord)]
+    assert labels == [(runs[0]["id"], 1.0)] * len(runs[0]["steps"]) + [(runs[1]["id"], 0.0)] * len(runs[1]["steps"])

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from agentreward import Calibrator, Judge, RewardEngine, RewardError
+from agentreward.signals import SIGNALS
 from knowlyrcore import Trajectory
 from knowlyrcore.prefix_text import step_prefixes
 from knowlyrcore.testing import require_module
@@ -82,6 +83,38 @@ def test_step_values_come_from_the_model_in_step_order(random_prm):
         assert [s["metadata"]["learned_value"] for s in scored["steps"]] == expected
         assert [s["reward"] for s in scored["steps"]] == expected
         assert scored["reward"] == expected[-1]
+
+
+def test_a_head_that_reads_the_process_signals_hand_derived(build_prm, make_step, tmp_path):
+    """Head weights 0 on the text state, ln 3 on ``error_last``, bias 0: a step whose result is an
+    error gets sigmoid(ln 3) = 0.75, any other sigmoid(0) = 0.5."""
+    checkpoint = build_prm(tmp_path / "ck", signal_weights={"error_last": math.log(3)})
+    assert json.loads((checkpoint / "prm.json").read_text())["signals"] == list(SIGNALS)
+    record = {
+        "task": {"description": "fix sort.py"},
+        "steps": [
+            make_step("bash", {"command": "pytest"}, "1 failed", exit_code=1),
+            make_step("bash", {"command": "ls"}, "sort.py", exit_code=0),
+        ],
+    }
+    scored = RewardEngine(layers=("learned",), prm=checkpoint).score_record(record)
+    assert [s["reward"] for s in scored["steps"]] == pytest.approx([0.75, 0.5])
+
+
+def test_a_checkpoint_from_before_the_signals_reads_the_text_alone(build_prm, tmp_path):
+    from agentreward.learned import LearnedScorer
+
+    checkpoint = build_prm(tmp_path / "ck", bias=math.log(3))
+    config = json.loads((checkpoint / "prm.json").read_text())
+    del config["signals"]
+    (checkpoint / "prm.json").write_text(json.dumps(config))
+    scorer = LearnedScorer(checkpoint)
+    assert scorer.model.signals == () and scorer.values(["Task: x"]) == pytest.approx([0.75])
+    config["signals"] = ["grounded_last"]  # another version's list: refused, not misread
+    (checkpoint / "prm.json").write_text(json.dumps(config))
+    with pytest.raises(RewardError, match=r"prm.json: signals: must be \[\] or \[") as caught:
+        LearnedScorer(checkpoint)
+    assert "\n" not in str(caught.value)
 
 
 def test_no_steps_total_is_zero(flat_prm):

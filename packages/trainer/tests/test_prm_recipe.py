@@ -2,7 +2,9 @@
 trained on synthetic prefixes whose label the last result word decides ("confirmed" 1, "pending"
 0.5, "failed" 0): the loss drops, the saved checkpoint loads in knowlyr-reward's LearnedScorer and
 ranks held-out successes above failures, resuming gives the uninterrupted run's weights, bad
-data is one line (exit 2, nothing written), and the command runs end to end.
+data is one line (exit 2, nothing written), and the command runs end to end. Those runs read the
+text alone (``signals=False``); one test shows what the process signals add: a label that only
+the relation between a request and an argument decides.
 """
 
 import json
@@ -68,7 +70,7 @@ def data(tmp_path):
 def _train(train_file, out, model_path, **overrides):
     values = {"model_name_or_path": model_path, "train_file": train_file, "output_dir": str(out), "batch_size": 6,
               "num_epochs": 3, "learning_rate": 1e-2, "warmup_ratio": 0.0, "max_length": 64, "bf16": False,
-              "progress_bar": False, "save_total_limit": 0, "seed": 0}  # fmt: skip
+              "progress_bar": False, "save_total_limit": 0, "seed": 0, "signals": False}  # fmt: skip
     return PRMTrainer(PRMConfig(**{**values, **overrides})).train()
 
 
@@ -267,6 +269,46 @@ def test_a_frozen_text_model_trains_the_head_alone_on_states_computed_once(tmp_p
     assert torch.allclose(
         torch.sigmoid(scorer.model.score_pooled(torch.stack(states))), torch.tensor(scorer.values(some))
     )
+    assert scorer.model.signal_tensor(some) is None  # trained with signals=False: the text state alone
     computed.clear()  # a second run on the same texts reads them all from the cache
     _train(train_file, tmp_path / "again", tiny_bert, train_encoder=False, num_epochs=1)
     assert computed == []
+
+
+def grounding_rows(tasks, seed=0, first=0):
+    """Per task two one-step prefixes that differ only in the order id the agent used: the one
+    the request names (label 1) or another number (label 0). Only the relation decides."""
+    rng = random.Random(seed)
+    rows = []
+    for t in range(first, first + tasks):
+        asked, other = rng.sample(range(1000, 9999), 2)
+        for step, (used, label) in enumerate(((asked, 1.0), (other, 0.0))):
+            text = f'Task: cancel order W{asked}.\nStep 1: cancel_order {{"order_id": "W{used}"}}\nResult: cancelled'
+            rows.append({"text": text, "label": label, "task_id": f"t{t}", "trajectory_id": f"t{t}-{step}", "step": 0})
+    return rows
+
+
+def test_the_process_signals_let_the_head_see_an_argument_the_request_never_named(tmp_path, tiny_bert, monkeypatch):
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    train_file = write_jsonl(tmp_path / "train.jsonl", grounding_rows(24))
+    eval_file = write_jsonl(tmp_path / "eval.jsonl", grounding_rows(8, seed=1, first=100))
+    runs = {
+        signals: _train(
+            train_file,
+            tmp_path / f"signals-{signals}",
+            tiny_bert,
+            eval_file=eval_file,
+            train_encoder=False,
+            learning_rate=0.05,
+            num_epochs=10,
+            signals=signals,
+        )
+        for signals in (True, False)
+    }
+    assert runs[True]["eval_auc"] == 1.0  # grounded_last: 1 for the asked id, 0 for another
+    assert runs[False]["eval_auc"] < 0.8  # a random frozen text model cannot compare two numbers
+    scorer = learned.LearnedScorer(runs[True]["output_dir"])
+    assert scorer.model.signals == learned.SIGNALS
+    held_out = grounding_rows(3, seed=2, first=300)
+    values = scorer.values([r["text"] for r in held_out])
+    assert all(values[i] > values[i + 1] for i in range(0, len(values), 2)), values

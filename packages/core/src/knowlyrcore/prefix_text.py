@@ -14,6 +14,11 @@ head, each call and observation cut to a bounded length, and, when the steps sti
 the newest steps kept and the older ones replaced by a line saying how many were left out (the
 last steps decide whether a run is still on track).
 
+``parse_prefix(text)`` reads such a text back into the request and its steps (name, arguments,
+result, whether the result is an error): what ``agentreward.signals`` computes its process
+signals from, so the signals a scorer is trained on and the ones it scores with come from the
+same text.
+
 Examples:
     >>> record = {"task": {"description": "Cancel order 12."},
     ...           "steps": [{"tool_call": {"name": "get_order", "parameters": {"order_id": 12}},
@@ -27,6 +32,8 @@ Examples:
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 #: the longest text a prefix is rendered to (about 500 tokens of a BERT or SmolLM2 vocabulary)
@@ -63,7 +70,9 @@ def step_line(number: int, step: dict[str, Any]) -> str:
     lines.append(f"Step {number}: {call.get('name', '?')} {_cut(arguments, CALL_CHARS)}")
     output = _cut(str(_field(observation, "output") or ""), OUTPUT_CHARS)
     error = _field(observation, "error")
-    lines.append(f"Result: {output}" + (f" [error: {_cut(str(error), OUTPUT_CHARS)}]" if error else ""))
+    exit_code = _field(observation, "exit_code")
+    status = f" [exit {exit_code}]" if isinstance(exit_code, int) and exit_code != 0 else ""
+    lines.append(f"Result: {output}" + (f" [error: {_cut(str(error), OUTPUT_CHARS)}]" if error else "") + status)
     return "\n".join(lines)
 
 
@@ -87,3 +96,37 @@ def step_prefixes(trajectory: Any, *, max_chars: int = MAX_CHARS) -> list[str]:
         middle = [f"[{left_out} earlier step{'s' if left_out > 1 else ''} left out]"] if left_out else []
         texts.append("\n".join([header, *middle, *reversed(kept)])[:max_chars])
     return texts
+
+
+_STEP = re.compile(r"Step (\d+): (\S+) ?(.*)")
+#: how a rendered result says the call failed: an ``error`` field or a non-zero exit code as
+#: ``step_line`` appends them, or an environment's own ``[error]`` / ``Error:`` / traceback text
+_ERROR = re.compile(r"\[error[:\]]|\[exit -?\d+\]$|^(error|exception)\b|traceback \(most recent call last\)", re.I)
+
+
+@dataclass(frozen=True)
+class PrefixStep:
+    """One step of a rendered prefix: the call's tool name and arguments (JSON text, possibly cut
+    short), what came back, and whether that was an error."""
+
+    number: int
+    name: str
+    arguments: str
+    result: str = ""
+    error: bool = False
+
+
+def parse_prefix(text: str) -> tuple[str, list[PrefixStep]]:
+    """The request and the steps of a text ``step_prefixes`` rendered (steps left out of a long
+    prefix are not in it). Lines it does not recognise (a thought) are skipped."""
+    lines = text.split("\n")
+    request = lines[0].removeprefix("Task: ") if lines and lines[0].startswith("Task: ") else ""
+    steps: list[PrefixStep] = []
+    for line in lines[1:]:
+        if match := _STEP.fullmatch(line):
+            steps.append(PrefixStep(int(match.group(1)), match.group(2), match.group(3)))
+        elif line.startswith("Result: ") and steps:
+            result = line.removeprefix("Result: ")
+            last = steps[-1]
+            steps[-1] = PrefixStep(last.number, last.name, last.arguments, result, bool(_ERROR.search(result)))
+    return request, steps

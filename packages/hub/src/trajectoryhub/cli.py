@@ -240,6 +240,14 @@ def dedup_command(trajectories: tuple[str, ...], more_files: tuple[str, ...], ou
     help="Continuations per step (the expert is deterministic: 1 is exact).",
 )
 @click.option("--max-steps", type=click.IntRange(min=1), help="Steps per continuation (default: the suite's + 10).")
+@click.option(
+    "--labels",
+    type=click.Choice(["outcome", "expert"]),
+    default="expert",
+    show_default=True,
+    help="outcome: every step gets its run's own outcome (no replay, any environment); "
+    "expert: the task's expert plays on from each step (-k, --env, --max-steps).",
+)
 def prm_data_command(
     trajectories: tuple[str, ...],
     more_files: tuple[str, ...],
@@ -247,15 +255,18 @@ def prm_data_command(
     env: str | None,
     continuations: int,
     max_steps: int | None,
+    labels: str,
 ) -> None:
     """Label every step of recorded runs for a learned process reward model.
 
-    A step's label is the chance the task still succeeds after it: the environment is put back in
-    the state the step left (the recorded calls replayed) and the task's expert plays on from
-    there (its metadata.solution); the last step's label is the run's outcome. One PRMRecord per
-    step ({text, label, task_id, trajectory_id, step, group}), for `knowlyr-trainer prm`.
+    With --labels expert (the default) a step's label is the chance the task still succeeds after
+    it: the environment is put back in the state the step left (the recorded calls replayed) and
+    the task's expert plays on from there (its metadata.solution); the last step's label is the
+    run's outcome. With --labels outcome every step gets its run's outcome: what followed the step
+    in the run is one continuation by the policy that made it. One PRMRecord per step
+    ({text, label, task_id, trajectory_id, step, group}), for `knowlyr-trainer prm`.
     """
-    from trajectoryhub.prm_data import LabelStats, prm_records, step_values
+    from trajectoryhub.prm_data import LabelStats, outcome_values, prm_records, step_values
 
     def needs_solution(trajectory: Any) -> tuple[str, str] | None:
         solution = trajectory.task.metadata.get("solution")
@@ -263,14 +274,19 @@ def prm_data_command(
             return "task.metadata.solution", "missing: the expert continuation replays the task's solution"
         return None
 
-    runs = _read_all(_files(trajectories, more_files), check=needs_solution)
-    tasks = [run.task for run in runs]
-    suite = _suite_of(tasks, env_given=env is not None)
-    env_id = env or (suite.env_id if suite else _env_for_domain(tasks))
-    env_kwargs = dict(suite.env_kwargs or {}) if suite and not env else {}
-    budget = max_steps or ((suite.max_steps if suite else 30) + 10)
+    runs = _read_all(_files(trajectories, more_files), check=needs_solution if labels == "expert" else None)
     records = [run.model_dump(mode="json") for run in runs]
-    labelled = step_values(records, env=env_id, env_kwargs=env_kwargs, k=continuations, max_steps=budget, progress=True)
+    if labels == "outcome":
+        labelled = outcome_values(records)
+    else:
+        tasks = [run.task for run in runs]
+        suite = _suite_of(tasks, env_given=env is not None)
+        env_id = env or (suite.env_id if suite else _env_for_domain(tasks))
+        env_kwargs = dict(suite.env_kwargs or {}) if suite and not env else {}
+        budget = max_steps or ((suite.max_steps if suite else 30) + 10)
+        labelled = step_values(
+            records, env=env_id, env_kwargs=env_kwargs, k=continuations, max_steps=budget, progress=True
+        )
     stats = LabelStats()
     written = write_jsonl(output, (r.model_dump(mode="json") for r in prm_records(labelled, stats)))
     click.echo(

@@ -18,6 +18,16 @@ per-episode agent; ``k`` runs each): a sampling policy's would estimate that pol
 from the step, at ``k · n`` episodes of model calls per run; the agent gets only the observations
 after the prefix, so it must take the prefix's history from the steps it is given.
 
+**The run's own continuation** (``outcome_values``): every step is labelled with the outcome of
+the run it belongs to. What followed a step in a recorded run is one continuation of it by the
+policy that made the run, so this is the same Monte-Carlo estimate with ``k = 1`` and that policy
+as the continuation: the value of the step for *that* policy, not for the expert. It costs
+nothing (no replay, any environment, no solution needed) and is noisy per run; over many runs of
+a policy it learns what that policy's runs look like when they go wrong. The expert's value
+says "can this still be solved", which a policy that cannot recover would overrate: with the
+policy's own runs in the data (a small model's, whose mid-run slips the expert repairs but the
+policy does not), the own-outcome labels gave the better scorer (packages/reward/README.md).
+
 **Checked replays.** A replay must reproduce what the run saw: when a replayed call's
 observation differs from the recorded one (an environment that is not deterministic, or a
 record from another environment version), the run gets no continuation labels, only its final
@@ -199,6 +209,15 @@ def step_values(
         values = [sums[(r, i)] / k for i in range(n - 1)] + ([1.0 if _success(run) else 0.0] if n else [])
         labelled.append(LabelledRun(run, values, k))
     return labelled
+
+
+def outcome_values(runs: Sequence[dict[str, Any]]) -> list[LabelledRun]:
+    """Each run's steps all valued at the run's own outcome (1 or 0): its own continuation,
+    ``k = 1``, by the policy that made it. Needs no environment."""
+    return [
+        LabelledRun(run, [1.0 if _success(run) else 0.0] * len(run.get("steps") or []), 1 if run.get("steps") else 0)
+        for run in runs
+    ]
 
 
 def prm_records(labelled: Iterable[LabelledRun], stats: LabelStats | None = None) -> Iterable[PRMRecord]:

@@ -4,13 +4,15 @@ task still succeeds from there.
 ``ProcessRewardModel`` is a pretrained text model (a BERT-style encoder such as all-MiniLM-L6-v2,
 or a causal LM such as SmolLM2-135M) with one linear head on its pooled last hidden state: mean
 pooling over the real tokens for an encoder, the last real token for a causal LM (the only one
-that has seen the whole text). Its output is a logit; ``sigmoid(logit)`` is the predicted
+that has seen the whole text). With ``signals`` the head also reads the prefix's process signals
+(``agentreward.signals``: are the arguments grounded in what the agent saw, did calls fail), the
+relations between a run's parts that hold on templates the model never saw. Its output is a logit; ``sigmoid(logit)`` is the predicted
 probability of success, trained on ``knowlyrcore.datasets.PRMRecord`` labels by
 ``knowlyr-trainer prm``.
 
 A checkpoint is a directory: the text model as Hugging Face saves it (``config.json``, weights,
 tokenizer files), the head in ``prm_head.safetensors`` and ``prm.json`` (the format marker,
-pooling and the text length the scorer reads). ``LearnedScorer(path)`` loads one and gives each
+pooling, the text length the scorer reads and the signals the head reads). ``LearnedScorer(path)`` loads one and gives each
 step of a trajectory its value, reading the texts of ``knowlyrcore.prefix_text.step_prefixes``,
 the renderer the training data came from.
 
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentreward.errors import RewardError
+from agentreward.signals import SIGNALS, prefix_signals
 from knowlyrcore.errors import require_extra
 from knowlyrcore.prefix_text import step_prefixes
 
@@ -53,22 +56,31 @@ def default_pooling(model_type: str) -> str:
 
 
 class ProcessRewardModel(torch.nn.Module):
-    """A text model and a scalar head: ``forward(input_ids, attention_mask)`` gives one logit per text."""
+    """A text model and a scalar head: ``forward(input_ids, attention_mask, signals)`` gives one
+    logit per text (``signals``: ``signal_tensor(texts)``, when the model reads them)."""
 
-    def __init__(self, encoder: Any, *, pooling: str = "mean", max_length: int = DEFAULT_MAX_LENGTH):
+    def __init__(
+        self, encoder: Any, *, pooling: str = "mean", max_length: int = DEFAULT_MAX_LENGTH, signals: bool = False
+    ):
         super().__init__()
         if pooling not in ("mean", "last"):
             raise RewardError(f"pooling must be 'mean' or 'last', got {pooling!r}")
         self.encoder = encoder
         self.pooling = pooling
         self.max_length = max_length
-        self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
+        self.signals = tuple(SIGNALS) if signals else ()
+        self.head = torch.nn.Linear(encoder.config.hidden_size + len(self.signals), 1)
         torch.nn.init.zeros_(self.head.weight)  # every prefix starts at p = 0.5: no prior from the init
         torch.nn.init.zeros_(self.head.bias)
 
     @classmethod
     def from_pretrained_text_model(
-        cls, path: str | Path, *, pooling: str | None = None, max_length: int = DEFAULT_MAX_LENGTH
+        cls,
+        path: str | Path,
+        *,
+        pooling: str | None = None,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        signals: bool = False,
     ) -> ProcessRewardModel:
         """A new head on the text model in directory ``path`` (its pretrained weights)."""
         transformers = _transformers()
@@ -76,13 +88,24 @@ class ProcessRewardModel(torch.nn.Module):
             encoder = transformers.AutoModel.from_pretrained(str(path))
         except (OSError, ValueError) as exc:
             raise RewardError(f"{path}: cannot load a text model to put a reward head on ({exc})") from None
-        return cls(encoder, pooling=pooling or default_pooling(encoder.config.model_type), max_length=max_length)
+        pooling = pooling or default_pooling(encoder.config.model_type)
+        return cls(encoder, pooling=pooling, max_length=max_length, signals=signals)
 
-    def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-        return self.score_pooled(self.pooled(input_ids, attention_mask))
+    def forward(self, input_ids: Any, attention_mask: Any, signals: Any = None) -> Any:
+        return self.score_pooled(self.pooled(input_ids, attention_mask), signals)
 
-    def score_pooled(self, pooled: Any) -> Any:
-        """``(B,)`` logits of ``(B, hidden)`` pooled states: the head alone."""
+    def signal_tensor(self, texts: Sequence[str]) -> Any:
+        """``(B, len(self.signals))`` process signals of ``texts``, or ``None`` when the head reads none."""
+        if not self.signals:
+            return None
+        return torch.tensor([prefix_signals(text) for text in texts], dtype=torch.float32)
+
+    def score_pooled(self, pooled: Any, signals: Any = None) -> Any:
+        """``(B,)`` logits of ``(B, hidden)`` pooled states (and ``(B, n)`` signals): the head alone."""
+        if self.signals:
+            if signals is None or signals.shape != (pooled.shape[0], len(self.signals)):
+                raise RewardError(f"this head reads {len(self.signals)} process signals per text beside its state")
+            pooled = torch.cat([pooled, signals.to(pooled.device, pooled.dtype)], dim=-1)
         return self.head(pooled.to(self.head.weight.dtype)).squeeze(-1)
 
     def pooled(self, input_ids: Any, attention_mask: Any) -> Any:
@@ -107,7 +130,13 @@ class ProcessRewardModel(torch.nn.Module):
         if tokenizer is not None:
             tokenizer.save_pretrained(directory)
         save_file({k: v.detach().contiguous() for k, v in self.head.state_dict().items()}, directory / HEAD_FILE)
-        config = {"format": CHECKPOINT_FORMAT, "version": 1, "pooling": self.pooling, "max_length": self.max_length}
+        config = {
+            "format": CHECKPOINT_FORMAT,
+            "version": 1,
+            "pooling": self.pooling,
+            "max_length": self.max_length,
+            "signals": list(self.signals),
+        }
         (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
         return directory
 
@@ -119,7 +148,9 @@ class ProcessRewardModel(torch.nn.Module):
 
         _transformers()  # a missing extra is named before the checkpoint is judged
         config = read_checkpoint_config(directory)
-        model = cls.from_pretrained_text_model(directory, pooling=config["pooling"], max_length=config["max_length"])
+        model = cls.from_pretrained_text_model(
+            directory, pooling=config["pooling"], max_length=config["max_length"], signals=bool(config["signals"])
+        )
         head = Path(directory) / HEAD_FILE
         try:
             model.head.load_state_dict(load_file(str(head)))
@@ -145,6 +176,11 @@ def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
         raise RewardError(f"{path}: pooling: must be 'mean' or 'last', got {config.get('pooling')!r}")
     if not isinstance(config.get("max_length"), int) or config["max_length"] < 8:
         raise RewardError(f"{path}: max_length: must be a whole number of tokens >= 8")
+    config.setdefault("signals", [])  # checkpoints written before the head read signals
+    if config["signals"] not in ([], list(SIGNALS)):
+        raise RewardError(
+            f"{path}: signals: must be [] or {list(SIGNALS)} (this knowlyr-reward's), got {config['signals']!r}"
+        )
     if not (Path(directory) / HEAD_FILE).is_file():
         raise RewardError(f"{directory}: {HEAD_FILE} is missing")
     return config
@@ -195,8 +231,13 @@ class LearnedScorer:
         out: list[float] = []
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                batch = encode(self.tokenizer, texts[start : start + self.batch_size], self.model.max_length)
-                logits = self.model(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
+                chunk = texts[start : start + self.batch_size]
+                batch = encode(self.tokenizer, chunk, self.model.max_length)
+                logits = self.model(
+                    batch["input_ids"].to(self.device),
+                    batch["attention_mask"].to(self.device),
+                    self.model.signal_tensor(chunk),
+                )
                 out.extend(torch.sigmoid(logits.float()).tolist())
         return out
 

