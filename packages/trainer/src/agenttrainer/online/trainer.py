@@ -10,8 +10,9 @@ One iteration:
    rewards that differ (``online/sampling.py``), and only those groups are trained on.
 2. **Rewards.** A rollout's reward is the environment's (its step rewards summed, the outcome)
    plus ``process_reward_coef`` x the mean process reward of its steps (knowlyr-reward's rule
-   layer by default) minus ``format_penalty`` per malformed tool call. Rollouts that failed for
-   infrastructure reasons are masked: out of the group statistics, out of the loss, counted.
+   layer by default; ``learned:CHECKPOINT``, a learned process reward model's step values) minus
+   ``format_penalty`` per malformed tool call. Rollouts that failed for infrastructure reasons
+   are masked: out of the group statistics, out of the loss, counted.
 3. **Advantages**, by the ``algorithm`` (``agenttrainer.algorithms``, one module each): group
    baselines (``grpo``, ``dr_grpo``, ``rloo``, ``gspo``), spread over the steps by their process
    rewards without changing sign (``step_level_advantage``); ``ppo``: GAE over the model's
@@ -93,18 +94,27 @@ def load_tasks(path: str | Path) -> list[TaskInfo]:
     return tasks
 
 
-def rules_process_reward() -> Any:
-    """knowlyr-reward's rule layer as ``fn(trajectory) -> [step reward, ...]`` (one engine per domain)."""
+def engine_process_reward(prm: str | None = None) -> Any:
+    """knowlyr-reward's rule layer as ``fn(trajectory) -> [step reward, ...]`` (one engine per
+    domain); with ``prm`` (a checkpoint directory) its learned layer instead: each step's
+    predicted chance that the task succeeds from there."""
+    setting = f"process_reward='learned:{prm}'" if prm else "process_reward='rules'"
     RewardEngine = require_extra(
-        "agentreward", "knowlyr-trainer", "online", "process_reward='rules'", hint="or set process_reward to none"
+        "agentreward", "knowlyr-trainer", "online", setting, hint="or set process_reward to none"
     ).RewardEngine
     engines: dict[str, Any] = {}
 
+    def engine_for(domain: str) -> Any:
+        if prm:  # the learned layer reads any domain: one engine, loaded once
+            return engines.setdefault("learned", RewardEngine(layers=("learned",), prm=prm))
+        return engines.setdefault(domain, RewardEngine(domain=domain))
+
     def score(trajectory: Trajectory) -> list[float]:
-        domain = trajectory.task.domain or "generic"
-        engine = engines.setdefault(domain, RewardEngine(domain=domain))
+        engine = engine_for(trajectory.task.domain or "generic")
         return [float(reward or 0.0) for reward in engine.score(trajectory).step_rewards]
 
+    if prm:
+        engine_for("generic")  # a bad checkpoint stops the run before any rollout
     return score
 
 
@@ -112,7 +122,9 @@ def resolve_process_reward(name: str) -> Any:
     if name == "none":
         return None
     if name == "rules":
-        return rules_process_reward()
+        return engine_process_reward()
+    if name.startswith("learned:"):
+        return engine_process_reward(prm=name.removeprefix("learned:"))
     module, _, attr = name.partition(":")
     try:
         return getattr(importlib.import_module(module), attr)
