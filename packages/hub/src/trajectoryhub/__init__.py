@@ -3,18 +3,7 @@
 Depends on knowlyr-core; the sandbox, recorder and reward packages are optional extras.
 """
 
-# the knowlyr siblings are checked before anything is imported from them
-try:
-    from knowlyrcore.origin import check_siblings
-except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
-    if exc.name not in ("knowlyrcore", "knowlyrcore.origin"):
-        raise  # a module our knowlyr-core needs is missing: its own error says which
-    raise ImportError(
-        "knowlyr-hub needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
-    ) from exc
-
-__version__ = check_siblings("knowlyr-hub")  # the pyproject's, from the installed metadata
-
+from trajectoryhub._siblings import __version__ as __version__  # first: knowlyr-core must be ours
 from trajectoryhub.batched import collect_batched
 from trajectoryhub.dedup import ContentStore, content_hash, dedup
 from trajectoryhub.evaluate import (

@@ -12,18 +12,7 @@ Example:
     True
 """
 
-# the knowlyr siblings are checked before anything is imported from them
-try:
-    from knowlyrcore.origin import check_siblings
-except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
-    if exc.name not in ("knowlyrcore", "knowlyrcore.origin"):
-        raise  # a module our knowlyr-core needs is missing: its own error says which
-    raise ImportError(
-        "knowlyr-recorder needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
-    ) from exc
-
-__version__ = check_siblings("knowlyr-recorder")  # the pyproject's, from the installed metadata
-
+from agentrecorder._siblings import __version__ as __version__  # first: knowlyr-core must be ours
 from agentrecorder.adapters.base import RESPOND, Adapter, StepList
 from agentrecorder.atif_validation import check_atif_file, validate_atif
 from agentrecorder.convert import (

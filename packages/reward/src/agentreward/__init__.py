@@ -8,18 +8,7 @@ layer 3 human calibration (``agentreward.calibration``), layer 4 a learned model
 the JSONL records themselves, passing every field they do not score through.
 """
 
-# the knowlyr siblings are checked before anything is imported from them
-try:
-    from knowlyrcore.origin import check_siblings
-except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
-    if exc.name not in ("knowlyrcore", "knowlyrcore.origin"):
-        raise  # a module our knowlyr-core needs is missing: its own error says which
-    raise ImportError(
-        "knowlyr-reward needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
-    ) from exc
-
-__version__ = check_siblings("knowlyr-reward")  # the pyproject's, from the installed metadata
-
+from agentreward._siblings import __version__ as __version__  # first: knowlyr-core must be ours
 from agentreward.calibration import Calibrator, agreement, labels_from_metadata, load_labels
 from agentreward.engine import RewardEngine
 from agentreward.errors import CalibrationError, JudgeError, RewardError, TrajectoryFormatError

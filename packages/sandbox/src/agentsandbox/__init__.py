@@ -7,18 +7,7 @@ Code execution in a Docker container or a daemonless bubblewrap sandbox (``Sandb
 sandbox is used.
 """
 
-# the knowlyr siblings are checked before anything is imported from them
-try:
-    from knowlyrcore.origin import check_siblings
-except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
-    if exc.name not in ("knowlyrcore", "knowlyrcore.origin"):
-        raise  # a module our knowlyr-core needs is missing: its own error says which
-    raise ImportError(
-        "knowlyr-sandbox needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
-    ) from exc
-
-__version__ = check_siblings("knowlyr-sandbox")  # the pyproject's, from the installed metadata
-
+from agentsandbox._siblings import __version__ as __version__  # first: knowlyr-core must be ours
 from agentsandbox.agents import EndpointAgent, ScriptedAgent
 from agentsandbox.backends import (
     BackendUnavailable,

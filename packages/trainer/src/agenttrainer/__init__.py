@@ -6,18 +6,7 @@ Example:
     True
 """
 
-# the knowlyr siblings are checked before anything is imported from them
-try:
-    from knowlyrcore.origin import check_siblings
-except ModuleNotFoundError as exc:  # the other project's knowlyr-core (PyPI) has no knowlyrcore.origin
-    if exc.name not in ("knowlyrcore", "knowlyrcore.origin"):
-        raise  # a module our knowlyr-core needs is missing: its own error says which
-    raise ImportError(
-        "knowlyr-trainer needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
-    ) from exc
-
-__version__ = check_siblings("knowlyr-trainer")  # the pyproject's, from the installed metadata
-
+from agenttrainer._siblings import __version__ as __version__  # first: knowlyr-core must be ours
 from agenttrainer.batch_policy import LocalBatchPolicy
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, PRMConfig, SFTConfig
 from agenttrainer.data import DataError
