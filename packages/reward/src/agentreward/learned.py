@@ -4,17 +4,17 @@ task still succeeds from there.
 ``ProcessRewardModel`` is a pretrained text model (a BERT-style encoder such as all-MiniLM-L6-v2,
 or a causal LM such as SmolLM2-135M) with one linear head on its pooled last hidden state: mean
 pooling over the real tokens for an encoder, the last real token for a causal LM (the only one
-that has seen the whole text). With ``signals`` the head also reads the prefix's process signals
-(``agentreward.signals``: are the arguments grounded in what the agent saw, did calls fail), the
-relations between a run's parts that hold on templates the model never saw. Its output is a logit; ``sigmoid(logit)`` is the predicted
-probability of success, trained on ``knowlyrcore.datasets.PRMRecord`` labels by
-``knowlyr-trainer prm``.
+that has seen the whole text). With ``signals`` the head also reads the prefix's process
+signals (``agentreward.signals``: are the arguments grounded in what the agent saw, did calls
+fail), relations between a run's parts that hold on templates the model never saw. Its output is
+a logit; ``sigmoid(logit)`` is the predicted probability of success, trained on
+``knowlyrcore.datasets.PRMRecord`` labels by ``knowlyr-trainer prm``.
 
 A checkpoint is a directory: the text model as Hugging Face saves it (``config.json``, weights,
 tokenizer files), the head in ``prm_head.safetensors`` and ``prm.json`` (the format marker,
-pooling, the text length the scorer reads and the signals the head reads). ``LearnedScorer(path)`` loads one and gives each
-step of a trajectory its value, reading the texts of ``knowlyrcore.prefix_text.step_prefixes``,
-the renderer the training data came from.
+pooling, the text length the scorer reads, the signals the head reads). ``LearnedScorer(path)``
+loads one and gives each step of a trajectory its value, reading the texts of
+``knowlyrcore.prefix_text.step_prefixes``, the renderer the training data came from.
 
 Needs torch and transformers (the ``learned`` extra: ``pip install 'knowlyr-reward[learned]'``).
 """
