@@ -15,7 +15,8 @@ Every figure scores trajectories with their outcome and labels removed first
 * ``calibration``: the human-calibration layer fitted on the suite's step labels of half the
   tasks and measured (Spearman with the labels) on the other half, before and after.
 
-* ``layers`` (``--learned``): the learned layer beside the rules. Process reward models are
+* ``layers`` (``--learned``): the learned layer beside the rules, and both as ``RewardEngine``
+  combines them (``rules+learned``, the mean of their values). Process reward models are
   trained by ``knowlyr-trainer prm`` on the suite's train split (the expert and its corrupted
   versions, plus any ``--policy-runs``), every step labelled by a Monte-Carlo continuation
   (``trajectoryhub.prm_data``): by default the run's own (its outcome: the value for the policy
@@ -186,6 +187,15 @@ def train_prm(records: list[PRMRecord], out: Path, args: argparse.Namespace) -> 
     return out / "run" / "final"
 
 
+#: what the bench reports side by side: each layer alone, and both as RewardEngine combines them
+LAYER_SETS = {"rules": ("rules",), "learned": ("learned",), "rules+learned": ("rules", "learned")}
+
+
+def layer_engines(prm: Path) -> dict[str, RewardEngine]:
+    return {name: RewardEngine(layers=layers, prm=prm if "learned" in layers else None)
+            for name, layers in LAYER_SETS.items()}  # fmt: skip
+
+
 def auc_of(pairs: list[tuple[float, bool]]) -> float | None:
     auc = roc_auc([score for score, _ in pairs], [success for _, success in pairs])
     return None if auc is None else round(auc, 4)
@@ -202,16 +212,15 @@ def leave_one_template_out(suite: Any, train_records: list[PRMRecord], test_runs
     Template ``T``'s test runs are scored by a PRM whose training data hold no run of ``T``;
     the rule layer is scored on the same runs. Step calibration (Brier) compares each step's
     value with its Monte-Carlo label."""
-    rules = RewardEngine()
     test_labels = {(r.trajectory_id, r.step): r.label for r in label_steps(suite, test_runs, args.prm_labels)}
-    figures: dict[str, dict[str, Any]] = {"rules": {"by_template": {}}, "learned": {"by_template": {}}}
-    pooled: dict[str, list[tuple[float, bool]]] = {"rules": [], "learned": []}
-    steps: dict[str, tuple[list[float], list[float]]] = {"rules": ([], []), "learned": ([], [])}
+    figures: dict[str, dict[str, Any]] = {name: {"by_template": {}} for name in LAYER_SETS}
+    pooled: dict[str, list[tuple[float, bool]]] = {name: [] for name in LAYER_SETS}
+    steps: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in LAYER_SETS}
     for template in sorted({group_of(r) for r in test_runs}):
         held_out = [r for r in test_runs if group_of(r) == template]
         kept = [r for r in train_records if r.group != template]
         prm = train_prm(kept, workdir / f"without-{template}", args)
-        engines = {"rules": rules, "learned": RewardEngine(layers=("learned",), prm=prm)}
+        engines = layer_engines(prm)
         for name, engine in engines.items():
             pairs = []
             for run in held_out:
@@ -257,7 +266,7 @@ def learned_section(args: argparse.Namespace, result: dict[str, Any]) -> None:
         test_runs += [t.model_dump(mode="json") for t in read_trajectories(path)]
     layers = leave_one_template_out(suite, train_records, test_runs, workdir, args)
     full = train_prm(train_records, workdir / "all-templates", args)
-    engines = {"rules": RewardEngine(), "learned": RewardEngine(layers=("learned",), prm=full)}
+    engines = layer_engines(full)
     for name, engine in engines.items():
         layers[name]["tau_airline_auc"] = evaluate(engine, tau_runs(args.tau_bench, args.tasks))["auc"]
         layers[name]["whowhen_step_acc"] = evaluate(engine, who_and_when_runs(args.who_and_when))["step_accuracy"]

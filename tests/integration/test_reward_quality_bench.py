@@ -58,9 +58,11 @@ def test_the_learned_layer_is_reported_beside_the_rules(tmp_path, tiny_text_mode
     assert len(lines) == 1  # one JSON line
     result = json.loads(lines[0])
     layers = result["layers"]
-    assert set(layers) == {"rules", "learned"}
+    assert set(layers) == {"rules", "learned", "rules+learned"}  # each alone, and as RewardEngine combines them
     templates = set(layers["rules"]["by_template"])
-    assert templates and templates == set(layers["learned"]["by_template"])
+    assert templates and templates == set(layers["learned"]["by_template"]) == set(
+        layers["rules+learned"]["by_template"]
+    )
     # one PRM per held-out template, none of which saw a run of it
     for template in templates:
         trained_on = (tmp_path / "work" / f"without-{template}" / "prm.jsonl").read_text().splitlines()
@@ -71,3 +73,4 @@ def test_the_learned_layer_is_reported_beside_the_rules(tmp_path, tiny_text_mode
         best = layer["best_of_n"]
         assert best["n"] == 4 and best["tasks"] == 6 and 0.0 <= best["pass1"] <= 1.0 and 0.0 <= best["best"] <= 1.0
     assert layers["learned"]["best_of_n"]["pass1"] == layers["rules"]["best_of_n"]["pass1"]  # the same runs
+    assert result["learned"]["signals"] is True and result["learned"]["labels"] == "outcome"  # the defaults
