@@ -314,9 +314,10 @@ def test_the_process_signals_let_the_head_see_an_argument_the_request_never_name
     assert all(values[i] > values[i + 1] for i in range(0, len(values), 2)), values
 
 
-def test_a_trained_prm_gives_online_rl_its_step_rewards(tmp_path, tiny_bert):
+def test_a_trained_prm_gives_online_rl_its_step_rewards(tmp_path, tiny_bert, monkeypatch):
     """``process_reward="learned:CHECKPOINT"``: a head with zero weights and bias ln 3 values
-    every step sigmoid(ln 3) = 0.75; a path that holds no PRM stops before any rollout."""
+    every step sigmoid(ln 3) = 0.75, the model loaded once for all rollouts; a path that holds no
+    PRM stops before any rollout."""
     from agentreward.errors import RewardError
     from agenttrainer.config import OnlineRLConfig
     from agenttrainer.online.trainer import resolve_process_reward
@@ -326,11 +327,17 @@ def test_a_trained_prm_gives_online_rl_its_step_rewards(tmp_path, tiny_bert):
     with torch.no_grad():
         model.head.bias.fill_(math.log(3))
     model.save(tmp_path / "prm", learned.load_tokenizer(tiny_bert))
+    loads = []
+    real_load = learned.ProcessRewardModel.load.__func__
+    monkeypatch.setattr(
+        learned.ProcessRewardModel, "load", classmethod(lambda cls, d: loads.append(d) or real_load(cls, d))
+    )
     score = resolve_process_reward(f"learned:{tmp_path / 'prm'}")
     call = {"tool_call": {"name": "get_order", "parameters": {"order_id": "W1"}}, "observation": {"output": "ok"}}
     steps = [{**call, "index": i} for i in range(2)]
     trajectory = Trajectory.model_validate({"task": {"id": "t", "description": "order W1"}, "steps": steps})
-    assert score(trajectory) == pytest.approx([0.75, 0.75])
+    assert score(trajectory) == pytest.approx([0.75, 0.75]) and score(trajectory) == pytest.approx([0.75, 0.75])
+    assert len(loads) == 1
     with pytest.raises(RewardError, match="not a process reward model checkpoint"):
         resolve_process_reward(f"learned:{tmp_path / 'nothing'}")
     with pytest.raises(ConfigError, match="needs the checkpoint directory"):

@@ -105,9 +105,10 @@ def engine_process_reward(prm: str | None = None) -> Any:
     engines: dict[str, Any] = {}
 
     def engine_for(domain: str) -> Any:
-        if prm:  # the learned layer reads any domain: one engine, loaded once
-            return engines.setdefault("learned", RewardEngine(layers=("learned",), prm=prm))
-        return engines.setdefault(domain, RewardEngine(domain=domain))
+        key = "learned" if prm else domain  # the learned layer reads any domain: one engine, loaded once
+        if key not in engines:
+            engines[key] = RewardEngine(layers=("learned",), prm=prm) if prm else RewardEngine(domain=domain)
+        return engines[key]
 
     def score(trajectory: Trajectory) -> list[float]:
         engine = engine_for(trajectory.task.domain or "generic")
