@@ -8,4 +8,4 @@ if find_spec("knowlyrcore") is None or find_spec("knowlyrcore.origin") is None: 
     )
 from knowlyrcore.origin import check_siblings
 
-__version__ = check_siblings("knowlyr-hub")  # the pyproject's, from the installed metadata; siblings' versions checked
+__version__ = check_siblings("knowlyr-hub")  # the installed version; siblings checked too
