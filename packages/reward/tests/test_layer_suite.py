@@ -63,3 +63,19 @@ class TestLearned(LayerConformance):
 class TestRulesAndLearned(TestLearned):
     def make_engine(self):
         return RewardEngine(layers=("rules", "learned"), prm=self.prm)
+
+
+@pytest.fixture(scope="module")
+def prm_with_signals(build_prm, tmp_path_factory):
+    # a head that reads the process signals too (what knowlyr-trainer prm trains by default)
+    weights = {"grounded_last": 1.5, "error_last": -2.0, "repeated": -1.0, "length": 0.5}
+    return build_prm(tmp_path_factory.mktemp("prm-signals"), bias=0.3, weight_std=2.0, signal_weights=weights)
+
+
+class TestLearnedWithSignals(LayerConformance):
+    @pytest.fixture(autouse=True)
+    def _checkpoint(self, prm_with_signals):
+        self.prm = prm_with_signals
+
+    def make_engine(self):
+        return RewardEngine(layers=("learned",), prm=self.prm)
