@@ -116,6 +116,39 @@ def test_gc_removes_orphaned_containers_and_directories(tmp_path):
         client.close()
 
 
+def test_gc_is_not_stopped_by_a_container_another_process_removes_meanwhile(monkeypatch):
+    """Sandboxes close while gc runs (parallel tests, other jobs): a container listed and then gone
+    before gc inspects it is skipped, and the other orphans are still removed."""
+    require_backend("docker")
+    from docker.models.containers import ContainerCollection
+
+    dead = _dead_pid()
+    client = docker_client()
+    labels = {LABEL: "1", LABEL_PID: str(dead), LABEL_HOST: os.uname().nodename}
+    orphan = client.containers.create("knowlyr/sandbox-base:latest", ["true"], labels=labels)
+    vanishing = client.containers.create("knowlyr/sandbox-base:latest", ["true"], labels=labels)
+    real_get = ContainerCollection.get
+
+    def get(self, container_id):  # the other process removes it just before gc inspects it, for real
+        if container_id == vanishing.id:
+            client.api.remove_container(vanishing.id, force=True)
+        return real_get(self, container_id)
+
+    monkeypatch.setattr(ContainerCollection, "get", get)
+    try:
+        done = collect_garbage()
+        assert orphan.id[:12] in done.containers and done.errors == []
+        assert orphan.id not in [c.id for c in client.containers.list(all=True, filters={"label": LABEL})]
+    finally:
+        monkeypatch.undo()
+        for container in (orphan, vanishing):
+            try:
+                container.remove(force=True)
+            except Exception:  # removed by the test itself
+                pass
+        client.close()
+
+
 def test_sandbox_of_a_killed_process_is_cleaned_by_gc():
     require_backend("docker")
     code = ("from agentsandbox import DockerSandbox; import os, sys; sb = DockerSandbox(); sb.start(); "

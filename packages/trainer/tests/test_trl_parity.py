@@ -11,8 +11,9 @@ import copy
 import pytest
 import torch
 
+from agenttrainer.algorithms.dpo import dpo_loss
+from agenttrainer.algorithms.grpo import grpo_loss
 from agenttrainer.data import Example
-from agenttrainer.losses import dpo_loss, grpo_loss
 from agenttrainer.models.attention import HiddenStates
 from knowlyrcore.testing import require_module
 

@@ -45,11 +45,15 @@ def collect_garbage(*, all_sandboxes: bool = False, dry_run: bool = False, docke
     report = GCReport()
     host = os.uname().nodename
     if docker:
+        from docker.errors import NotFound
+
         from agentsandbox.backends.docker import docker_client
 
         try:
             client = docker_client(timeout=10)
-            containers = client.containers.list(all=True, filters={"label": LABEL})
+            # ignore_removed: a container that goes away between the listing and its inspection (another
+            # process closing its sandbox) is skipped, not an error that hides every other one
+            containers = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
         except Exception as exc:
             report.errors.append(f"docker: {exc}")
             containers = []
@@ -65,6 +69,8 @@ def collect_garbage(*, all_sandboxes: bool = False, dry_run: bool = False, docke
             if not dry_run:
                 try:
                     container.remove(force=True)
+                except NotFound:
+                    pass  # gone already: what was asked for
                 except Exception as exc:
                     report.errors.append(f"container {container.id[:12]}: {exc}")
         if client is not None:
