@@ -72,10 +72,7 @@ def prm_with_signals(build_prm, tmp_path_factory):
     return build_prm(tmp_path_factory.mktemp("prm-signals"), bias=0.3, weight_std=2.0, signal_weights=weights)
 
 
-class TestLearnedWithSignals(LayerConformance):
+class TestLearnedWithSignals(TestLearned):
     @pytest.fixture(autouse=True)
-    def _checkpoint(self, prm_with_signals):
+    def _checkpoint(self, prm_with_signals):  # the same engine on the checkpoint that reads the signals
         self.prm = prm_with_signals
-
-    def make_engine(self):
-        return RewardEngine(layers=("learned",), prm=self.prm)
