@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from agentreward import Judge, JudgeError, RewardEngine, parse_scores  # noqa: E402
-from agentreward.judge import build_prompt  # noqa: E402
+from agentreward.judge import build_prompt, parse_success  # noqa: E402
 
 
 class ScriptedServer:
@@ -95,6 +95,19 @@ def test_retries_after_errors_and_garbage(server):
     judge = Judge(model="m", base_url=server.url, max_retries=2)
     assert judge.score_step(TRAJ, 0) == {"goal_progress": 0.8, "tool_selection": 1.0}
     assert judge.calls == 3 and judge.failures == []
+    # a transport error repeats the greedy request; an unusable reply is retried by sampling,
+    # since the same greedy request to a deterministic model gets the same unusable reply
+    assert [r["temperature"] for r in server.requests] == [0, 0, 0.7]
+
+
+def test_retry_temperature_and_limits_are_settings(server):
+    server.replies = [(200, "hmm"), (200, "still no"), (200, '{"goal_progress": 1}')]
+    judge = Judge(model="m", base_url=server.url, max_retries=1, retry_temperature=1.0, max_tokens=40)
+    assert judge.score_step(TRAJ, 0) is None and judge.calls == 2
+    assert [(r["temperature"], r["max_tokens"]) for r in server.requests] == [(0, 40), (1.0, 40)]
+    for bad in ({"max_retries": -1}, {"max_tokens": 0}, {"retry_temperature": 3}):
+        with pytest.raises(ValueError, match="max_retries must be >= 0"):
+            Judge(model="m", **bad)
 
 
 def test_abstains_and_keeps_rule_scores_when_unusable(server):
@@ -132,6 +145,28 @@ def test_parse_scores():
         parse_scores("")
 
 
+def test_parse_scores_reads_name_value_prose():
+    # a reply SmolLM2-135M gave to a tau-bench step: no JSON, but the scores are there
+    reply = (
+        "The current step is:\n\n- The goal_progress: 0.1, the task is completed.\n"
+        "- The tool_selection: 1. The tool is asked to select the tool\n- The param_correctness: 1."
+    )
+    assert parse_scores(reply) == {"goal_progress": 0.1, "tool_selection": 1.0, "param_correctness": 1.0}
+    assert parse_scores("'goal_progress' = 7, param_correctness is 0.25") == {
+        "goal_progress": 0.7,
+        "param_correctness": 0.25,
+    }
+    # a JSON object with the scores wins over prose; out-of-range or unnamed numbers are no scores
+    assert parse_scores('goal_progress: 0.1 then {"goal_progress": 0.9}') == {"goal_progress": 0.9}
+    for unusable in ("goal_progress: 42", "goal progress: 0.5", "my_goal_progress: 0.5", "goal_progress: high"):
+        with pytest.raises(JudgeError, match="no JSON object"):
+            parse_scores(unusable)
+    assert parse_success("I estimate task_success is 0.3.") == 0.3
+    assert parse_success('{"task_success": 8}') == 0.8
+    with pytest.raises(JudgeError, match="task_success"):
+        parse_success("Yes, the agent succeeded.")
+
+
 def test_prompt_shows_history_and_step():
     prompt = build_prompt(TRAJ, 1)
     assert "[0] read_file" in prompt and "tool: submit" in prompt and "TASK: fix sort.py" in prompt
@@ -164,7 +199,7 @@ def test_trajectory_mode_abstains_to_the_rule_total(server):
     server.replies = [(200, '{"task_success": 42}'), (200, "cannot tell")]
     judge = Judge(model="m", base_url=server.url, mode="trajectory", max_retries=1)
     assert RewardEngine(judge=judge).score_record(TRAJ)["reward"] == RewardEngine().score_record(TRAJ)["reward"]
-    assert judge.failures and judge.failures[0].startswith("trajectory: no JSON object with task_success")
+    assert judge.failures and judge.failures[0].startswith("trajectory: no JSON object (or `name: value` text) with")
 
 
 def test_both_modes_and_bad_mode(server):
@@ -176,3 +211,23 @@ def test_both_modes_and_bad_mode(server):
     assert judge.calls == 3 and scored["metadata"]["judge_task_success"] == 0.0
     with pytest.raises(ValueError, match="mode must be one of"):
         Judge(model="m", mode="steps")
+
+
+def test_eval_with_a_judge_reports_its_calls_and_progress(server, tmp_path, capsys):
+    from agentreward.cli import main
+
+    records = [
+        {**TRAJ, "id": "ok", "outcome": {"success": True}},
+        {**TRAJ, "id": "bad", "task": {"description": "fix list.py"}, "outcome": {"success": False}},
+    ]
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    # one trajectory-mode request each: prose for the success, then an unusable reply and its retry
+    server.replies = [(200, "task_success: 0.9"), (200, "no idea"), (200, "no idea either")]
+    args = ["eval", str(path), "--judge-url", server.url, "--judge-model", "m", "--judge-mode", "trajectory"]
+    assert main([*args, "--judge-retries", "1", "--judge-max-tokens", "32"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["judge_calls"] == 3 and report["judge_abstentions"] == 1 and report["auc"] == 1.0
+    assert [r["max_tokens"] for r in server.requests] == [32, 32, 32]
+    assert "  1 scored… (judge: 1 calls, 0 abstentions)" in err and "  2 scored… (judge: 3 calls, 1 abstentions)" in err

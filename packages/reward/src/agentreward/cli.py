@@ -55,6 +55,8 @@ def _engine(options: dict[str, Any]):
             api_key=options["judge_api_key"],
             provider=options["judge_provider"],
             mode=options["judge_mode"],
+            max_retries=options["judge_retries"],
+            max_tokens=options["judge_max_tokens"],
         )
     weights = load_weights(options["weights"]) if options["weights"] else None  # refuses NaN/Infinity weights
     if options["dimension_weights"] is not None and options["preset"] != "seed-003":
@@ -86,11 +88,21 @@ def _read_all(path: str) -> Iterator[dict[str, Any]]:
         raise TrajectoryFormatError(path, None, "no trajectories (empty file)")
 
 
-def _progress(items, quiet: bool):
-    for n, item in enumerate(items, start=1):
-        if not quiet and n % 50 == 0:
-            click.echo(f"  {n} scored…", err=True)
-        yield item
+class _Progress:
+    """The engine's ``score_record``, saying on stderr how far scoring got: every 50
+    trajectories, or every one when a judge scores (a call can take seconds on a local model)."""
+
+    def __init__(self, engine: Any, quiet: bool) -> None:
+        self.engine, self.quiet, self.done = engine, quiet, 0
+
+    def score_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        scored = self.engine.score_record(record)
+        self.done += 1
+        judge = self.engine.judge
+        if not self.quiet and (judge is not None or self.done % 50 == 0):
+            calls = f" (judge: {judge.calls} calls, {len(judge.failures)} abstentions)" if judge is not None else ""
+            click.echo(f"  {self.done} scored…{calls}", err=True)
+        return scored
 
 
 def _existing(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -194,6 +206,21 @@ def engine_options(command: Any) -> Any:
             show_default=True,
             help="Judge each step, the whole trajectory once, or both.",
         ),
+        click.option(
+            "--judge-retries",
+            type=click.IntRange(0),
+            default=2,
+            show_default=True,
+            help="Requests after an unusable reply or a transport error before the judge abstains on a step "
+            "(retries after an unusable reply sample at temperature 0.7; the first request is greedy).",
+        ),
+        click.option(
+            "--judge-max-tokens",
+            type=click.IntRange(1),
+            default=96,
+            show_default=True,
+            help="Longest judge reply in tokens (a rubric JSON needs about 40).",
+        ),
         click.option("--calibration", callback=_existing, help="Calibration file from `knowlyr-reward calibrate`."),
         click.option(
             "--conversation-rules",
@@ -226,12 +253,12 @@ def score_command(input_path: str, output: str | None, quiet: bool, **options: A
     engine = _engine(options)
     trajectories = _read_all(input_path)
     if output is None:
-        scored = list(_progress(map(engine.score_record, trajectories), quiet))  # all or nothing on stdout
+        scored = list(map(_Progress(engine, quiet).score_record, trajectories))  # all or nothing on stdout
         for number, record in enumerate(scored, start=1):
             click.echo(dumps_strict(record, "<stdout>", number))
         count = len(scored)
     else:
-        count = write_jsonl(output, _progress(map(engine.score_record, trajectories), quiet))
+        count = write_jsonl(output, map(_Progress(engine, quiet).score_record, trajectories))
     click.echo(f"scored {count} trajectories -> {output or 'stdout'}", err=True)
     if engine.judge is not None:
         click.echo(f"judge: {engine.judge.calls} calls, {len(engine.judge.failures)} steps kept rule scores", err=True)
@@ -243,7 +270,8 @@ def score_command(input_path: str, output: str | None, quiet: bool, **options: A
 )
 @engine_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the report here (JSON).")
-def eval_command(input_paths: tuple[str, ...], output: str | None, **options: Any) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+def eval_command(input_paths: tuple[str, ...], output: str | None, quiet: bool, **options: Any) -> None:
     """How well the rewards predict known labels: score labelled trajectories with outcome and
     labels hidden, with the layers of --layers, print one JSON line with the ROC AUC for success,
     the rank correlation with outcome.score and, for steps labelled metadata.mistake (Who&When),
@@ -263,8 +291,11 @@ def eval_command(input_paths: tuple[str, ...], output: str | None, **options: An
         "preset": engine.preset,
         "judge": options["judge_model"],
         "prm": options["prm"],
-        **evaluate(engine, labelled()),
+        **evaluate(_Progress(engine, quiet), labelled()),
     }
+    if engine.judge is not None:  # how much of the figure is the judge's and how much the rules'
+        report["judge_calls"] = engine.judge.calls
+        report["judge_abstentions"] = len(engine.judge.failures)
     line = dumps_strict(report, output or "<stdout>")
     if output:
         write_atomically(output, lambda out: out.write(line + "\n"))

@@ -4,8 +4,10 @@ The judge talks to any OpenAI-compatible chat endpoint (OpenAI, vLLM, SGLang, th
 ``knowlyr-trainer serve`` server) or Anthropic's Messages API, through the official SDKs
 (extra ``llm``). For each step it sends the task, a compact history and the step, and asks
 for a JSON object with ``goal_progress``, ``tool_selection`` and ``param_correctness`` in
-[0, 1]. Replies are parsed leniently (the first JSON object in the text; 0-10 scales are
-rescaled). When a reply stays unusable after ``max_retries`` the judge abstains for that step
+[0, 1]. Replies are parsed leniently (the first JSON object in the text, else ``name: value``
+pairs in prose, which small models often write instead; 0-10 scales are rescaled). The first
+request is greedy; a retry after an unusable reply samples (``retry_temperature``), since a
+greedy model would only repeat itself. When a reply stays unusable after ``max_retries`` the judge abstains for that step
 (``None``) and records why in ``failures``: the engine then keeps the rule layer's scores, so
 a flaky endpoint degrades the reward instead of corrupting it.
 
@@ -28,6 +30,8 @@ from agentreward.rubrics import MODEL_RUBRICS, RUBRICS
 from knowlyrcore.errors import require_extra
 
 _JSON_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
+# "goal_progress: 0.7", "tool_selection = 1", "param_correctness is 0.5" (quotes allowed around the name)
+_NAMED_NUMBER = r"\b{name}\b[\"']?\s*(?::|=|\bis\b)\s*(-?\d+(?:\.\d+)?)"
 _HISTORY_STEPS = 6
 _CLIP = 600
 
@@ -117,42 +121,53 @@ def build_trajectory_prompt(trajectory: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_success(text: str) -> float:
-    """The ``task_success`` probability of a trajectory-mode reply; ``JudgeError`` if absent."""
-    for match in _JSON_OBJECT.finditer(text or ""):
+def _unit(value: Any) -> float | None:
+    """``value`` as a score in [0, 1] (a 0-10 scale rescaled), or ``None``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    value = float(value)
+    if 1 < value <= 10:
+        value /= 10  # a 0-10 scale
+    return value if 0 <= value <= 1 else None
+
+
+def _named_scores(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """The scores of ``names`` in the first JSON object that has any, else in ``name: value`` prose."""
+    for match in _JSON_OBJECT.finditer(text):
         try:
             data = json.loads(match.group(0))
         except json.JSONDecodeError:
             continue
-        value = data.get("task_success") if isinstance(data, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = float(value) / 10 if 1 < value <= 10 else float(value)
-            if 0 <= value <= 1:
-                return value
-    raise JudgeError(f"no JSON object with task_success in [0, 1] in reply: {_clip(text, 160)!r}")
+        if isinstance(data, dict):
+            scores = {name: v for name in names if (v := _unit(data.get(name))) is not None}
+            if scores:
+                return scores
+    scores = {}
+    for name in names:
+        found = re.search(_NAMED_NUMBER.format(name=re.escape(name)), text)
+        if found and (value := _unit(float(found.group(1)))) is not None:
+            scores[name] = value
+    return scores
+
+
+def parse_success(text: str) -> float:
+    """The ``task_success`` probability of a trajectory-mode reply; ``JudgeError`` if absent."""
+    scores = _named_scores(text or "", ("task_success",))
+    if not scores:
+        raise JudgeError(
+            f"no JSON object (or `name: value` text) with task_success in [0, 1] in reply: {_clip(text, 160)!r}"
+        )
+    return scores["task_success"]
 
 
 def parse_scores(text: str) -> dict[str, float]:
     """Extract the model rubrics from a reply; raise ``JudgeError`` saying what was wrong."""
-    for match in _JSON_OBJECT.finditer(text or ""):
-        try:
-            data = json.loads(match.group(0))
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(data, dict):
-            continue
-        scores: dict[str, float] = {}
-        for name in MODEL_RUBRICS:
-            value = data.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = float(value)
-                if 1 < value <= 10:
-                    value /= 10  # a 0-10 scale
-                if 0 <= value <= 1:
-                    scores[name] = value
-        if scores:
-            return scores
-    raise JudgeError(f"no JSON object with {', '.join(MODEL_RUBRICS)} in reply: {_clip(text, 160)!r}")
+    scores = _named_scores(text or "", MODEL_RUBRICS)
+    if not scores:
+        raise JudgeError(
+            f"no JSON object (or `name: value` text) with {', '.join(MODEL_RUBRICS)} in reply: {_clip(text, 160)!r}"
+        )
+    return scores
 
 
 @dataclass
@@ -164,6 +179,7 @@ class Judge:
     api_key: str | None = None
     provider: str = "openai"
     max_retries: int = 2
+    retry_temperature: float = 0.7
     timeout: float = 60.0
     max_tokens: int = 96
     mode: str = "step"
@@ -177,6 +193,11 @@ class Judge:
             raise ValueError(f"provider must be 'openai' or 'anthropic', got {self.provider!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.max_retries < 0 or self.max_tokens < 1 or not 0 <= self.retry_temperature <= 2:
+            raise ValueError(
+                "max_retries must be >= 0, max_tokens >= 1 and retry_temperature in [0, 2], got "
+                f"{self.max_retries}, {self.max_tokens} and {self.retry_temperature}"
+            )
 
     def _get_client(self) -> Any:
         if self._client is not None:
@@ -195,7 +216,7 @@ class Judge:
             )
         return self._client
 
-    def complete(self, prompt: str, system: str = SYSTEM_PROMPT) -> str:
+    def complete(self, prompt: str, system: str = SYSTEM_PROMPT, temperature: float = 0.0) -> str:
         """One chat completion; transport errors become ``JudgeError``."""
         client = self._get_client()
         self.calls += 1
@@ -204,7 +225,7 @@ class Judge:
                 reply = client.chat.completions.create(
                     model=self.model,
                     messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}],
-                    temperature=0,
+                    temperature=temperature,
                     max_tokens=self.max_tokens,
                 )
                 return reply.choices[0].message.content or ""
@@ -213,7 +234,7 @@ class Judge:
                 system=system,
                 messages=[{"role": "user", "content": prompt}],
                 max_tokens=self.max_tokens,
-                temperature=0,
+                temperature=temperature,
             )
             return "".join(getattr(block, "text", "") for block in reply.content)
         except Exception as exc:  # the SDKs raise many transport classes; keep the message
@@ -228,12 +249,19 @@ class Judge:
             return self._cache[key]
         result = None
         last_error = ""
+        temperature = 0.0
         for _ in range(self.max_retries + 1):
             try:
-                result = parse(self.complete(prompt, system))
-                break
-            except JudgeError as exc:
+                reply = self.complete(prompt, system, temperature)
+            except JudgeError as exc:  # transport: the same request again
                 last_error = str(exc)
+                continue
+            try:
+                result = parse(reply)
+                break
+            except JudgeError as exc:  # unusable: greedy decoding would repeat it, so sample
+                last_error = str(exc)
+                temperature = self.retry_temperature
         if result is None:
             self.failures.append(f"{what}: {last_error}")
         self._cache[key] = result
