@@ -123,8 +123,16 @@ def test_judge_with_smollm2_parses_or_abstains():
         judge = Judge(model="smollm2-135m", base_url=server.url, max_tokens=48, max_retries=0)
         rules_only = RewardEngine().score_record(TRAJ)
         scored = RewardEngine(judge=judge).score_record(TRAJ)
+        # the Yes/No verdict read from the served model's top_logprobs: graded, never unusable here
+        verdict = Judge(model="smollm2-135m", base_url=server.url, mode="both", verdict="logprobs")
+        by_verdict = RewardEngine(judge=verdict).score_record(TRAJ)
     finally:
         server.close()
+    assert verdict.calls == 3 and verdict.failures == []
+    for step in by_verdict["steps"]:
+        p_yes = {step["rubric_scores"][name] for name in ("goal_progress", "tool_selection", "param_correctness")}
+        assert len(p_yes) == 1 and 0.0 < p_yes.pop() < 1.0
+    assert 0.0 < by_verdict["metadata"]["judge_task_success"] < 1.0
     assert judge.calls == 2
     for i, step in enumerate(scored["steps"]):
         assert all(0.0 <= v <= 1.0 for v in step["rubric_scores"].values())

@@ -6,6 +6,7 @@ a real model served by knowlyr-trainer.
 """
 
 import json
+import math
 import socket
 import threading
 import time
@@ -20,8 +21,8 @@ from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from agentreward import Judge, JudgeError, RewardEngine, parse_scores  # noqa: E402
-from agentreward.judge import build_prompt, parse_success  # noqa: E402
+from agentreward import Judge, JudgeError, JudgeSetupError, RewardEngine, parse_scores  # noqa: E402
+from agentreward.judge import build_prompt, parse_success, parse_verdict  # noqa: E402
 
 
 class ScriptedServer:
@@ -32,12 +33,16 @@ class ScriptedServer:
         async def completions(request):
             body = await request.json()
             self.requests.append(body)
-            status, text = self.replies.pop(0) if self.replies else (200, "{}")
+            status, text, *top = self.replies.pop(0) if self.replies else (200, "{}")
             if status != 200:
                 return JSONResponse({"error": {"message": "injected failure"}}, status_code=status)
+            choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+            if top:  # the first token's likeliest alternatives, as [(token, logprob), ...]
+                entry = lambda t, lp: {"token": t, "logprob": lp, "bytes": list(t.encode())}  # noqa: E731
+                first = entry(*top[0][0])
+                choice["logprobs"] = {"content": [{**first, "top_logprobs": [entry(*p) for p in top[0]]}]}
             return JSONResponse({
-                "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice],
             })  # fmt: skip
 
         app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
@@ -231,3 +236,45 @@ def test_eval_with_a_judge_reports_its_calls_and_progress(server, tmp_path, caps
     assert report["judge_calls"] == 3 and report["judge_abstentions"] == 1 and report["auc"] == 1.0
     assert [r["max_tokens"] for r in server.requests] == [32, 32, 32]
     assert "  1 scored… (judge: 1 calls, 0 abstentions)" in err and "  2 scored… (judge: 3 calls, 1 abstentions)" in err
+
+
+def test_parse_verdict_by_hand():
+    # P(Yes) = (e^-0.5 + e^-2) / (e^-0.5 + e^-2 + e^-1), the two spellings of yes summed
+    top = [(" Yes", -0.5), ("No", -1.0), ("yes.", -2.0), ("The", -3.0)]
+    assert parse_verdict(top) == pytest.approx(0.6685, abs=1e-4)  # 0.74187 / 1.10975
+    assert parse_verdict([("NO", -0.1)]) == 0.0
+    with pytest.raises(JudgeError, match="neither Yes nor No among the reply's 2 likeliest first tokens"):
+        parse_verdict([("The", -0.1), ("Yesterday", -1.0)])
+
+
+def test_logprobs_verdict_reads_p_yes_for_steps_and_trajectories(server):
+    server.replies = [
+        (200, "Yes", [("Yes", -0.2), ("No", -1.9), ("The", -2.5)]),  # step 0
+        (200, "The", [("The", -0.1), ("I", -0.5)]),  # step 1: no verdict among the tokens: abstain, no retry
+        (200, "No", [("No", -0.3), ("Yes", -1.4)]),  # the trajectory
+    ]
+    judge = Judge(model="m", base_url=server.url, mode="both", verdict="logprobs")
+    rules_only = RewardEngine().score_record(TRAJ)
+    scored = RewardEngine(judge=judge).score_record(TRAJ)
+    p_step = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.9))
+    assert scored["steps"][0]["rubric_scores"]["goal_progress"] == pytest.approx(p_step, abs=1e-6)
+    assert scored["steps"][0]["rubric_scores"]["param_correctness"] == pytest.approx(p_step, abs=1e-6)
+    assert scored["steps"][1] == rules_only["steps"][1]  # abstained
+    p_traj = math.exp(-1.4) / (math.exp(-0.3) + math.exp(-1.4))
+    assert scored["metadata"]["judge_task_success"] == pytest.approx(p_traj, abs=1e-6)
+    assert judge.calls == 3 and len(judge.failures) == 1 and "neither Yes nor No" in judge.failures[0]
+    first = server.requests[0]
+    assert (first["max_tokens"], first["logprobs"], first["top_logprobs"], first["temperature"]) == (1, True, 20, 0)
+    assert first["messages"][1]["content"].endswith("Answer Yes or No.")
+    assert "TRANSCRIPT:" in server.requests[2]["messages"][1]["content"]
+
+
+def test_logprobs_verdict_needs_an_endpoint_that_returns_them(server):
+    server.replies = [(200, "Yes")]  # no logprobs in the reply
+    judge = Judge(model="m", base_url=server.url, verdict="logprobs")
+    with pytest.raises(JudgeSetupError, match="returned no logprobs for model 'm'.*--judge-verdict text"):
+        RewardEngine(judge=judge).score_record(TRAJ)
+    with pytest.raises(ValueError, match="Anthropic's API has no logprobs"):
+        Judge(model="m", provider="anthropic", verdict="logprobs")
+    with pytest.raises(ValueError, match="verdict must be one of text, logprobs"):
+        Judge(model="m", verdict="score")

@@ -136,6 +136,47 @@ def test_max_tokens_and_stop(client):
     assert "".join(c.choices[0].delta.content or "" for c in streamed) == "Hello "
 
 
+def test_logprobs_are_the_models_own(client, checkpoint):
+    import torch
+
+    from agenttrainer.models import load_model_and_tokenizer
+
+    response = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=3, logprobs=True, top_logprobs=4)
+    content = response.choices[0].logprobs.content
+    assert len(content) == response.usage.completion_tokens == 3
+    # the first token's distribution, computed here from the checkpoint and the prompt
+    model, tokenizer = load_model_and_tokenizer(checkpoint)
+    ids = tokenizer.apply_chat_template(HELLO, add_generation_prompt=True, return_dict=True, return_tensors="pt")
+    with torch.no_grad():
+        dist = model(input_ids=ids["input_ids"]).logits[0, -1].float().log_softmax(-1)
+    values, top_ids = dist.topk(4)
+    first = content[0]
+    assert [t.token for t in first.top_logprobs] == [tokenizer.decode([i]) for i in top_ids.tolist()]
+    assert [t.logprob for t in first.top_logprobs] == pytest.approx(values.tolist(), abs=1e-4)
+    assert first.token == first.top_logprobs[0].token  # greedy took the likeliest
+    assert first.logprob == pytest.approx(values[0].item(), abs=1e-4)
+    assert first.bytes == list(first.token.encode())
+    assert "".join(t.token for t in content) == "Hello there!"[: len("".join(t.token for t in content))]
+    assert client.chat.completions.create(model=MODEL, messages=HELLO).choices[0].logprobs is None
+    plain = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=2, logprobs=True)
+    assert all(t.top_logprobs == [] for t in plain.choices[0].logprobs.content)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"top_logprobs": 2}, "top_logprobs needs logprobs: true"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be an integer in [0, 20]"),
+        ({"logprobs": "yes"}, "logprobs must be true or false"),
+        ({"logprobs": True, "stream": True}, "logprobs are not streamed"),
+    ],
+)
+def test_bad_logprobs_requests_are_refused(client, kwargs, message):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=HELLO, **kwargs)
+    assert message in info.value.body["message"]
+
+
 def test_concurrent_requests_are_served_one_at_a_time_with_the_same_answer(client):
     with ThreadPoolExecutor(4) as pool:
         answers = list(

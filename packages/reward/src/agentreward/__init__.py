@@ -11,7 +11,7 @@ the JSONL records themselves, passing every field they do not score through.
 from agentreward._siblings import __version__ as __version__  # first: knowlyr-core must be ours
 from agentreward.calibration import Calibrator, agreement, labels_from_metadata, load_labels
 from agentreward.engine import RewardEngine
-from agentreward.errors import CalibrationError, JudgeError, RewardError, TrajectoryFormatError
+from agentreward.errors import CalibrationError, JudgeError, JudgeSetupError, RewardError, TrajectoryFormatError
 from agentreward.judge import Judge, parse_scores
 from agentreward.preferences import build_preference_pairs
 from agentreward.presets import PRESETS, SEED_003_WEIGHTS, target_tools, tool_f1
@@ -70,5 +70,6 @@ __all__ = [
     "RewardError",
     "TrajectoryFormatError",
     "JudgeError",
+    "JudgeSetupError",
     "CalibrationError",
 ]

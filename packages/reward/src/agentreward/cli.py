@@ -57,6 +57,7 @@ def _engine(options: dict[str, Any]):
             mode=options["judge_mode"],
             max_retries=options["judge_retries"],
             max_tokens=options["judge_max_tokens"],
+            verdict=options["judge_verdict"],
         )
     weights = load_weights(options["weights"]) if options["weights"] else None  # refuses NaN/Infinity weights
     if options["dimension_weights"] is not None and options["preset"] != "seed-003":
@@ -205,6 +206,15 @@ def engine_options(command: Any) -> Any:
             default="step",
             show_default=True,
             help="Judge each step, the whole trajectory once, or both.",
+        ),
+        click.option(
+            "--judge-verdict",
+            type=click.Choice(["text", "logprobs"]),
+            default="text",
+            show_default=True,
+            help="text: the judge writes its scores (JSON). logprobs: it answers Yes or No and the score is "
+            "P(Yes) from the endpoint's top_logprobs (OpenAI, vLLM, knowlyr-trainer serve): graded scores from "
+            "small models that write no numbers, one token per call.",
         ),
         click.option(
             "--judge-retries",

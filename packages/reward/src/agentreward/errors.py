@@ -29,6 +29,13 @@ class JudgeError(RewardError):
     exit_code = 1  # a failure while running, not the input's fault
 
 
+class JudgeSetupError(RewardError):
+    """The judge endpoint cannot do what the judge was set up to ask (e.g. it returns no logprobs):
+    unlike a ``JudgeError`` this stops the scoring, since every step would abstain."""
+
+    exit_code = 1
+
+
 class UnscoredError(RewardError, ValueError):
     """A step that needs a score (pairs, calibration) has none: run ``score`` first."""
 

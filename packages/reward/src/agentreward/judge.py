@@ -15,17 +15,24 @@ The prompt carries the domain's policy when the trajectory has one (``metadata.s
 as recorded tau-bench and suite runs do), and the system prompt holds two worked examples. Modes:
 ``step`` (one call per step, the model rubrics), ``trajectory`` (one call per trajectory: the
 probability that the task was accomplished, blended into the total by the engine) or ``both``.
+
+Verdicts: ``text`` (the JSON replies above) or ``logprobs``, for endpoints that return
+``top_logprobs`` (OpenAI, vLLM, ``knowlyr-trainer serve``): the judge asks a Yes/No question
+and reads P(Yes) / (P(Yes) + P(No)) off the first token's distribution, one generated token per
+call. A small model that will not write a number still has a graded belief, and the call costs
+one prompt pass. In step mode that probability is every model rubric's score.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentreward.errors import JudgeError
+from agentreward.errors import JudgeError, JudgeSetupError
 from agentreward.rubrics import MODEL_RUBRICS, RUBRICS
 from knowlyrcore.errors import require_extra
 
@@ -57,6 +64,22 @@ TRAJECTORY_SYSTEM_PROMPT = (
     "TRANSCRIPT, then estimate the probability that the agent accomplished the task correctly and "
     "within the policy: right actions with the right arguments, nothing the user did not ask for or "
     'confirm. Answer with one JSON object and nothing else, e.g. {"task_success": 0.3}.'
+)
+
+
+VERDICTS = ("text", "logprobs")
+_TOP_LOGPROBS = 20  # the most OpenAI's API returns
+_YES, _NO = {"yes"}, {"no"}
+VERDICT_SYSTEM_PROMPT = (
+    "You are a strict reviewer of an AI agent's tool calls. Judge the CURRENT STEP against the TASK, the "
+    "CRITERIA and the POLICY when one is given. Answer with one word: Yes or No."
+)
+VERDICT_QUESTION = "Is the CURRENT STEP a correct and useful step toward the task? Answer Yes or No."
+TRAJECTORY_VERDICT_SYSTEM_PROMPT = (
+    "You are a strict reviewer of an AI agent's work. Read the POLICY (when given), the TASK and the "
+    "TRANSCRIPT, then say whether the agent accomplished the task correctly and within the policy: right "
+    "actions with the right arguments, nothing the user did not ask for or confirm. Answer with one word: "
+    "Yes or No."
 )
 
 
@@ -150,6 +173,20 @@ def _named_scores(text: str, names: tuple[str, ...]) -> dict[str, float]:
     return scores
 
 
+def parse_verdict(top: list[tuple[str, float]]) -> float:
+    """P(Yes) / (P(Yes) + P(No)) over a first token's likeliest ``(token, logprob)`` pairs (any
+    case, spacing or trailing punctuation); ``JudgeError`` when neither word is among them."""
+    mass = {"yes": 0.0, "no": 0.0}
+    for token, logprob in top:
+        word = token.strip().strip(".,!:;\"'").lower()
+        if word in _YES or word in _NO:
+            mass["yes" if word in _YES else "no"] += math.exp(logprob)
+    if mass["yes"] + mass["no"] <= 0:
+        shown = [token for token, _ in top[:8]]
+        raise JudgeError(f"neither Yes nor No among the reply's {len(top)} likeliest first tokens: {shown!r}")
+    return mass["yes"] / (mass["yes"] + mass["no"])
+
+
 def parse_success(text: str) -> float:
     """The ``task_success`` probability of a trajectory-mode reply; ``JudgeError`` if absent."""
     scores = _named_scores(text or "", ("task_success",))
@@ -183,6 +220,7 @@ class Judge:
     timeout: float = 60.0
     max_tokens: int = 96
     mode: str = "step"
+    verdict: str = "text"
     failures: list[str] = field(default_factory=list)
     calls: int = 0
     _cache: dict[str, dict[str, float] | None] = field(default_factory=dict, repr=False)
@@ -193,6 +231,10 @@ class Judge:
             raise ValueError(f"provider must be 'openai' or 'anthropic', got {self.provider!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
+        if self.verdict == "logprobs" and self.provider != "openai":
+            raise ValueError("verdict='logprobs' needs an OpenAI-compatible endpoint: Anthropic's API has no logprobs")
         if self.max_retries < 0 or self.max_tokens < 1 or not 0 <= self.retry_temperature <= 2:
             raise ValueError(
                 "max_retries must be >= 0, max_tokens >= 1 and retry_temperature in [0, 2], got "
@@ -242,9 +284,38 @@ class Judge:
                 f"{self.provider} endpoint {self.base_url or '(default)'}: {type(exc).__name__}: {exc}"
             ) from exc
 
+    def first_token_logprobs(self, prompt: str, system: str) -> list[tuple[str, float]]:
+        """The likeliest first tokens of the reply, as ``(token, logprob)``; transport errors
+        become ``JudgeError``, an endpoint that returns no logprobs a ``JudgeSetupError``."""
+        client = self._get_client()
+        self.calls += 1
+        try:
+            reply = client.chat.completions.create(
+                model=self.model,
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+                temperature=0,
+                max_tokens=1,
+                logprobs=True,
+                top_logprobs=_TOP_LOGPROBS,
+            )
+        except Exception as exc:  # the SDK raises many transport classes; keep the message
+            raise JudgeError(f"openai endpoint {self.base_url or '(default)'}: {type(exc).__name__}: {exc}") from exc
+        logprobs = reply.choices[0].logprobs if reply.choices else None
+        if logprobs is None or not logprobs.content:
+            raise JudgeSetupError(
+                f"the judge endpoint {self.base_url or '(default)'} returned no logprobs for model {self.model!r}: "
+                "it does not support logprobs/top_logprobs; use the text verdict (--judge-verdict text)"
+            )
+        first = logprobs.content[0]
+        pairs = [(first.token, first.logprob)] + [(t.token, t.logprob) for t in first.top_logprobs or []]
+        unique: dict[str, float] = {}
+        for token, logprob in pairs:  # the chosen token is usually among the top ones too
+            unique.setdefault(token, logprob)
+        return list(unique.items())
+
     def _ask(self, prompt: str, system: str, parse: Any, what: str) -> Any:
         """A parsed reply, or ``None`` (abstain) after ``max_retries`` unusable replies."""
-        key = hashlib.sha256((system + "\x00" + prompt).encode()).hexdigest()
+        key = hashlib.sha256((self.verdict + "\x00" + system + "\x00" + prompt).encode()).hexdigest()
         if key in self._cache:
             return self._cache[key]
         result = None
@@ -252,7 +323,10 @@ class Judge:
         temperature = 0.0
         for _ in range(self.max_retries + 1):
             try:
-                reply = self.complete(prompt, system, temperature)
+                if self.verdict == "logprobs":
+                    reply: Any = self.first_token_logprobs(prompt, system)
+                else:
+                    reply = self.complete(prompt, system, temperature)
             except JudgeError as exc:  # transport: the same request again
                 last_error = str(exc)
                 continue
@@ -261,6 +335,8 @@ class Judge:
                 break
             except JudgeError as exc:  # unusable: greedy decoding would repeat it, so sample
                 last_error = str(exc)
+                if self.verdict == "logprobs":
+                    break  # the same prompt has the same first-token distribution
                 temperature = self.retry_temperature
         if result is None:
             self.failures.append(f"{what}: {last_error}")
@@ -269,6 +345,9 @@ class Judge:
 
     def score_step(self, trajectory: dict[str, Any], index: int) -> dict[str, float] | None:
         """Scores for one step, or ``None`` (abstain) after ``max_retries`` unusable replies."""
+        if self.verdict == "logprobs":
+            prompt = build_prompt(trajectory, index) + "\n\n" + VERDICT_QUESTION
+            return self._ask(prompt, VERDICT_SYSTEM_PROMPT, _rubrics_from_verdict, f"step {index}")
         return self._ask(build_prompt(trajectory, index), SYSTEM_PROMPT, parse_scores, f"step {index}")
 
     def score_steps(self, trajectory: dict[str, Any]) -> list[dict[str, float] | None]:
@@ -282,4 +361,13 @@ class Judge:
         the judge abstains)."""
         if self.mode == "step":
             return None
+        if self.verdict == "logprobs":
+            return self._ask(
+                build_trajectory_prompt(trajectory), TRAJECTORY_VERDICT_SYSTEM_PROMPT, parse_verdict, "trajectory"
+            )
         return self._ask(build_trajectory_prompt(trajectory), TRAJECTORY_SYSTEM_PROMPT, parse_success, "trajectory")
+
+
+def _rubrics_from_verdict(top: list[tuple[str, float]]) -> dict[str, float]:
+    """One step's P(Yes) as the score of every model rubric."""
+    return dict.fromkeys(MODEL_RUBRICS, parse_verdict(top))

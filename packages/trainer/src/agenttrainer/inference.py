@@ -57,6 +57,9 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str  # "stop" (end of turn or a stop string) or "length" (max_new_tokens reached)
+    # with ``complete(top_logprobs=k)``: per generated token, (its id, its log-prob, the k likeliest
+    # (id, log-prob) pairs), from the model's raw distribution (before temperature and top-p)
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] | None = None
 
 
 # parse_action and tool_schemas named other functions of knowlyr-core too (knowlyrcore.parse_action,
@@ -178,18 +181,24 @@ class AgentInference:
         top_p: float | None = None,
         stop: list[str] | None = None,
         seed: int | None = None,
+        top_logprobs: int | None = None,
     ) -> Completion:
-        """Generate one assistant answer for ``messages``."""
+        """Generate one assistant answer for ``messages``; with ``top_logprobs=k`` (k >= 0) the
+        answer also carries each token's log-prob and the k likeliest alternatives."""
         input_ids = self.encode(messages, tools)  # (1, T)
         kwargs = self._generate_kwargs(input_ids, max_new_tokens, temperature, top_p, stop)
+        if top_logprobs is not None:
+            kwargs.update(return_dict_in_generate=True, output_logits=True)
         with torch.no_grad(), seeded(seed):
-            output = self.model.generate(**kwargs)  # (1, T + new)
-        new_ids = output[0, input_ids.shape[1] :].tolist()
+            output = self.model.generate(**kwargs)
+        sequences = output.sequences if top_logprobs is not None else output  # (1, T + new)
+        new_ids = sequences[0, input_ids.shape[1] :].tolist()
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
         text, stopped = _cut_at_stop(text, stop)
         ended = bool(new_ids) and new_ids[-1] in self.end_token_ids
         finish = "stop" if ended or stopped or len(new_ids) < kwargs["max_new_tokens"] else "length"
-        return Completion(text, input_ids.shape[1], len(new_ids), finish)
+        logprobs = None if top_logprobs is None else _token_logprobs(new_ids, output.logits, top_logprobs)
+        return Completion(text, input_ids.shape[1], len(new_ids), finish, logprobs)
 
     def stream(self, messages: list[Message], tools: list[Any] | None = None, **options: Any) -> TextStream:
         """Like ``complete`` but an iterator of text pieces; ``.completion`` is set once it is exhausted."""
@@ -216,6 +225,18 @@ def seeded(seed: int | None) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
+
+
+def _token_logprobs(
+    new_ids: list[int], logits: tuple[torch.Tensor, ...], k: int
+) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    """Each generated token's log-prob and the ``k`` likeliest tokens at its position."""
+    result = []
+    for token, step_logits in zip(new_ids, logits):  # each (1, V), the raw logits of one position
+        dist = step_logits[0].float().log_softmax(-1)  # (V,)
+        values, ids = dist.topk(min(k, dist.shape[0])) if k else (dist[:0], dist[:0].long())
+        result.append((token, float(dist[token]), list(zip(ids.tolist(), values.tolist()))))
+    return result
 
 
 def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:

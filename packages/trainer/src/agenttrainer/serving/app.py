@@ -70,6 +70,7 @@ from agenttrainer.serving.protocol import (
     RequestError,
     chunk_json,
     completion_json,
+    logprobs_json,
     new_completion_id,
     parse_chat_request,
     parse_completion_request,
@@ -235,6 +236,8 @@ class ChatServer:
                 "stop": chat.stop,
                 "seed": chat.seed,
             }
+            if chat.top_logprobs is not None:  # never with stream (refused above)
+                options["top_logprobs"] = chat.top_logprobs
             if chat.stream:
                 return await self._stream_response(request, chat, options)
             complete = functools.partial(self.engine.complete, chat.messages, chat.tools, **options)
@@ -244,7 +247,10 @@ class ChatServer:
         except GenerationCancelled:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         content, calls = parse_tool_calls(completion.text) if chat.tools else (completion.text, [])
-        return JSONResponse(completion_json(new_completion_id(), self.model_name, completion, content, calls))
+        logprobs = None
+        if completion.logprobs is not None:
+            logprobs = logprobs_json(completion.logprobs, lambda token: self.engine.tokenizer.decode([token]))
+        return JSONResponse(completion_json(new_completion_id(), self.model_name, completion, content, calls, logprobs))
 
     async def _generate(self, request: Request, generate: Callable[[], T]) -> T:
         """``generate()`` in a worker thread once a slot is free (429 when the queue is full); it

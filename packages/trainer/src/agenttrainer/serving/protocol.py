@@ -32,6 +32,7 @@ MAX_STOP_STRINGS = 4
 MAX_STOP_LENGTH = 256  # characters; generation matches every stop string against the whole vocabulary
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 MAX_COMPLETION_PROMPTS = 256  # prompts in one /v1/completions batch (one generate call)
+MAX_TOP_LOGPROBS = 20  # OpenAI's cap on a chat request's top_logprobs
 
 
 class RequestError(TrainerError, ValueError):
@@ -60,6 +61,7 @@ class ChatRequest:
     seed: int | None = None
     stream: bool = False
     include_usage: bool = False
+    top_logprobs: int | None = None  # None: no logprobs asked for; k: each token's and its k likeliest
 
 
 def _text_content(content: Any, where: str) -> str | None:
@@ -228,6 +230,8 @@ def parse_chat_request(
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise RequestError("stream_options must be an object or null", param="stream_options")
+    stream = _flag(body, "stream", False)
+    top_logprobs = _chat_logprobs(body, stream)
     return ChatRequest(
         model=model,
         messages=messages,
@@ -237,9 +241,44 @@ def parse_chat_request(
         top_p=_number(body, "top_p", 0.0, 1.0),
         stop=stop,
         seed=seed,
-        stream=_flag(body, "stream", False),
+        stream=stream,
         include_usage=_flag(stream_options or {}, "include_usage", False, param="stream_options.include_usage"),
+        top_logprobs=top_logprobs,
     )
+
+
+def _chat_logprobs(body: dict[str, Any], stream: bool) -> int | None:
+    """``top_logprobs`` when the request asks for logprobs (``logprobs: true``), else None."""
+    top = body.get("top_logprobs")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise RequestError(
+            f"top_logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or null, got {top!r}", param="top_logprobs"
+        )
+    if not _flag(body, "logprobs", False):
+        if top is not None:
+            raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
+        return None
+    if stream:
+        raise RequestError("logprobs are not streamed by this server: ask without stream", param="logprobs")
+    return top or 0
+
+
+def logprobs_json(
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]], decode: Callable[[int], str]
+) -> dict[str, Any]:
+    """A chat choice's ``logprobs`` in OpenAI's shape: per token its text, UTF-8 bytes, log-prob and
+    ``top_logprobs`` alternatives."""
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        text = decode(token)
+        return {"token": text, "logprob": max(logprob, MIN_LOGPROB), "bytes": list(text.encode("utf-8"))}
+
+    return {
+        "content": [
+            {**entry(token, logprob), "top_logprobs": [entry(t, lp) for t, lp in top]}
+            for token, logprob, top in logprobs
+        ]
+    }
 
 
 def new_completion_id(prefix: str = "chatcmpl-") -> str:
@@ -266,7 +305,12 @@ def usage_json(completion: Completion) -> dict[str, int]:
 
 
 def completion_json(
-    completion_id: str, model: str, completion: Completion, content: str | None, calls: list[ToolCall]
+    completion_id: str,
+    model: str,
+    completion: Completion,
+    content: str | None,
+    calls: list[ToolCall],
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
     if calls:
@@ -280,7 +324,7 @@ def completion_json(
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": "tool_calls" if calls else completion.finish_reason,
             }
         ],
