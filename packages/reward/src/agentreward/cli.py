@@ -221,8 +221,9 @@ def engine_options(command: Any) -> Any:
             type=click.IntRange(0),
             default=2,
             show_default=True,
-            help="Requests after an unusable reply or a transport error before the judge abstains on a step "
-            "(retries after an unusable reply sample at temperature 0.7; the first request is greedy).",
+            help="How many times to ask again after an unusable reply or a transport error before the judge abstains "
+            "(retries after an unusable reply sample at temperature 0.7; the first request is greedy; the logprobs "
+            "verdict retries only transport errors).",
         ),
         click.option(
             "--judge-max-tokens",
