@@ -33,7 +33,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -249,7 +249,8 @@ class ChatServer:
         content, calls = parse_tool_calls(completion.text) if chat.tools else (completion.text, [])
         logprobs = None
         if completion.logprobs is not None:
-            logprobs = logprobs_json(completion.logprobs, lambda token: self.engine.tokenizer.decode([token]))
+            shown = (t for token, _, top in completion.logprobs for t in (token, *(alt for alt, _ in top)))
+            logprobs = logprobs_json(completion.logprobs, self._token_texts(shown).__getitem__)
         return JSONResponse(completion_json(new_completion_id(), self.model_name, completion, content, calls, logprobs))
 
     async def _generate(self, request: Request, generate: Callable[[], T]) -> T:
@@ -429,6 +430,13 @@ class ChatServer:
         choices = [self._text_choice(i, completion, prompt, samples[i]) for i, prompt in enumerate(completion.prompts)]
         return choices, sum(len(sample.token_ids) for sample in samples.values())
 
+    def _token_texts(self, ids: Iterable[int]) -> dict[int, str]:
+        """Each token decoded alone, special tokens kept (vLLM's logprobs tokens): a character
+        split across tokens shows as U+FFFD in each part."""
+        unique = list(dict.fromkeys(ids))
+        texts = self.engine.tokenizer.batch_decode([[t] for t in unique], clean_up_tokenization_spaces=False)
+        return dict(zip(unique, texts))
+
     def _text_choice(
         self, index: int, completion: CompletionRequest, prompt: list[int], sample: TokenSample
     ) -> dict[str, Any]:
@@ -437,11 +445,10 @@ class ChatServer:
         # vLLM and OpenAI, where the stop never is part of the answer).
         answer = sample.token_ids[:-1] if sample.finish_reason == "stop" else sample.token_ids
         text = tokenizer.decode(answer, skip_special_tokens=completion.skip_special_tokens)
-        # Each token decoded alone, special tokens kept (vLLM's logprobs tokens): a character
-        # split across tokens shows as U+FFFD in each part.
         tokens = None
         if completion.logprobs:
-            tokens = tokenizer.batch_decode([[t] for t in sample.token_ids], clean_up_tokenization_spaces=False)
+            texts = self._token_texts(sample.token_ids)
+            tokens = [texts[t] for t in sample.token_ids]
         return text_choice_json(
             index, text, sample, prompt, tokens=tokens, return_token_ids=completion.return_token_ids
         )
