@@ -670,7 +670,10 @@ class OnlineRLConfig(GRPOConfig):
     )
     push_weights: str = field(
         default="knowlyr",
-        metadata={"help": "How updated weights reach generation_url: knowlyr (/load_weights), vllm-lora, none."},
+        metadata={
+            "help": "How updated weights reach generation_url: knowlyr (/load_weights), vllm (full weights reloaded "
+            "in place: knowlyr-trainer serve --engine vllm --allow-weight-updates), vllm-lora, none."
+        },
     )
     generation_batch_size: int | None = field(
         default=None, metadata={"help": "Episodes per in-process generate call (default: all live episodes)."}
@@ -714,10 +717,12 @@ class OnlineRLConfig(GRPOConfig):
                 "online RL accumulates gradients over an iteration's micro-batches of batch_size episodes; "
                 "leave gradient_accumulation_steps at 1"
             )
-        if self.push_weights not in ("knowlyr", "vllm-lora", "none"):
-            raise ConfigError(f"push_weights must be knowlyr, vllm-lora or none, got {self.push_weights!r}")
+        if self.push_weights not in ("knowlyr", "vllm", "vllm-lora", "none"):
+            raise ConfigError(f"push_weights must be knowlyr, vllm, vllm-lora or none, got {self.push_weights!r}")
         if self.push_weights == "vllm-lora" and self.generation_url and not self.use_lora:
             raise ConfigError("push_weights=vllm-lora sends LoRA adapters: set use_lora")
+        if self.push_weights == "vllm" and self.generation_url and self.use_lora:
+            raise ConfigError("push_weights=vllm reloads full weights, LoRA pushes only the adapter: use vllm-lora")
         if self.vf_coef < 0 or not 0 <= self.gae_lambda <= 1 or not 0 < self.gamma <= 1:
             raise ConfigError("vf_coef must be >= 0, gae_lambda in [0, 1], gamma in (0, 1]")
         if not 0 <= self.max_refill_rounds <= 9:  # refill rounds take episode seeds 1000 apart within an iteration

@@ -280,9 +280,14 @@ class ServerGenerator(SamplingGenerator):
     ``choices[i].token_ids`` and ``choices[i].logprobs.token_logprobs`` (vLLM >= 0.10.2,
     ``knowlyr-trainer serve``). ``push_weights`` selects how ``weights_updated`` reaches the
     server: ``"knowlyr"`` (``POST /load_weights {"path"}``, ``knowlyr-trainer serve
-    --allow-weight-updates``), ``"vllm-lora"`` (``POST /load_lora_adapter``, then requests name
-    the adapter) or ``"none"``.
+    --allow-weight-updates``), ``"vllm"`` (full weights reloaded in place through ``POST
+    /collective_rpc``, then ``POST /reset_prefix_cache``: ``knowlyr-trainer serve --engine vllm
+    --allow-weight-updates``, see ``agenttrainer.serving.vllm``), ``"vllm-lora"`` (``POST
+    /load_lora_adapter``, then requests name the adapter) or ``"none"``.
     """
+
+    #: the worker method ``push_weights="vllm"`` calls (serving/vllm_ext/knowlyr_vllm_worker.py)
+    vllm_reload_method = "knowlyr_reload_weights"
 
     def __init__(
         self,
@@ -293,8 +298,8 @@ class ServerGenerator(SamplingGenerator):
         timeout: float = 600.0,
         push_weights: str = "knowlyr",
     ) -> None:
-        if push_weights not in ("knowlyr", "vllm-lora", "none"):
-            raise ValueError(f"push_weights must be 'knowlyr', 'vllm-lora' or 'none', got {push_weights!r}")
+        if push_weights not in ("knowlyr", "vllm", "vllm-lora", "none"):
+            raise ValueError(f"push_weights must be 'knowlyr', 'vllm', 'vllm-lora' or 'none', got {push_weights!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.served_name = model
@@ -303,23 +308,25 @@ class ServerGenerator(SamplingGenerator):
         self.push_weights = push_weights
         self._version = 0
 
-    def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, route: str, body: dict[str, Any], *, base_url: str | None = None, reply: str = "json") -> Any:
+        """POST ``body``; the reply parsed as JSON, or (``reply="text"``: vLLM's adapter routes
+        answer in plain text, its dev routes with an empty body) as text."""
+        url = f"{base_url or self.base_url}{route}"
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(
-            f"{self.base_url}{route}", data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
+                content = response.read()
+                return content.decode(errors="replace") if reply == "text" else json.loads(content)
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:500]
-            raise GenerationError(f"{self.base_url}{route}: HTTP {exc.code}: {detail}") from None
+            raise GenerationError(f"{url}: HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as exc:
-            raise GenerationError(f"{self.base_url}{route}: endpoint unreachable ({exc!r})") from None
+            raise GenerationError(f"{url}: endpoint unreachable ({exc!r})") from None
         except ValueError as exc:  # not JSON, not UTF-8, or an integer past Python's 4300 digits
-            raise GenerationError(f"{self.base_url}{route}: response is not JSON ({exc})") from None
+            raise GenerationError(f"{url}: response is not JSON ({exc})") from None
 
     def _sample(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float
@@ -364,8 +371,17 @@ class ServerGenerator(SamplingGenerator):
             return
         if self.push_weights == "knowlyr":
             self._post("/load_weights", {"path": str(path)})
+        elif self.push_weights == "vllm":  # vLLM's dev-mode routes live beside /v1, not under it
+            root = self.base_url.removesuffix("/v1")
+            rpc = {"method": self.vllm_reload_method, "kwargs": {"weights_path": str(path)}}
+            self._post("/collective_rpc", rpc, base_url=root, reply="text")
+            # cached prefixes hold keys/values computed by the old weights
+            if not self._post("/reset_prefix_cache", {}, base_url=root).get("success"):
+                raise GenerationError(f"{root}/reset_prefix_cache: not reset (requests still running?)")
         else:  # vLLM: a new adapter name per version, so no request is served by a stale one
             name = f"{self.model}-online-{self._version + 1}"
-            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, reply="text")
+            if self.served_name != self.model:  # the previous version's adapter is served no more
+                self._post("/unload_lora_adapter", {"lora_name": self.served_name}, reply="text")
             self.served_name = name
         self._version += 1
