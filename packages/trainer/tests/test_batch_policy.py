@@ -127,7 +127,9 @@ def test_batched_greedy_equals_one_at_a_time(random_engine):
 
 
 def test_the_shared_prefix_is_the_system_turn_with_the_tools(random_engine):
-    policy = LocalBatchPolicy(random_engine, system_prompt="You are terse.", tools=[WEATHER])
+    """Re-prefill path: the prompts' common prefix is computed once and kept; the acting engine:
+    the same prefix is prefilled once and forked into every row."""
+    policy = LocalBatchPolicy(random_engine, system_prompt="You are terse.", tools=[WEATHER], reuse_cache=False)
     chats = [[{"role": "system", "content": "You are terse."}, *chat] for chat in CHATS]
     policy.generate_batch(chats)
     prefix_ids, prefix_kv = policy.generator._prefix
@@ -136,6 +138,14 @@ def test_the_shared_prefix_is_the_system_turn_with_the_tools(random_engine):
     assert '"name": "get_weather"' in text
     assert len(prefix_kv) == random_engine.model.config.num_hidden_layers
     assert prefix_kv[0][0].shape[-2] == len(prefix_ids)  # (1, H_kv, P, D)
+
+    cached = LocalBatchPolicy(random_engine, system_prompt="You are terse.", tools=[WEATHER])
+    assert cached.generate_batch(chats) == policy.generate_batch(chats)
+    prompts = [random_engine.encode(chat, [WEATHER])[0].tolist() for chat in chats]
+    stats = cached.generator.stats
+    assert stats["prompt_tokens"] == sum(len(p) for p in prompts)
+    # the prefix once, then each prompt's rest
+    assert stats["prefilled_tokens"] == len(prefix_ids) + sum(len(p) - len(prefix_ids) for p in prompts)
 
 
 def test_reset_batch_recomputes_the_prefix_after_training(tokenizer):

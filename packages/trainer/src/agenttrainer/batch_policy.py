@@ -13,26 +13,22 @@ with the chat template and ``agenttrainer.generation.LocalGenerator`` answers th
 the prompts are LEFT-padded into one batch with an attention mask and ``model.generate`` runs
 once for the batch (in chunks of ``batch_size`` when set).
 
-Every episode's prompt opens with the same tokens: the system turn with the tool schemas, ~1,000
-tokens for a real tool set, often more than the task and history after it. The generator finds
-the prompts' common prefix, computes its keys and values once (until ``reset_batch``, as the
-weights may have been trained since) and copies them into each batch's static KV cache, so only
-the rest of each prompt is prefilled. A batch row is thus ``[shared prefix | pads | rest]``.
-
-Padding keeps batched decoding exact: the attention mask hides the pads as keys, and transformers
-derives position ids from the mask (``cumsum(mask) - 1``), so every row sees the positions, keys
-and values of its prompt alone and its new tokens at the right edge. Greedy batched answers
-equal one-at-a-time answers up to float rounding in the batched matmuls (tested equal on tiny
-fp32 models and on SmolLM2-135M).
+Generation goes through ``LocalGenerator``'s acting engine (``agenttrainer.engine``): each
+episode's keys and values stay cached between turns, so a turn prefills only what its prompt adds
+to the last one (the answer and the new observation), and the prompts' shared system turn with
+the tool schemas is prefilled once. The chat is rendered as text and re-tokenised every turn, so
+where re-tokenising the last answer differs from the ids sampled the engine recomputes from there
+(``generator.stats["mismatched_rows"]``). ``reuse_cache=False`` is the older path: every turn
+prefills each episode's whole history again past the prompts' common prefix. Greedy answers equal
+one-at-a-time answers up to float rounding in the batched matmuls (tested equal on tiny fp32
+models and on SmolLM2-135M, and turn by turn against the re-prefill path).
 
 An environment whose tools differ per task (BFCL: the task's functions) or change during an
 episode hands them over by ``set_tools_batch``: each episode is then prompted (unless
 ``include_tools`` is false) and parsed with its own tools, and the shared prefix shrinks to what
 the prompts still share.
 
-Simplifications: beyond the shared prefix there is no caching across turns (each turn prefills
-the episode's whole history, as ``Agent`` does), and a chunk keeps decoding until its longest
-answer ends.
+Simplification: the chat is text, not token ids (``TokenPolicy`` keeps the sampled ids).
 
 Example:
     >>> policy = LocalBatchPolicy.from_pretrained("smollm2-135m", batch_size=32)  # doctest: +SKIP
@@ -77,6 +73,7 @@ class LocalBatchPolicy:
         batch_size: int | None = None,
         fallback_tool: str | None = None,
         include_tools: bool = True,
+        reuse_cache: bool = True,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None (one batch), got {batch_size}")
@@ -86,6 +83,7 @@ class LocalBatchPolicy:
         self.include_tools = include_tools
         self.batch_size = batch_size
         self.fallback_tool = fallback_tool
+        self.reuse_cache = reuse_cache
         self.messages: list[list[Message]] = []
         self.episode_tools: list[list[dict[str, Any]] | None] = []  # per episode: its tools (``tools`` until set)
         self._last_styles: list[str | None] = []  # per episode: style of the last answer, None before any
@@ -104,6 +102,7 @@ class LocalBatchPolicy:
         fallback_tool: str | None = None,
         torch_dtype: Any = None,
         include_tools: bool = True,
+        reuse_cache: bool = True,
     ) -> LocalBatchPolicy:
         """Load a checkpoint directory, alias (``smollm2-135m``) or Hub id; temperature 0 = greedy;
         ``torch_dtype`` (e.g. ``torch.bfloat16``: about 2x faster generation on a CPU with AMX)."""
@@ -117,6 +116,7 @@ class LocalBatchPolicy:
             batch_size=batch_size,
             fallback_tool=fallback_tool,
             include_tools=include_tools,
+            reuse_cache=reuse_cache,
         )
 
     # -- the BatchPolicy protocol ----------------------------------------------------------
@@ -161,7 +161,11 @@ class LocalBatchPolicy:
         """Batched generation with the engine's model (built on first use)."""
         if self._generator is None:
             self._generator = LocalGenerator(
-                self.engine.model, self.engine.tokenizer, batch_size=self.batch_size, logprobs=False
+                self.engine.model,
+                self.engine.tokenizer,
+                batch_size=self.batch_size,
+                logprobs=False,
+                reuse_cache=self.reuse_cache,
             )
         return self._generator
 

@@ -10,11 +10,13 @@ stopped.
 Two implementations share the interface (and ``SamplingGenerator``'s ``generate``, which answers
 no prompts without a model call or a request):
 
-- ``LocalGenerator``: an in-process transformers model. The prompts of one call are LEFT-padded
-  into one batch (the attention mask hides the pads, transformers derives positions from the
-  mask) and ``model.generate`` runs once per chunk of ``batch_size`` rows. Their longest common
-  prefix (the system turn, the tool schemas) is prefilled once into a static KV cache that
-  every row starts from. Log-probs are the model's own (``log_softmax`` of the raw logits, i.e.
+- ``LocalGenerator``: an in-process transformers model, through the acting engine
+  (``agenttrainer.engine.ActingEngine``): each prompt reuses the keys and values of the last
+  call's row it extends, so a turn prefills only its new tokens, the prompts' shared prefix is
+  prefilled once, and a row leaves the decode batch when its answer ends. ``reuse_cache=False``
+  is the re-prefill path: the prompts of one call are LEFT-padded into one batch and
+  ``model.generate`` runs once per chunk of ``batch_size`` rows, their longest common prefix
+  prefilled once into a static KV cache that every row starts from. Log-probs are the model's own (``log_softmax`` of the raw logits, i.e.
   temperature 1): what the trainer's update computes again, so their difference measures
   numerical drift between sampling and training, not a different distribution.
 - ``ServerGenerator``: any OpenAI-compatible server with the completions endpoint taking token
@@ -44,6 +46,7 @@ from typing import Any, Protocol
 
 import torch
 
+from agenttrainer.engine import ActingEngine
 from agenttrainer.models.attention import base_model
 from knowlyrcore.errors import InfrastructureError
 
@@ -151,7 +154,16 @@ class SamplingGenerator(ABC):
 class LocalGenerator(SamplingGenerator):
     """Batched sampling with an in-process causal LM (a ``PreTrainedModel`` or a peft model)."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int | None = None, logprobs: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        batch_size: int | None = None,
+        logprobs: bool = True,
+        reuse_cache: bool = True,
+        cache_bytes: int | None = None,
+    ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None (one batch), got {batch_size}")
         self.model = model
@@ -162,15 +174,39 @@ class LocalGenerator(SamplingGenerator):
         pad = tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.end_token_ids[0]
         self._prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        # reuse_cache: the acting engine (each row's KV cache kept across calls); False: the
+        # re-prefill path (every call prefills its prompts again past their common prefix)
+        self.engine = (
+            ActingEngine(
+                model,
+                self.end_token_ids,
+                self.pad_token_id,
+                logprobs=logprobs,
+                cache_bytes=cache_bytes,
+                max_rows=batch_size,
+            )
+            if reuse_cache
+            else None
+        )
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The acting engine's counters (prompt, reused and prefilled tokens, decode steps, ...)."""
+        return dict(self.engine.stats) if self.engine is not None else {}
 
     def weights_updated(self, model: Any = None, path: str | None = None) -> None:
         self._prefix = None  # cached keys/values belong to the old weights
+        if self.engine is not None:
+            self.engine.weights_updated()
 
     def _sample(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float
     ) -> list[TokenSample]:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if self.engine is not None:
+            answers = self.engine.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+            return [TokenSample(a.token_ids, a.logprobs, a.finish_reason, a.entropy) for a in answers]
         # Longest first: chunks then hold prompts of similar length, so little of them is padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
         size = self.batch_size or len(order)
