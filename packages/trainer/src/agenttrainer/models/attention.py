@@ -78,6 +78,9 @@ def _packed_sdpa(
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    tree = kwargs.get("prefix_tree")
+    if tree is not None:  # rows sharing prefixes in one tree row (models/shared_prefix.py)
+        return tree.attention(module, query, key, value, **kwargs)
     cu = kwargs.get("cu_seq_lens_q")
     if cu is None or query.shape[0] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -130,10 +133,14 @@ class HiddenStates(nn.Module):
             register_packed_attention()
             config._attn_implementation = PACKED_ATTENTION
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, seq_ids: torch.Tensor, prefix_tree: Any = None
+    ) -> torch.Tensor:
         base = base_model(self.lm)
         backbone = getattr(base, base.base_model_prefix)
         impl = getattr(base.config, "_attn_implementation", None)
+        if prefix_tree is not None:  # a row whose sequences share prefixes (models/shared_prefix.py)
+            return prefix_tree.hidden_states(backbone, input_ids, position_ids, impl)
         if impl == PACKED_ATTENTION and seq_ids.shape[0] == 1 and bool((seq_ids >= 0).all()):
             counts = torch.bincount(seq_ids[0])
             cu = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # sequence boundaries
