@@ -5,6 +5,7 @@ and as a token-in / token-out generation backend for online RL (``/v1/completion
     knowlyr-trainer serve smollm2-135m --port 0          # any free port; the URL is printed
     python -m agenttrainer.serving smollm2-135m          # the same without the trainer CLI
     knowlyr-trainer serve ./output/sft/final --allow-weight-updates   # the trainer pushes new weights
+    knowlyr-trainer serve --engine vllm smollm2-135m --port 8000      # a real vLLM (docs/vllm.md)
 
 Then any OpenAI client works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``,
 and so does ``agenttrainer.generation.ServerGenerator("http://127.0.0.1:8000/v1", name)``.
@@ -86,6 +87,36 @@ def _limit_options(fn: Any) -> Any:
     return fn
 
 
+def _serve_vllm(
+    checkpoint: str,
+    host: str,
+    port: int,
+    model_name: str | None,
+    dtype: str,
+    api_key: str | None,
+    allow_weight_updates: bool,
+    seed: int | None,
+    vllm_args: tuple[str, ...],
+) -> None:
+    from agenttrainer.models import ModelLoadError
+    from agenttrainer.serving.vllm import VLLMNotFoundError, serve_vllm
+
+    try:
+        serve_vllm(
+            checkpoint,
+            host=host,
+            port=port,
+            model_name=model_name or _default_name(checkpoint),
+            dtype=dtype,
+            api_key=api_key,
+            seed=seed,
+            allow_weight_updates=allow_weight_updates,
+            extra_args=vllm_args,
+        )
+    except (VLLMNotFoundError, ModelLoadError, FileNotFoundError, ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _default_name(checkpoint: str) -> str:
     path = Path(checkpoint)
     return path.name if path.is_dir() else checkpoint
@@ -93,6 +124,22 @@ def _default_name(checkpoint: str) -> str:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("checkpoint")
+@click.option(
+    "--engine",
+    type=click.Choice(["knowlyr", "vllm"]),
+    default="knowlyr",
+    show_default=True,
+    help="knowlyr: this package's server. vllm: start vLLM's OpenAI server for CHECKPOINT from its own venv "
+    "($KNOWLYR_VLLM_PYTHON, else .venv-vllm from scripts/install_vllm.sh), with CPU settings; "
+    "--allow-weight-updates then enables its in-place reload (ServerGenerator push_weights='vllm', loopback "
+    "only). The request limits and --max-tokens are the knowlyr engine's. See docs/vllm.md.",
+)
+@click.option(
+    "--vllm-arg",
+    "vllm_args",
+    multiple=True,
+    help="--engine vllm: one more argument for vLLM's api_server (repeatable), e.g. --vllm-arg=--enable-lora.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 for all).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--model-name", default=None, help="Name clients pass as 'model' [default: checkpoint dir name].")
@@ -144,6 +191,8 @@ def _default_name(checkpoint: str) -> str:
 )
 def serve(
     checkpoint: str,
+    engine: str,
+    vllm_args: tuple[str, ...],
     host: str,
     port: int,
     model_name: str | None,
@@ -164,6 +213,11 @@ def serve(
             f"refusing to serve on {host} without an API key: anyone who can reach it could use the model; "
             f"pass --api-key KEY (or set {API_KEY_ENV}), or --insecure to serve without one"
         )
+    if engine == "vllm":
+        _serve_vllm(checkpoint, host, port, model_name, dtype, api_key, allow_weight_updates, seed, vllm_args)
+        return
+    if vllm_args:
+        raise click.UsageError("--vllm-arg needs --engine vllm")
     limits = Limits(**limit_values)
     if default_max_tokens > limits.max_tokens_limit:
         raise click.ClickException(
