@@ -252,6 +252,8 @@ class ActingEngine:
                 "over_budget_rows",
                 "decode_steps",
                 "decoded_row_steps",
+                "computed_tokens",
+                "logit_rows",
                 "packs",
             ),
             0,
@@ -423,6 +425,8 @@ class ActingEngine:
             logits_to_keep=1,
             **kwargs,
         )
+        self.stats["computed_tokens"] += ids.numel()  # pads included: what the matmuls ran on
+        self.stats["logit_rows"] += ids.shape[0]
         return out.logits[:, -1].float()
 
     def _cache_kw(self) -> str:

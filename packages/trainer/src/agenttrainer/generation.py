@@ -174,6 +174,7 @@ class LocalGenerator(SamplingGenerator):
         pad = tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.end_token_ids[0]
         self._prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._reprefill_stats = {"calls": 0, "computed_tokens": 0, "logit_rows": 0}
         # reuse_cache: the acting engine (each row's KV cache kept across calls); False: the
         # re-prefill path (every call prefills its prompts again past their common prefix)
         self.engine = (
@@ -191,8 +192,10 @@ class LocalGenerator(SamplingGenerator):
 
     @property
     def stats(self) -> dict[str, int]:
-        """The acting engine's counters (prompt, reused and prefilled tokens, decode steps, ...)."""
-        return dict(self.engine.stats) if self.engine is not None else {}
+        """Counters of the work done: the acting engine's (prompt, reused and prefilled tokens, decode
+        steps, ...), or on the re-prefill path the tokens the model ran on (``computed_tokens``, pads
+        included) and the rows the LM head ran on (``logit_rows``)."""
+        return dict(self.engine.stats) if self.engine is not None else dict(self._reprefill_stats)
 
     def weights_updated(self, model: Any = None, path: str | None = None) -> None:
         self._prefix = None  # cached keys/values belong to the old weights
@@ -253,13 +256,20 @@ class LocalGenerator(SamplingGenerator):
             kwargs.update(temperature=temperature, top_p=top_p, top_k=None)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        counts = self._reprefill_stats
+        counts["calls"] += 1
         if shared:
+            if self._prefix is None or self._prefix[0] != tuple(prompts[0][:shared]):
+                counts["computed_tokens"] += shared  # the prefix's own forward
             kwargs[cache_keyword(self.model)] = self._prefilled_cache(
                 prompts[0][:shared], len(prompts), width + max_new_tokens
             )
         with torch.no_grad():
             out = self.model.generate(**kwargs)
             new = out.sequences[:, width:]  # (B, new)
+            # every row runs the padded prompt rest, then one token per step until the longest ends
+            counts["computed_tokens"] += len(prompts) * (width - shared + max(new.shape[1] - 1, 0))
+            counts["logit_rows"] += len(prompts) * new.shape[1]
             logps = torch.zeros(new.shape, dtype=torch.float32)  # (B, new)
             entropy = torch.zeros(new.shape, dtype=torch.float32)  # (B, new)
             if self.logprobs:
