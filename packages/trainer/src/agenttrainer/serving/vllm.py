@@ -217,6 +217,7 @@ class VLLMServer:
                 f"refusing weight updates on {host}: vLLM's /collective_rpc is not behind its API key "
                 "and runs any worker method a client names; serve on loopback"
             )
+        python = vllm_python()  # before the model: a missing vLLM fails before a conversion
         model_dir = resolve_model_path(checkpoint)
         if not Path(model_dir, "config.json").is_file():
             raise FileNotFoundError(f"{checkpoint}: no config.json in {model_dir} (vLLM needs a local HF directory)")
@@ -226,7 +227,7 @@ class VLLMServer:
         self.root_url = f"http://{url_host}:{self.port}"
         self.base_url = f"{self.root_url}/v1"
         self.command = vllm_command(
-            vllm_python(),
+            python,
             model_dir,
             served_name=self.model_name,
             host=host,
@@ -244,6 +245,7 @@ class VLLMServer:
         self.start_seconds: float | None = None  # from launch to a healthy /health
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._sockets: str | None = None  # the engine's IPC sockets (VLLM_RPC_BASE_PATH, else left in /tmp)
 
     def __enter__(self) -> VLLMServer:
         self.start()
@@ -256,11 +258,17 @@ class VLLMServer:
         # Closed in stop(); it must outlive this method. "-": the server writes to our stderr.
         if self.log_path != "-":
             self._log = open(self.log_path, "wb") if self.log_path else tempfile.TemporaryFile()  # noqa: SIM115
+        self._sockets = tempfile.mkdtemp(prefix="knowlyr-vllm-")
         started = time.monotonic()
         # A session of its own: stop() signals the api_server and the engine processes it spawns.
         output = self._log or STDERR_FD
         self.process = subprocess.Popen(
-            self.command, env=self.env, stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+            self.command,
+            env={**self.env, "VLLM_RPC_BASE_PATH": self._sockets},
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
         )
         while not self.healthy():
             if self.process.poll() is not None:
@@ -306,6 +314,8 @@ class VLLMServer:
                 os.killpg(self.process.pid, signal.SIGKILL)
         if self._log is not None:
             self._log.close()
+        if self._sockets is not None:
+            shutil.rmtree(self._sockets, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -328,7 +338,7 @@ def serve_vllm(checkpoint: str, **options: Any) -> None:
     import click
 
     server = VLLMServer(checkpoint, log_path="-", **options)
-    signal.signal(signal.SIGTERM, _interrupt)  # ends the with block like Ctrl-C: vLLM stops with us
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # ends the with block like Ctrl-C: vLLM stops with us
     try:
         with server:
             click.echo(f"serving {server.model_name} at {server.base_url}")
@@ -337,3 +347,5 @@ def serve_vllm(checkpoint: str, **options: Any) -> None:
         raise click.ClickException(f"vLLM exited with code {code}")
     except KeyboardInterrupt:
         pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
