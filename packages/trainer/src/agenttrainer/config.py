@@ -176,6 +176,14 @@ class TrainConfig:
     loss_chunk_size: int = field(
         default=1024, metadata={"help": "Label positions per LM-head chunk (bounds logits memory)."}
     )
+    share_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "Rows of a micro-batch that open with the same tokens (a GRPO group's prompt, a DPO pair's, SFT "
+            "rows' system turn and tools; at least 16 tokens) compute them once, with the same loss and gradients; "
+            "--no-share-prefix computes every row in full."
+        },
+    )
     use_lora: bool = field(
         default=False, metadata={"help": "Train LoRA adapters instead of all weights (needs the peft extra)."}
     )
@@ -411,6 +419,7 @@ class PRMConfig(TrainConfig):
     unused_fields: ClassVar[tuple[str, ...]] = (
         "packing",
         "loss_chunk_size",
+        "share_prefix",
         "gradient_checkpointing",
         "use_lora",
         "lora_preset",

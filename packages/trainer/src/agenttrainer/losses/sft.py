@@ -69,17 +69,30 @@ def chunked_token_logps(
         (-0.6931, [[True]])
     """
     h, y, mask = _label_positions(hidden, labels)
+    flat = gathered_token_logps(h, y, lm_head_weight, lm_head_bias=lm_head_bias, chunk_size=chunk_size)
+    logps = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
+    logps = logps.masked_scatter(mask, flat)
+    return logps, mask
+
+
+def gathered_token_logps(
+    h: torch.Tensor,
+    targets: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    *,
+    lm_head_bias: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+) -> torch.Tensor:
+    """``log p(targets[i] | h[i])`` ``(n,)`` float32 for hidden states ``h`` ``(n, H)`` that each predict
+    one token (``chunked_token_logps`` once it has picked them), chunk by chunk as described there."""
     pieces = []
-    for start in range(0, y.numel(), chunk_size):
-        h_c, y_c = h[start : start + chunk_size], y[start : start + chunk_size]
+    for start in range(0, targets.numel(), chunk_size):
+        h_c, y_c = h[start : start + chunk_size], targets[start : start + chunk_size]
         if torch.is_grad_enabled() and (h_c.requires_grad or lm_head_weight.requires_grad):
             pieces.append(checkpoint(_chunk_logps, h_c, y_c, lm_head_weight, lm_head_bias, use_reentrant=False))
         else:
             pieces.append(_chunk_logps(h_c, y_c, lm_head_weight, lm_head_bias))
-    flat = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
-    logps = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
-    logps = logps.masked_scatter(mask, flat)
-    return logps, mask
+    return torch.cat(pieces) if pieces else h.new_zeros(0, dtype=torch.float32)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -189,14 +202,38 @@ def sft_loss(
         tokens and ``metrics["train/num_tokens"]`` their count.
     """
     h, y, mask = _label_positions(hidden, labels)
-    n_tokens = int(y.numel())
+    weights = None if token_weights is None else token_weights[:, 1:][mask]
+    return gathered_sft_loss(
+        h,
+        y,
+        lm_head_weight,
+        token_weights=weights,
+        num_items=num_items,
+        lm_head_bias=lm_head_bias,
+        chunk_size=chunk_size,
+    )
+
+
+def gathered_sft_loss(
+    h: torch.Tensor,
+    targets: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    *,
+    token_weights: torch.Tensor | None = None,
+    num_items: float | torch.Tensor | None = None,
+    lm_head_bias: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`sft_loss` of hidden states ``h`` ``(n, H)`` that each predict ``targets[i]``, with
+    ``token_weights`` ``(n,)``: ``sum_i w_i * CE_i / num_items``."""
+    y, n_tokens = targets, int(targets.numel())
     if num_items is None:
         num_items = max(n_tokens, 1)
-    coef = torch.ones(n_tokens, dtype=torch.float32, device=hidden.device)
+    coef = torch.ones(n_tokens, dtype=torch.float32, device=h.device)
     if token_weights is not None:
-        coef = token_weights[:, 1:][mask].detach().to(torch.float32)
+        coef = token_weights.detach().to(torch.float32)
     coef = coef / (num_items.detach() if isinstance(num_items, torch.Tensor) else num_items)
-    dtype = compute_dtype(hidden, lm_head_weight.dtype)
+    dtype = compute_dtype(h, lm_head_weight.dtype)
     loss, nll = _LinearCrossEntropy.apply(h, lm_head_weight, lm_head_bias, y, coef, chunk_size, dtype)
     metrics = {
         "loss/ce": float(nll.sum() / max(n_tokens, 1)),

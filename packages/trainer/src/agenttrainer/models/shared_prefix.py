@@ -11,13 +11,18 @@ carries every row's gradient back into the shared keys and values (the expanded-
 Prefix Grouper, without FlexAttention, whose backward does not run on a CPU). Loss and every
 gradient equal the unshared computation (``tests/test_shared_prefix*.py``: 1e-5 relative in fp32).
 
-Where a row may be cut: the logit that predicts token ``t`` comes from position ``t - 1``, so a
-row shares at most its first ``f - 1`` tokens, ``f`` being its first trained label, and keeps at
-least one token of its own. A span is shared only when it is at least ``MIN_SHARED_PREFIX`` (16)
-tokens long: it then saves ``(n - 1) * length`` token computations of ``n`` rows (an MLP, the
-projections and their backward each) against one more attention call per layer; shorter spans are
-repeated in each branch. :func:`token_logps` is the one place log-probs of rows are computed
-(DPO, offline GRPO, online RL: policy, old and reference passes); SFT feeds the same rows to its loss.
+Labels: the logit that predicts token ``t`` comes from the state at ``t - 1``. In the tree row
+that state may sit in a shared span (or, for a span's first token, at the end of its parent), so
+the batch carries a label table — for each row's trained token, where its predicting state is —
+instead of the packed row's shift-by-one labels. Rows may then share everything they have in
+common, trained tokens included (a DPO pair's chosen and rejected answers often open with the
+same tool calls): a label both rows train at the same position is computed once and counted for
+each (:func:`distinct_labels`). Each row keeps at least its last token. A span is shared only when
+it is at least ``MIN_SHARED_PREFIX`` (16) tokens long: it then saves ``(n - 1) * length`` token
+computations of ``n`` rows (projections and MLP, forward and backward) against one more attention
+call per layer; shorter common runs are repeated in each branch. :func:`token_logps` is the one
+place log-probs of rows are computed (DPO, offline GRPO, online RL: policy, old and reference
+passes, SFT evaluation); the SFT loss takes the same table (:func:`label_states`).
 
 Simplifications: the tree is an exact-token radix tree built in Python per micro-batch; on
 SDPA models (the ``knowlyr_packed`` kernel) each span costs its queries times its context, while
@@ -36,7 +41,7 @@ import torch
 
 from agenttrainer.data.batching import collate, pack
 from agenttrainer.data.formatting import Example
-from agenttrainer.losses.sft import IGNORE_INDEX, chunked_token_logps, compute_dtype
+from agenttrainer.losses.sft import IGNORE_INDEX, chunked_token_logps, compute_dtype, gathered_token_logps
 from agenttrainer.models import attention
 from agenttrainer.models.attention import PACKED_ATTENTION, base_model
 
@@ -57,17 +62,11 @@ class Span:
     start: int = 0
 
 
-def share_limit(ex: Example) -> int:
-    """Tokens of ``ex`` another row may compute for it: up to its first trained label minus one,
-    keeping at least one token of its own."""
-    first = next((t for t in range(1, len(ex)) if ex.labels[t] != IGNORE_INDEX), len(ex))
-    return max(0, min(first - 1, len(ex) - 1))
-
-
-def plan_spans(rows: Sequence[Sequence[int]], limits: Sequence[int], min_prefix: int = MIN_SHARED_PREFIX) -> list[Span]:
-    """The prefix tree of ``rows`` (token ids), depth first: a span where a set of rows agree for at least
-    ``min_prefix`` tokens (none past a row's ``limits[r]``), then each row's tail."""
+def plan_spans(rows: Sequence[Sequence[int]], min_prefix: int = MIN_SHARED_PREFIX) -> list[Span]:
+    """The prefix tree of ``rows`` (token ids), depth first: a span where a set of rows agree for at
+    least ``min_prefix`` tokens (each row keeping at least its last token), then each row's tail."""
     spans: list[Span] = []
+    limits = [len(r) - 1 for r in rows]
 
     def place(members: list[int], begin: int, parent: int) -> None:
         if len(members) == 1:
@@ -201,36 +200,47 @@ def supports_sharing(module: Any) -> bool:
 def share_prefixes(
     examples: Sequence[Example], min_prefix: int = MIN_SHARED_PREFIX
 ) -> tuple[dict[str, torch.Tensor], PrefixTree | None]:
-    """``examples`` as one tree row ``(1, N)``: ``input_ids``, ``labels``, ``weights``, ``position_ids``,
-    ``seq_ids`` (the row on its tail's tokens, -1 on shared spans), and its tree; ``(pack(examples),
-    None)`` when no span is shared. Labels are the examples' own, but ``-100`` on shared spans and on
-    each tail's first token (its label is never trained: see ``share_limit``)."""
-    spans = plan_spans([ex.input_ids for ex in examples], [share_limit(ex) for ex in examples], min_prefix)
+    """``examples`` as one tree row and its tree, or ``(pack(examples), None)`` when no span is shared.
+
+    The tree row has ``input_ids``, ``position_ids`` and ``seq_ids`` ``(1, N)`` (the row on its
+    tail's tokens, -1 on shared spans) and a label table, one entry per trained token of each row,
+    rows one after another: ``label_positions`` (where its predicting hidden state is in the tree
+    row: the token before it, wherever that was computed), ``label_targets``, ``label_rows`` and
+    ``label_weights`` (``(n,)`` each)."""
+    spans = plan_spans([ex.input_ids for ex in examples], min_prefix)
     if all(s.leaf for s in spans):
         return pack(examples), None
     ids: list[int] = []
-    labels: list[int] = []
-    weights: list[float] = []
     pos: list[int] = []
     seq: list[int] = []
     for s in spans:
-        ex, n = examples[s.row], s.end - s.begin
-        ids += ex.input_ids[s.begin : s.end]
+        ids += examples[s.row].input_ids[s.begin : s.end]
         pos += range(s.begin, s.end)
-        if s.leaf:
-            labels += [IGNORE_INDEX, *ex.labels[s.begin + 1 : s.end]]
-            weights += ex.weights[s.begin : s.end]
-            seq += [s.row] * n
-        else:
-            labels += [IGNORE_INDEX] * n
-            weights += [0.0] * n
-            seq += [-1] * n
+        seq += [s.row if s.leaf else -1] * (s.end - s.begin)
+    where, targets, rows, weights = [], [], [], []
+    for s in spans:
+        if not s.leaf:
+            continue
+        ex, path, p = examples[s.row], [s], s.parent
+        while p >= 0:
+            path.insert(0, spans[p])
+            p = spans[p].parent
+        at = [a.start + i for a in path for i in range(a.end - a.begin)]  # tree position of each of its tokens
+        for t in range(1, len(ex)):
+            if ex.labels[t] != IGNORE_INDEX:
+                where.append(at[t - 1])
+                targets.append(ex.labels[t])
+                rows.append(s.row)
+                weights.append(ex.weights[t])
+    order = sorted(range(len(rows)), key=rows.__getitem__)  # rows one after another, each in order (stable)
     batch = {
         "input_ids": torch.tensor([ids]),
-        "labels": torch.tensor([labels]),
-        "weights": torch.tensor([weights], dtype=torch.float32),
         "position_ids": torch.tensor([pos]),
         "seq_ids": torch.tensor([seq]),
+        "label_positions": torch.tensor([where[i] for i in order], dtype=torch.long),
+        "label_targets": torch.tensor([targets[i] for i in order], dtype=torch.long),
+        "label_rows": torch.tensor([rows[i] for i in order], dtype=torch.long),
+        "label_weights": torch.tensor([weights[i] for i in order], dtype=torch.float32),
     }
     return batch, PrefixTree(spans)
 
@@ -247,33 +257,61 @@ def collate_rows(
     return collate(examples, packing=packing, pad_token_id=pad_token_id), None
 
 
+def distinct_labels(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tree row's distinct ``(position, target)`` label pairs ``(m,)`` and, per label entry, its
+    pair ``(n,)``: rows that share a span share the logits there, computed once."""
+    key = batch["label_positions"] * (1 << 32) + batch["label_targets"]
+    distinct, inverse = torch.unique(key, return_inverse=True)
+    return distinct >> 32, distinct & ((1 << 32) - 1), inverse
+
+
+def label_states(
+    hidden: torch.Tensor, batch: dict[str, torch.Tensor], weights: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A tree row's distinct label pairs for a summed token loss: their predicting states ``(m, H)``,
+    targets ``(m,)`` and each pair's summed weight over its rows ``(m,)`` (``label_weights``, or 1
+    per row without ``weights``)."""
+    where, targets, inverse = distinct_labels(batch)
+    w = batch["label_weights"] if weights else torch.ones_like(batch["label_weights"])
+    summed = torch.zeros(where.numel(), dtype=w.dtype, device=w.device).index_add(0, inverse, w)
+    return hidden.flatten(0, 1)[where], targets, summed
+
+
 @dataclass
 class RowLogps:
-    """Label-position log-probs of a batch of rows: ``logps``/``mask`` ``(1, N-1)`` over the batch
-    row (``logps[0, t]`` is the log-prob of ``labels[0, t + 1]``), its ``hidden`` ``(1, N, H)``."""
+    """The log-prob of every label token of a batch of rows: ``logps``, ``rows``, ``weights`` and
+    ``positions`` ``(n,)``, rows one after another, each row's tokens in order (``positions``: its
+    predicting state in ``hidden`` ``(B, T, H)`` flattened)."""
 
     logps: torch.Tensor
-    mask: torch.Tensor
+    rows: torch.Tensor
+    weights: torch.Tensor
+    positions: torch.Tensor
     hidden: torch.Tensor
-    batch: dict[str, torch.Tensor]
     num_rows: int
 
     def per_row(self, values: torch.Tensor | None = None) -> torch.Tensor:
-        """``values`` ``(1, N-1)`` (default the log-probs) at each row's label positions, in order,
-        right-padded with 0 -> ``(S, L)``."""
+        """``values`` ``(n,)`` (default the log-probs) as a right-padded ``(S, L)`` tensor, one row each."""
         values = self.logps if values is None else values
-        sid = self.batch["seq_ids"][:, 1:][self.mask]  # (n,) the row of each label position
-        order = torch.argsort(sid, stable=True)  # a tree row holds the tails depth first, not by row
-        sid = sid[order]
-        counts = torch.bincount(sid, minlength=self.num_rows)
-        pos = torch.arange(sid.numel(), device=sid.device) - (torch.cumsum(counts, 0) - counts)[sid]
-        width = int(counts.max()) if sid.numel() else 0
+        counts = torch.bincount(self.rows, minlength=self.num_rows)
+        pos = torch.arange(self.rows.numel(), device=self.rows.device) - (torch.cumsum(counts, 0) - counts)[self.rows]
+        width = int(counts.max()) if self.rows.numel() else 0
         out = torch.zeros(self.num_rows, width, dtype=values.dtype, device=values.device)
-        return out.index_put((sid, pos), values[self.mask][order])
+        return out.index_put((self.rows, pos), values)
 
     def row_mask(self) -> torch.Tensor:
-        """``(S, L)`` 1.0 where :meth:`per_row` holds a label position."""
-        return self.per_row(self.mask.float())
+        """``(S, L)``: 1.0 where :meth:`per_row` holds a label token."""
+        return self.per_row(torch.ones_like(self.logps))
+
+    def sums(self) -> torch.Tensor:
+        """Each row's summed log-probs ``(S,)``."""
+        return torch.zeros(self.num_rows, dtype=self.logps.dtype, device=self.logps.device).index_add(
+            0, self.rows, self.logps
+        )
+
+    def states(self) -> torch.Tensor:
+        """The hidden state that predicts each label token ``(n, H)`` (e.g. for a value head)."""
+        return self.hidden.flatten(0, 1)[self.positions]
 
 
 def token_logps(
@@ -284,11 +322,26 @@ def token_logps(
     share_prefix: bool,
     device: torch.device,
     chunk_size: int = 1024,
+    packing: bool = True,
+    pad_token_id: int = 0,
 ) -> RowLogps:
     """Log-probs of every label token of ``examples`` under ``module`` (a ``HiddenStates``) with the
-    LM ``head`` ``(weight, bias)``; rows that share a prefix compute it once when ``share_prefix``."""
-    batch, tree = collate_rows(examples, share_prefix=share_prefix, module=module)
+    LM ``head`` ``(weight, bias)``; rows that share a prefix compute it once when ``share_prefix``
+    (otherwise the rows are packed, or padded with ``packing=False``)."""
+    weight, bias = head
+    batch, tree = collate_rows(
+        examples, share_prefix=share_prefix, module=module, packing=packing, pad_token_id=pad_token_id
+    )
     batch = {k: v.to(device) for k, v in batch.items()}
-    hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"], prefix_tree=tree)  # (1, N, H)
-    logps, mask = chunked_token_logps(hidden, head[0], batch["labels"], lm_head_bias=head[1], chunk_size=chunk_size)
-    return RowLogps(logps, mask, hidden, batch, len(examples))
+    hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"], prefix_tree=tree)  # (B, T, H)
+    if tree is not None:
+        where, targets, inverse = distinct_labels(batch)
+        states = hidden.flatten(0, 1)[where]  # (m, H)
+        logps = gathered_token_logps(states, targets, weight, lm_head_bias=bias, chunk_size=chunk_size)[inverse]
+        rows, weights, positions = batch["label_rows"], batch["label_weights"], batch["label_positions"]
+    else:  # each label token is predicted by the state before it in the same row
+        token, mask = chunked_token_logps(hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=chunk_size)
+        logps, rows, weights = token[mask], batch["seq_ids"][:, 1:][mask], batch["weights"][:, 1:][mask]
+        positions = mask.nonzero()  # (n, 2): batch row, position
+        positions = positions[:, 0] * hidden.shape[1] + positions[:, 1]
+    return RowLogps(logps, rows, weights, positions, hidden, len(examples))

@@ -54,15 +54,14 @@ from agenttrainer.algorithms.registry import loss_options
 from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import ConfigError, OnlineRLConfig
-from agenttrainer.data import DataError, Example, collate
+from agenttrainer.data import DataError, Example
 from agenttrainer.generation import Generator, LocalGenerator, ServerGenerator
 from agenttrainer.logging_backends import MetricsLogger
-from agenttrainer.losses import chunked_token_logps
 from agenttrainer.models.attention import HiddenStates, base_model
 from agenttrainer.models.prompt_contract import PromptContract, attach_contract, contract_of
+from agenttrainer.models.shared_prefix import token_logps
 from agenttrainer.online.rollout import Rollout, collect_rollouts
 from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
-from agenttrainer.packed import to_device, unpack_tokens
 from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
 from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
@@ -370,21 +369,23 @@ class OnlineRLTrainer:
     def forward(
         self, module: HiddenStates, examples: list[Example], *, values: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Per-token log-probs ``(S, L)`` of the sampled tokens, their mask, and values ``(S, L)``."""
-        batch = to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        """Per-token log-probs ``(S, L)`` of the sampled tokens, their mask, and values ``(S, L)``; the
+        episodes of a group compute their shared prompt once (``share_prefix``)."""
+        c = self.config
         with self.accelerator.autocast():
-            hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
-            weight, bias = module.lm_head()
-            logps, mask = chunked_token_logps(
-                hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
+            rows = token_logps(
+                module,
+                examples,
+                module.lm_head(),
+                share_prefix=c.share_prefix,
+                device=self.accelerator.device,
+                chunk_size=c.loss_chunk_size,
             )
-        per_seq = unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
-        token_mask = unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
         value = None
         if values:
-            v = self.value_head(hidden[:, :-1].float()).squeeze(-1)  # (1, N-1): the state before each token
-            value = unpack_tokens(v, mask, batch["seq_ids"], len(examples))  # (S, L)
-        return per_seq, token_mask, value
+            v = self.value_head(rows.states().float()).squeeze(-1)  # (n,): from the state before each token
+            value = rows.per_row(v)  # (S, L)
+        return rows.per_row(), rows.row_mask(), value
 
     @torch.no_grad()
     def reference_logps(self, examples: list[Example]) -> list[torch.Tensor]:

@@ -4,7 +4,8 @@ The reference model's sequence log-probs do not change during training, so they 
 once, before the first step, in a no-grad pre-pass over the data set (with the initial policy,
 or ``ref_model_name_or_path``) and cached in ``<output_dir>/ref_logps.pt``; each training step
 then runs one forward over the policy only. Chosen and rejected completions of a micro-batch are
-packed into one row; only completion tokens are scored. The loss is summed over pairs and
+packed into one row, a pair's prompt computed once for both (``share_prefix``; the reference
+pre-pass too); only completion tokens are scored. The loss is summed over pairs and
 divided by the number of pairs in the whole optimizer step (all micro-batches, all processes).
 
 Every pair (train and eval) is read and checked before the model is loaded; a NaN/Infinity loss
@@ -28,15 +29,13 @@ from agenttrainer.data import (
     Conversation,
     DataError,
     Example,
-    collate,
     dpo_pair,
     read_located_records,
     shuffled_batches,
     tokenize_conversation,
 )
-from agenttrainer.losses import chunked_token_logps
 from agenttrainer.models.attention import HiddenStates
-from agenttrainer.packed import sequence_sums, to_device
+from agenttrainer.models.shared_prefix import token_logps
 from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
@@ -75,15 +74,18 @@ class DPOTrainer(Recipe):
 
     def sequence_logps(self, module: Any, pairs: list[Pair]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(chosen, rejected)`` summed completion log-probs ``(P,)`` under ``module`` (a HiddenStates)."""
-        examples = [p[0] for p in pairs] + [p[1] for p in pairs]
-        batch = to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+        c, examples = self.config, [p[0] for p in pairs] + [p[1] for p in pairs]
         with self.accelerator.autocast():
-            hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
-            weight, bias = HiddenStates.lm_head(self.accelerator.unwrap_model(module))
-            logps, mask = chunked_token_logps(
-                hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
+            head = HiddenStates.lm_head(self.accelerator.unwrap_model(module))
+            rows = token_logps(
+                module,
+                examples,
+                head,
+                share_prefix=c.share_prefix,
+                device=self.accelerator.device,
+                chunk_size=c.loss_chunk_size,
             )
-        sums = sequence_sums(logps, mask, batch["seq_ids"], len(examples))  # (2P,)
+        sums = rows.sums()  # (2P,)
         return sums[: len(pairs)], sums[len(pairs) :]
 
     @torch.no_grad()

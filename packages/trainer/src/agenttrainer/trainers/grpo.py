@@ -9,7 +9,8 @@ surrogate plus ``kl_coef`` times the k3 KL to the reference (the initial policy,
 a cached pre-pass), its token losses added up as ``loss_normalization`` (default: the
 algorithm's) says, the constant budget being ``max_length``. ``grpo_iterations > 1`` takes
 several optimizer steps on the same groups; the log-probs before the first of them are the
-"old" policy of the ratio.
+"old" policy of the ratio. A group's trajectories share their prompt, which the policy and the
+reference pass compute once per micro-batch (``share_prefix``, ``agenttrainer.models.shared_prefix``).
 
 Every group is read and checked (rewards finite, group sizes, advantages) before the model is
 loaded; a NaN/Infinity loss stops training before its optimizer step (``NonFiniteLossError``).
@@ -37,15 +38,13 @@ from agenttrainer.data import (
     Conversation,
     DataError,
     Example,
-    collate,
     grpo_group,
     read_located_records,
     shuffled_batches,
     tokenize_conversation,
 )
-from agenttrainer.losses import chunked_token_logps
 from agenttrainer.models.attention import HiddenStates
-from agenttrainer.packed import to_device, unpack_tokens
+from agenttrainer.models.shared_prefix import RowLogps, token_logps
 from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.reference import cached_reference_logps
@@ -103,20 +102,21 @@ class GRPOTrainer(Recipe):
     def load_groups(self, path: str | Path) -> list[list[Example]]:
         return self.tokenize(self.read_groups(path))
 
-    def token_logps(
-        self, module: Any, examples: list[Example]
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Per-token completion log-probs ``(S, L)``, their mask and the packed batch."""
-        batch = to_device(collate(examples, packing=True, pad_token_id=0), self.accelerator.device)
+    def token_logps(self, module: Any, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor, RowLogps]:
+        """Per-token completion log-probs ``(S, L)``, their mask and all of them with their rows and
+        weights; a group's shared prompt is computed once (``share_prefix``)."""
+        c = self.config
         with self.accelerator.autocast():
-            hidden = module(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (1, N, H)
-            weight, bias = HiddenStates.lm_head(self.accelerator.unwrap_model(module))
-            logps, mask = chunked_token_logps(
-                hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
+            head = HiddenStates.lm_head(self.accelerator.unwrap_model(module))
+            rows = token_logps(
+                module,
+                examples,
+                head,
+                share_prefix=c.share_prefix,
+                device=self.accelerator.device,
+                chunk_size=c.loss_chunk_size,
             )
-        per_seq = unpack_tokens(logps, mask, batch["seq_ids"], len(examples))  # (S, L)
-        token_mask = unpack_tokens(mask.float(), mask, batch["seq_ids"], len(examples))  # (S, L)
-        return per_seq, token_mask, batch
+        return rows.per_row(), rows.row_mask(), rows
 
     @torch.no_grad()
     def reference_logps(self, groups: list[list[Example]], name: str) -> list[torch.Tensor]:
@@ -128,7 +128,7 @@ class GRPOTrainer(Recipe):
             out: list[torch.Tensor] = []
             for start in range(0, len(flat), c.batch_size * 4):
                 chunk = flat[start : start + c.batch_size * 4]
-                logps, mask, _ = self.token_logps(ref, chunk)
+                logps, mask, _ = self.token_logps(ref, chunk)  # (S, L)
                 out += [logps[i, : int(mask[i].sum())].float().cpu() for i in range(len(chunk))]
             return out
 
@@ -137,10 +137,8 @@ class GRPOTrainer(Recipe):
 
     def _loss(self, model, examples, ref, old, num_items):
         """The algorithm's loss of one micro-batch; returns ``(loss, metrics, detached logps)``."""
-        logps, mask, batch = self.token_logps(model, examples)
-        weights = unpack_tokens(
-            batch["weights"][:, 1:], batch["labels"][:, 1:] != -100, batch["seq_ids"], len(examples)
-        )
+        logps, mask, rows = self.token_logps(model, examples)  # (S, L)
+        weights = rows.per_row(rows.weights)  # (S, L)
         adv = torch.tensor([ex.meta["advantage"] for ex in examples], device=logps.device)[:, None] * weights  # (S, L)
         ref_t = None
         if ref is not None:

@@ -5,7 +5,9 @@ model did not produce, optionally weights each step's tokens by its process rewa
 with a token-normalised cross-entropy whose LM head is applied only at label positions, chunk by
 chunk. One optimizer step = ``gradient_accumulation_steps`` micro-batches of ``batch_size``
 examples on every process; the loss is divided by the trainable-token count of that whole step,
-so any split of the same global batch (accumulation, processes) gives the same gradient.
+so any split of the same global batch (accumulation, processes) gives the same gradient. Rows of a
+micro-batch that open with the same system turn and tool schemas compute them once
+(``share_prefix``, ``agenttrainer.models.shared_prefix``), with the same loss and gradients.
 
 Every record (train, eval, replay buffer) is read and checked before the model is loaded, so
 bad data fails in seconds; the conversations are tokenised once the tokenizer exists. Training
@@ -36,7 +38,6 @@ from agenttrainer.data import (
     Example,
     ReplayBuffer,
     chunk_conversation,
-    collate,
     coreset_indices,
     curriculum_indices,
     length_grouped_batches,
@@ -46,9 +47,11 @@ from agenttrainer.data import (
     task_weighted_indices,
     tokenize_conversation,
 )
-from agenttrainer.losses import chunked_token_logps, sft_loss
+from agenttrainer.losses import sft_loss
+from agenttrainer.losses.sft import gathered_sft_loss
 from agenttrainer.models.prompt_contract import attach_contract, contract_of_chats
-from agenttrainer.packed import sequence_sums, to_device
+from agenttrainer.models.shared_prefix import RowLogps, collate_rows, label_states, token_logps
+from agenttrainer.packed import to_device
 from agenttrainer.trainers.loop import start_run
 from agenttrainer.trainers.plan import epoch_windows, global_batches, shard
 from agenttrainer.trainers.setup import Recipe
@@ -115,14 +118,9 @@ class SFTTrainer(Recipe):
         device, out = self.accelerator.device, []
         for start in range(0, len(examples), self.config.batch_size):
             chunk = examples[start : start + self.config.batch_size]
-            batch = to_device(collate(chunk, packing=True, pad_token_id=0), device)
             with self.accelerator.autocast():
-                hidden = self.wrapped(batch["input_ids"], batch["position_ids"], batch["seq_ids"])
-                weight, bias = self.wrapped.lm_head()
-                logps, mask = chunked_token_logps(
-                    hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=self.config.loss_chunk_size
-                )
-            sums = sequence_sums(-logps, mask, batch["seq_ids"], len(chunk))
+                rows = self.token_logps(chunk, packing=True)
+            sums = -rows.sums()  # (S,)
             out += (sums / torch.tensor([ex.num_trainable for ex in chunk], device=device)).tolist()
         return out
 
@@ -156,19 +154,26 @@ class SFTTrainer(Recipe):
         mine = examples[acc.process_index :: acc.num_processes]
         total = torch.zeros(2, device=acc.device)  # (nll sum, tokens)
         for start in range(0, len(mine), c.batch_size):
-            batch = to_device(
-                collate(mine[start : start + c.batch_size], packing=c.packing, pad_token_id=self._pad_id()), acc.device
-            )
             with acc.autocast():
-                hidden = self.wrapped(batch["input_ids"], batch["position_ids"], batch["seq_ids"])
-                weight, bias = self.wrapped.lm_head()
-                logps, mask = chunked_token_logps(
-                    hidden, weight, batch["labels"], lm_head_bias=bias, chunk_size=c.loss_chunk_size
-                )
-            total += torch.stack([-logps.sum(), mask.sum().float()])
+                rows = self.token_logps(mine[start : start + c.batch_size], packing=c.packing)
+            total += torch.stack([-rows.logps.sum(), torch.tensor(float(rows.logps.numel()), device=acc.device)])
         total = acc.reduce(total, reduction="sum")
         loss = float(total[0] / total[1].clamp(min=1))
         return {"eval/loss": loss, "eval/perplexity": math.exp(min(loss, 50.0))}
+
+    def token_logps(self, examples: list[Example], *, packing: bool) -> RowLogps:
+        """The current model's log-prob of every trained token of ``examples`` (no optimizer step)."""
+        c = self.config
+        return token_logps(
+            self.wrapped,
+            examples,
+            self.wrapped.lm_head(),
+            share_prefix=c.share_prefix,
+            device=self.accelerator.device,
+            chunk_size=c.loss_chunk_size,
+            packing=packing,
+            pad_token_id=self._pad_id(),
+        )
 
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
@@ -186,21 +191,42 @@ class SFTTrainer(Recipe):
         step_loss, tokens = torch.zeros((), device=acc.device), 0
         for k, batch_idx in enumerate(window):
             batch_examples = [examples[i] for i in shard(batch_idx, acc)]
-            batch = to_device(collate(batch_examples, packing=c.packing, pad_token_id=self._pad_id()), acc.device)
+            # rows opening with the same system turn and tools share it (share_prefix), else packed or padded
+            batch, tree = collate_rows(
+                batch_examples,
+                share_prefix=c.share_prefix,
+                module=model,
+                packing=c.packing,
+                pad_token_id=self._pad_id(),
+            )
+            batch = to_device(batch, acc.device)
             sync = contextlib.nullcontext() if k == len(window) - 1 else acc.no_sync(model)
             with sync:
                 with acc.autocast():
-                    hidden = model(batch["input_ids"], batch["position_ids"], batch["seq_ids"])  # (B, T, H)
+                    # (B, T, H); (1, N, H) for a packed or prefix-tree row
+                    hidden = model(batch["input_ids"], batch["position_ids"], batch["seq_ids"], prefix_tree=tree)
                     weight, bias = self.wrapped.lm_head()
-                    loss, _ = sft_loss(
-                        hidden,
-                        weight,
-                        batch["labels"],
-                        lm_head_bias=bias,
-                        token_weights=batch["weights"] if c.step_weighted_loss else None,
-                        num_items=num_items,
-                        chunk_size=c.loss_chunk_size,
-                    )
+                    if tree is None:
+                        loss, _ = sft_loss(
+                            hidden,
+                            weight,
+                            batch["labels"],
+                            lm_head_bias=bias,
+                            token_weights=batch["weights"] if c.step_weighted_loss else None,
+                            num_items=num_items,
+                            chunk_size=c.loss_chunk_size,
+                        )
+                    else:  # each label's state wherever the tree computed it; a shared one once, weights summed
+                        states, targets, weights = label_states(hidden, batch, c.step_weighted_loss)
+                        loss, _ = gathered_sft_loss(
+                            states,
+                            targets,
+                            weight,
+                            lm_head_bias=bias,
+                            token_weights=weights,
+                            num_items=num_items,
+                            chunk_size=c.loss_chunk_size,
+                        )
                 acc.backward(loss)
             step_loss += loss.detach()
             tokens += sum(len(ex) for ex in batch_examples)
