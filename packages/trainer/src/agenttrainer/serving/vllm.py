@@ -167,13 +167,15 @@ def vllm_env(*, allow_weight_updates: bool = False, kv_cache_gib: float = 2.0) -
     env.update(
         VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}",
         VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)),
-        OMP_NUM_THREADS=str(len(cores)),
         HF_HUB_OFFLINE="1",
         PYTHONPATH=str(WORKER_EXTENSION_DIR),
         VLLM_NO_USAGE_STATS="1",
         VLLM_DO_NOT_TRACK="1",
     )
     env.pop(VLLM_PYTHON_ENV, None)
+    # vLLM sizes torch's own pool for serving (1 thread: its kernels run on the bound OpenMP
+    # threads); a value inherited from here (the tests set one per xdist worker) would override it
+    env.pop("OMP_NUM_THREADS", None)
     if allow_weight_updates:
         env["VLLM_SERVER_DEV_MODE"] = "1"
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
