@@ -14,8 +14,10 @@ installs it with scripts/install_vllm.sh).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +28,6 @@ require_module("agentsandbox", "the retail suite is knowlyr-sandbox's")
 require_module("openai", "knowlyr-hub's endpoint policy needs the openai SDK (knowlyr-hub[llm])")
 require_module("ray", "concurrent endpoint episodes run on Ray actors: pip install 'knowlyr-hub[ray]' (in [dev])")
 
-from click.testing import CliRunner  # noqa: E402
 
 from agenttrainer.generation import LocalGenerator, ServerGenerator  # noqa: E402
 from agenttrainer.models import load_model_and_tokenizer, resolve_model_path  # noqa: E402
@@ -75,25 +76,25 @@ def test_token_ids_and_logprobs_are_the_models(vllm, base_model):
 
 
 def test_knowlyr_hub_evaluate_plays_50_retail_tasks(vllm, tmp_path):
-    """`knowlyr-hub evaluate --policy URL`: every episode played on the server, none lost to it."""
-    from trajectoryhub.cli import cli
-
+    """`knowlyr-hub evaluate --policy URL` as a user runs it: every episode played on the server,
+    none lost to it (greedy: 1 of 50 succeeded here, as knowlyr's own engine gives)."""
+    hub = str(Path(sys.executable).parent / "knowlyr-hub")
     tasks = tmp_path / "tasks.jsonl"
-    runner = CliRunner()
-    made = runner.invoke(cli, ["tasks", "retail", "--split", "test", "--n", "50", "--seed", "0", "-o", str(tasks)])
-    assert made.exit_code == 0, made.output
+    subprocess.run(
+        [hub, "tasks", "retail", "--split", "test", "--n", "50", "--seed", "0", "-o", str(tasks)], check=True
+    )
     out = tmp_path / "trajectories.jsonl"
     started = time.perf_counter()
-    result = runner.invoke(
-        cli,
-        ["evaluate", "--policy", vllm.base_url, "--model", vllm.model_name, "--tasks", str(tasks),
+    result = subprocess.run(
+        [hub, "evaluate", "--policy", vllm.base_url, "--model", vllm.model_name, "--tasks", str(tasks),
          "--max-new-tokens", "128", "--executor", "ray", "--concurrency", "16", "-o", str(out)],
+        capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     seconds = time.perf_counter() - started
-    assert result.exit_code == 0, result.output
+    assert result.returncode == 0, result.stderr[-3000:]
     trajectories = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(trajectories) == 50 and all(t["steps"] for t in trajectories)
-    assert not any(t["metadata"].get("infrastructure_failure") for t in trajectories), result.output
+    assert not any(t["metadata"].get("infrastructure_failure") for t in trajectories), result.stderr[-3000:]
     assert all(t["agent"] == vllm.model_name for t in trajectories)
     successes = sum(bool(t["outcome"]["success"]) for t in trajectories)
     print(f"vLLM retail evaluation: {successes}/50 succeeded in {seconds:.0f} s", file=sys.stderr)
