@@ -685,7 +685,14 @@ class OnlineRLConfig(GRPOConfig):
         },
     )
     generation_batch_size: int | None = field(
-        default=None, metadata={"help": "Episodes per in-process generate call (default: all live episodes)."}
+        default=None, metadata={"help": "Episodes per in-process prefill forward (default: all live episodes)."}
+    )
+    reuse_cache: bool = field(
+        default=True,
+        metadata={
+            "help": "In-process acting keeps each episode's KV cache across turns (only new tokens are prefilled); "
+            "--no-reuse-cache prefills every turn's whole history again."
+        },
     )
     clip_range: float | None = field(
         default=None, metadata={"help": "PPO's name for clip_eps; when set it overrides clip_eps."}

@@ -192,7 +192,9 @@ class OnlineRLTrainer:
                 api_key=os.environ.get("KNOWLYR_GENERATION_API_KEY") or os.environ.get("KNOWLYR_SERVE_API_KEY"),
             )
         else:
-            self.generator = LocalGenerator(self.model, self.tokenizer, batch_size=c.generation_batch_size)
+            self.generator = LocalGenerator(
+                self.model, self.tokenizer, batch_size=c.generation_batch_size, reuse_cache=c.reuse_cache
+            )
 
     def _prompt_contract(self) -> PromptContract:
         """How episodes are prompted: the config's fields where set, else the starting model's
