@@ -33,20 +33,12 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from agenttrainer.models.tiny import build_tiny_model
 
+    from .test_batch_policy import wide_random_model  # long, prompt-dependent greedy answers; 4 query / 2 kv heads
+
     _, tokenizer = build_tiny_model()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=True, initializer_range=0.2,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config).eval()
-    return model, tokenizer
+    return wide_random_model(tokenizer).eval(), tokenizer
 
 
 def _prompts(n: int, seed: int, shared: int = 40) -> list[list[int]]:
