@@ -10,11 +10,11 @@
 """
 
 import json
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import torch
 
 from agenttrainer.config import OnlineRLConfig
 from agenttrainer.generation import ServerGenerator, TokenSample
@@ -180,12 +180,14 @@ def test_security_bad_token_ids_from_the_endpoint_mask_that_episode_and_the_step
         assert all(len(r.step_spans) == 2 for r in rollouts[1:])  # the others played on
 
         server.requests = 0  # the run's own first request gets the crafted answer again
-        before = {n: p.detach().clone() for n, p in model.named_parameters()}
         result = trainer.train()
     assert result["masked_episodes"] == 1 and result["optimizer_steps"] == 1
     metrics = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
     assert metrics["rollout/masked_episodes"] == 1 and metrics["rollout/episodes"] == 6
-    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
+    # The update ran on the five valid episodes. (Their answers are the server's, all the same ids,
+    # and a group's advantages sum to zero, so the exact policy gradient is zero: with their shared
+    # tokens computed once (share_prefix) no parameter moves, and only float noise moved them before.)
+    assert metrics["train/seconds"] > 0 and math.isfinite(metrics["loss/train"])
 
 
 def test_security_a_generator_returning_a_wrong_number_of_answers_masks_the_turn(tokenizer):
