@@ -405,7 +405,8 @@ def run_worker(workload: str, path: str, args: argparse.Namespace) -> dict[str, 
     if done.returncode != 0:
         raise RuntimeError(f"{workload} ({path}) failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    log(f"{workload} ({path}): {result.get('seconds')} s")
+    shown = {k: v for k, v in result.items() if k != "actions"}
+    log(f"{workload} ({path}): {json.dumps(shown)}")  # each row as it comes: a cut-short run keeps them
     return result
 
 
