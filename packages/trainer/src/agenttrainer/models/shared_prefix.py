@@ -142,9 +142,12 @@ class PrefixTree:
         """Each span's queries against its context: ``query (1, Hq, N, D)``, ``key``/``value``
         ``(1, Hkv, N, D)`` -> ``(1, N, Hq, D)`` (the attention interface of ``knowlyr_packed``)."""
         window = kwargs.get("sliding_window")
-        longest = max(chain[-1][1] - chain[0][0] for chain in self.context)  # an upper bound of a row's length
+        longest = max(sum(e - s for s, e in chain) for chain in self.context)  # the longest row
         if window is not None and longest > window:
-            raise ValueError(f"shared-prefix training does not implement sliding-window attention (window {window})")
+            raise ValueError(
+                f"shared-prefix training does not implement sliding-window attention: a sequence of {longest} "
+                f"tokens exceeds the model's window of {window}; set max_length <= {window} or share_prefix=False"
+            )
         dropout = kwargs.get("dropout", 0.0) if module.training else 0.0
         scale = kwargs.get("scaling")
         scale = query.shape[-1] ** -0.5 if scale is None else scale
