@@ -24,7 +24,9 @@ One iteration:
    the log-probs before the first step, plus ``kl_coef`` x the k3 KL to the reference (the adapter-disabled base with
    LoRA, a frozen copy of the initial weights otherwise), plus ``vf_coef`` x the clipped value
    loss for PPO. The ids trained on are the ids sampled; the mean absolute difference between
-   their sampling-time and training-time log-probs is logged (``train/logprob_mismatch``).
+   their sampling-time and training-time log-probs is logged (``train/logprob_mismatch``). The
+   episodes of a micro-batch compute the tokens they share (a group's prompt, often its first
+   answers) once, in the policy, old and reference passes alike (``share_prefix``).
 5. **Sync.** The in-process generator drops its caches; a server gets the new weights
    (``push_weights``).
 
