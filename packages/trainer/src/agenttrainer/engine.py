@@ -46,6 +46,7 @@ last call's prompts became, not an LRU of older calls.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -95,7 +96,9 @@ def _gqa_sdpa(module: Any, query, key, value, attention_mask, scaling=None, drop
     return out.transpose(1, 2).contiguous(), None
 
 
+@functools.cache
 def _register_attention() -> None:
+    """Register ``_gqa_sdpa`` with transformers once per process."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(GQA_ATTENTION, _gqa_sdpa)
@@ -357,12 +360,16 @@ class ActingEngine:
             kept[j] = True
         return kept
 
-    def _bytes_per_token(self) -> int:
+    def _kv_shape(self) -> tuple[int, int, int]:
+        """(layers, key/value heads, head dim) of the decoder's KV cache."""
         c = self._config
         heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        element = next(self.model.parameters()).element_size()
-        return 2 * c.num_hidden_layers * heads * head_dim * element
+        return c.num_hidden_layers, heads, head_dim
+
+    def _bytes_per_token(self) -> int:
+        layers, heads, head_dim = self._kv_shape()
+        return 2 * layers * heads * head_dim * next(self.model.parameters()).element_size()
 
     def _rows_for(
         self, prompts: list[list[int]], sources: list[int | None], keep: list[int], *, keep_store: bool = True
@@ -388,11 +395,9 @@ class ActingEngine:
         return rows
 
     def _empty_store(self, rows: int, columns: int) -> _RowStore:
-        c = self._config
-        heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        layers, heads, head_dim = self._kv_shape()
         parameter = next(self.model.parameters())
-        return _RowStore(c.num_hidden_layers, rows, heads, head_dim, columns, parameter.dtype, parameter.device)
+        return _RowStore(layers, rows, heads, head_dim, columns, parameter.dtype, parameter.device)
 
     # -- forward passes -------------------------------------------------------------------
 
