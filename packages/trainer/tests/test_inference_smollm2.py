@@ -41,3 +41,22 @@ def test_agent_produces_well_formed_actions_over_several_steps(engine):
         assert isinstance(action["params"], dict) and isinstance(action["thought"], str)
     assert [m["role"] for m in agent.messages][:3] == ["system", "user", "assistant"]
     assert len(agent.messages) == 5  # system + 2 x (observation, answer)
+
+
+def test_the_acting_engine_answers_as_generate_does(engine):
+    """``complete`` goes through the acting engine; ``model.generate`` gives the same greedy answer
+    and the same top log-probs (up to float rounding) for the same request."""
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    reference = AgentInference(engine.model, engine.tokenizer, reuse_cache=False)
+    got = engine.complete(messages, max_new_tokens=10, top_logprobs=3)
+    want = reference.complete(messages, max_new_tokens=10, top_logprobs=3)
+    assert (got.text, got.finish_reason, got.completion_tokens) == (
+        want.text,
+        want.finish_reason,
+        want.completion_tokens,
+    )
+    assert [(t, [i for i, _ in top]) for t, _, top in got.logprobs] == [
+        (t, [i for i, _ in top]) for t, _, top in want.logprobs
+    ]
+    for (_, lp, top), (_, want_lp, want_top) in zip(got.logprobs, want.logprobs):
+        assert [lp, *(v for _, v in top)] == pytest.approx([want_lp, *(v for _, v in want_top)], abs=1e-4)

@@ -27,7 +27,9 @@ One call:
    the logits of each row's last token give its first answer token (the LM head runs on that
    position only).
 3. decode all unfinished rows one token per step; when a quarter of them have finished, the store
-   is reordered so the unfinished rows are a contiguous block and only they are decoded.
+   is reordered so the unfinished rows are a contiguous block and only they are decoded. A row
+   finishes at an end-of-turn token, at ``max_new_tokens``, or when the caller's ``stop`` check
+   says so (the chat endpoint's stop strings, a closed stream).
 
 Attention runs through SDPA with grouped-query heads (``enable_gqa``), which reads each key/value
 head once: transformers' own SDPA path repeats the keys and values per query head when a mask is
@@ -48,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +81,11 @@ class EngineSample:
 
     token_ids: list[int]
     logprobs: list[float]
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" (an end-of-turn token, or the caller's ``stop`` check) | "length"
     entropy: float | None
+    # with ``generate(top_logprobs=k)``: per answer token, the k likeliest (id, log-prob) pairs of
+    # the raw distribution it was drawn from, likeliest first
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 def _gqa_sdpa(module: Any, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -276,8 +281,23 @@ class ActingEngine:
     # -- one call -----------------------------------------------------------------------------
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float, top_p: float
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        top_logprobs: int | None = None,
+        stop: Callable[[int, list[int]], bool] | None = None,
     ) -> list[EngineSample]:
+        """One answer per prompt.
+
+        ``top_logprobs=k`` also returns, per answer token, the k likeliest tokens of its raw
+        distribution (and the answer's log-probs even when the engine was built without them).
+        ``stop(j, answer_ids)`` is called after each token appended to prompt ``j``'s answer (the
+        end-of-turn token included, so a caller can stream every token); True ends that answer
+        there with finish reason "stop" and its row leaves the decode batch as an ended one does.
+        """
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         if not prompts:
@@ -289,13 +309,26 @@ class ActingEngine:
         self.model.eval()  # no dropout while acting
         try:
             with torch.no_grad(), _gqa_attention(self.model):
-                return self._generate(prompts, max_new_tokens, temperature, top_p)
+                return self._generate(prompts, max_new_tokens, temperature, top_p, top_logprobs, stop)
+        except BaseException:
+            # A call cut short (an exception out of a forward: a cancelled request, out of memory)
+            # leaves rows whose tokens and mask claim columns that were never written: nothing
+            # cached can be trusted, so the next call prefills from scratch.
+            self.store = None
+            raise
         finally:
             self.model.train(training)
 
     def _generate(
-        self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        top_logprobs: int | None,
+        stop: Callable[[int, list[int]], bool] | None,
     ) -> list[EngineSample]:
+        options = {"top_logprobs": top_logprobs, "stop": stop}
         sources, keep = self._match(prompts)
         kept = self._within_budget(prompts, sources, keep, max_new_tokens)
         samples: list[EngineSample | None] = [None] * len(prompts)
@@ -306,9 +339,9 @@ class ActingEngine:
             self.store = self._rows_for(
                 [prompts[j] for j in cached], [sources[j] for j in cached], [keep[j] for j in cached]
             )
-            for j, sample in zip(
-                cached, self._run(self.store, [prompts[j] for j in cached], max_new_tokens, temperature, top_p)
-            ):
+            batch = [prompts[j] for j in cached]
+            run = self._run(self.store, batch, max_new_tokens, temperature, top_p, index=cached, **options)
+            for j, sample in zip(cached, run):
                 samples[j] = sample
         else:
             self.store = None
@@ -316,9 +349,9 @@ class ActingEngine:
             scratch = self._rows_for(
                 [prompts[j] for j in overflow], [None] * len(overflow), [0] * len(overflow), keep_store=False
             )
-            for j, sample in zip(
-                overflow, self._run(scratch, [prompts[j] for j in overflow], max_new_tokens, temperature, top_p)
-            ):
+            batch = [prompts[j] for j in overflow]
+            run = self._run(scratch, batch, max_new_tokens, temperature, top_p, index=overflow, **options)
+            for j, sample in zip(overflow, run):
                 samples[j] = sample
         return samples  # type: ignore[return-value]  # every slot was filled above
 
@@ -467,9 +500,19 @@ class ActingEngine:
         return torch.cat(logits)
 
     def _run(
-        self, store: _RowStore, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float
+        self,
+        store: _RowStore,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        *,
+        index: list[int],
+        top_logprobs: int | None = None,
+        stop: Callable[[int, list[int]], bool] | None = None,
     ) -> list[EngineSample]:
-        """Prefill what each row lacks of its prompt, then sample every row to its end."""
+        """Prefill what each row lacks of its prompt, then sample every row to its end
+        (``index[j]``: prompt j's index in the call, as ``stop`` is told)."""
         if store.width > 2 * max(1, int(store.mask[:, : store.width].sum(1).max())) + 64:
             store.pack()
             self.stats["packs"] += 1
@@ -479,23 +522,30 @@ class ActingEngine:
         answers: list[list[int]] = [[] for _ in range(rows)]
         logps: list[list[float]] = [[] for _ in range(rows)]
         entropies: list[list[float]] = [[] for _ in range(rows)]
+        alternatives: list[list[list[tuple[int, float]]]] = [[] for _ in range(rows)]
+        record = self.logprobs or top_logprobs is not None
         finished = [False] * rows
+        stopped = [False] * rows  # ended by the caller's stop check
         slot = list(range(rows))  # slot[k]: which prompt store row k holds (rows get reordered)
         active = rows  # store rows [0, active) are still decoding
         ends = torch.tensor(self.end_token_ids, device=store.mask.device)
         for step in range(max_new_tokens):
-            tokens, token_logps, token_entropy = self._pick(logits, temperature, top_p)
+            tokens, token_logps, token_entropy, top = self._pick(logits, temperature, top_p, top_logprobs)
+            top_values, top_ids = (top[0].tolist(), top[1].tolist()) if top is not None else ([], [])
+            done = torch.isin(tokens, ends).tolist()
             for k in range(active):
                 j = slot[k]
                 if finished[j]:
                     continue
                 answers[j].append(int(tokens[k]))
-                if self.logprobs:
+                if record:
                     logps[j].append(float(token_logps[k]))
                     entropies[j].append(float(token_entropy[k]))
-            done = torch.isin(tokens, ends).tolist()
-            for k in range(active):
-                finished[slot[k]] = finished[slot[k]] or done[k]
+                if top is not None:
+                    alternatives[j].append(list(zip(top_ids[k], top_values[k])))
+                halt = stop is not None and stop(index[j], answers[j])  # called for every token, the end one too
+                finished[j] = done[k] or halt
+                stopped[j] = halt and not done[k]
             still = [k for k in range(active) if not finished[slot[k]]]
             if not still or step == max_new_tokens - 1:
                 break
@@ -524,17 +574,22 @@ class ActingEngine:
         samples = []
         for j in range(rows):
             ids = answers[j]
-            ended = bool(ids) and ids[-1] in self.end_token_ids
-            entropy = sum(entropies[j]) / len(entropies[j]) if self.logprobs and entropies[j] else None
+            ended = (bool(ids) and ids[-1] in self.end_token_ids) or stopped[j]
+            entropy = sum(entropies[j]) / len(entropies[j]) if record and entropies[j] else None
             samples.append(
                 EngineSample(
-                    ids, logps[j] if self.logprobs else [0.0] * len(ids), "stop" if ended else "length", entropy
+                    ids,
+                    logps[j] if record else [0.0] * len(ids),
+                    "stop" if ended else "length",
+                    entropy,
+                    alternatives[j] if top_logprobs is not None else None,
                 )
             )
         return samples
 
-    def _pick(self, logits: torch.Tensor, temperature: float, top_p: float):
-        """Next token per row from raw logits ``(B, V)``; its log-prob and the entropy at temperature 1."""
+    def _pick(self, logits: torch.Tensor, temperature: float, top_p: float, top_k: int | None = None):
+        """Next token per row from raw logits ``(B, V)``; its log-prob and the entropy at temperature 1;
+        with ``top_k`` the k likeliest tokens' (log-probs, ids) ``(B, k)`` of that same distribution."""
         if temperature > 0:
             scaled = logits / temperature
             if top_p < 1.0:
@@ -546,12 +601,14 @@ class ActingEngine:
             tokens = torch.multinomial(scaled.softmax(-1), 1).squeeze(1)
         else:
             tokens = logits.argmax(-1)
-        if not self.logprobs:
-            return tokens, None, None
+        if not self.logprobs and top_k is None:
+            return tokens, None, None, None
         dist = logits.log_softmax(-1)  # (B, V)
         token_logps = dist.gather(1, tokens.unsqueeze(1)).squeeze(1)
         entropy = -(dist.exp() * dist).sum(-1)
-        return tokens, token_logps, entropy
+        # only when asked: a top-k over the vocabulary per step is not free
+        top = dist.topk(min(top_k, dist.shape[-1]), dim=-1) if top_k is not None else None  # each (B, k)
+        return tokens, token_logps, entropy, top
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:

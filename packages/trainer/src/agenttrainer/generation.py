@@ -163,9 +163,15 @@ class LocalGenerator(SamplingGenerator):
         logprobs: bool = True,
         reuse_cache: bool = True,
         cache_bytes: int | None = None,
+        engine: ActingEngine | None = None,
     ) -> None:
+        """``engine``: an acting engine of ``model`` to generate through instead of a new one, so
+        that everything acting with one model shares one KV cache (``knowlyr-trainer serve``: the
+        chat endpoint's engine, ``AgentInference.acting_engine``); it keeps its own settings."""
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None (one batch), got {batch_size}")
+        if engine is not None and not reuse_cache:
+            raise ValueError("an engine to share needs reuse_cache=True (the re-prefill path has no engine)")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -177,8 +183,9 @@ class LocalGenerator(SamplingGenerator):
         self._reprefill_stats = {"calls": 0, "computed_tokens": 0, "logit_rows": 0}
         # reuse_cache: the acting engine (each row's KV cache kept across calls); False: the
         # re-prefill path (every call prefills its prompts again past their common prefix)
-        self.engine = (
-            ActingEngine(
+        self.engine = engine
+        if engine is None and reuse_cache:
+            self.engine = ActingEngine(
                 model,
                 self.end_token_ids,
                 self.pad_token_id,
@@ -186,9 +193,6 @@ class LocalGenerator(SamplingGenerator):
                 cache_bytes=cache_bytes,
                 max_rows=batch_size,
             )
-            if reuse_cache
-            else None
-        )
 
     @property
     def stats(self) -> dict[str, int]:

@@ -20,6 +20,12 @@ sampled ``token_ids`` with their log-probs in the answer. ``/v1/load_weights`` (
 just saved, a full checkpoint or a LoRA adapter, between two generations, once every tensor is
 checked (names, shapes, no NaN or inf).
 
+Both endpoints generate through one acting engine (``agenttrainer.engine``, the served
+``AgentInference``'s ``acting_engine``), as every local policy acts: it keeps the last request's
+keys and values, so a request sharing a prefix with it (a judge's next verdict under the same
+system prompt and rubric, an agent's next turn) prefills only what follows that prefix. Loading
+weights drops that cache.
+
 Build it directly for tests or embedding:
     app = create_app(AgentInference.from_pretrained("smollm2-135m"), "smollm2-135m")
 """
@@ -95,7 +101,8 @@ class ChatServer:
 
     Loaded weights change ``engine.model`` in place (tensors copied into it, LoRA layers injected
     into it), so the chat endpoint, the token endpoint and the generator's cached prefix all see
-    one model, and nothing holds a stale reference.
+    one model, and nothing holds a stale reference. The two endpoints also share one acting engine
+    (``engine.acting_engine``; ``/v1/completions`` through ``self.generator``) and its KV cache.
     """
 
     def __init__(
@@ -130,8 +137,11 @@ class ChatServer:
         )
         self.slots = GenerationSlots(self.limits.max_concurrent, self.limits.max_queue)
         self.cancellation = Cancellation(engine.model)
-        self.generator = LocalGenerator(engine.model, engine.tokenizer)
-        self._generator_lock = threading.Lock()  # its cached prefix is shared state
+        # The chat endpoint's engine (None: AgentInference(reuse_cache=False) generates with
+        # model.generate, and the generator builds its own), and the lock that guards its cache:
+        # chat answers take it inside AgentInference, /v1/completions here.
+        self.generator = LocalGenerator(engine.model, engine.tokenizer, engine=engine.acting_engine)
+        self._generator_lock = engine.acting_lock
         self.weights_version = 0  # successful /v1/load_weights calls
         self.micro_batches = 0  # generate calls made for /v1/completions
         self.largest_micro_batch_tokens = 0  # padded tokens (rows x (longest prompt + max_tokens)) of the largest
@@ -484,7 +494,10 @@ class ChatServer:
             else:
                 self._load_checkpoint(directory)
         finally:
-            self.generator.weights_updated()  # its cached prefix may belong to other weights now
+            # cached keys and values may belong to other weights now: the chat endpoint's engine
+            # and the generator's (one object unless the chat path has none)
+            self.engine.weights_updated()
+            self.generator.weights_updated()
             self.engine.model.eval()  # peft may leave modules in training mode (dropout)
 
     def _load_checkpoint(self, directory: Path) -> None:
