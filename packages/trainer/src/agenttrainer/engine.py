@@ -102,6 +102,34 @@ def _gqa_sdpa(module: Any, query, key, value, attention_mask, scaling=None, drop
 
 
 @functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None elsewhere: other C libraries, other systems)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name and os.uname().sysname == "Linux" else None
+    except (OSError, AttributeError):
+        return None
+
+
+def _release_freed() -> None:
+    """Hand the heap's free pages back to the system.
+
+    Why: glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB), so
+    after the first store is freed the per-layer key/value blocks of later stores come from the
+    heap, where freed blocks stay with the allocator; a store that grew by a few columns cannot
+    reuse its predecessor's smaller blocks. Measured on 50 retail episodes: peak RSS 4.9 GB for a
+    1.9 GB store, the process keeping every store it had held; trimmed when a store's layers are
+    released, 3.0 GB.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
 def _register_attention() -> None:
     """Register ``_gqa_sdpa`` with transformers once per process."""
     from transformers import AttentionInterface
@@ -126,6 +154,9 @@ def _gqa_attention(model: Any) -> Iterator[None]:
 
 class _RowStore:
     """Keys and values of R rows in C columns per layer, with the mask of each row's columns.
+
+    The mask says how many rows there are (R); the key and value tensors may hold more (rows of
+    ended episodes, kept allocated so the next call can reuse the memory in place).
 
     As the model's KV cache (``update``) it writes a forward's keys and values for rows
     ``[lo, hi)`` at columns ``[start, start + q)`` and returns that block of rows over
@@ -176,33 +207,68 @@ class _RowStore:
                 new = old.new_zeros(old.shape[0], old.shape[1], grown, old.shape[3])
                 new[:, :, : self.width] = old[:, :, : self.width]
                 store[layer] = new
+                del old
+                _release_freed()
         mask = self.mask.new_zeros(self.rows, grown)
         mask[:, : self.width] = self.mask[:, : self.width]
         self.mask = mask
 
-    def select(self, sources: Sequence[int], keep: Sequence[int]) -> _RowStore:
-        """A store whose row j is row ``sources[j]`` with only its first ``keep[j]`` tokens valid."""
+    def select(self, sources: Sequence[int], keep: Sequence[int], extra_columns: int = 0) -> _RowStore:
+        """A store whose row j is row ``sources[j]`` with only its first ``keep[j]`` tokens valid,
+        with room for ``extra_columns`` more columns. Consumes this store (do not use it after).
+
+        Where the rows fit the tensors already allocated (episodes end, so a call usually has no
+        more rows than the last), rows are gathered in place, one layer at a time: no new store is
+        allocated while the old one is alive. That matters more than it seems: freed blocks of a
+        different size stay in the C allocator's heap, so copying into a fresh store each call
+        grows the process by a store per call even though each old one is freed.
+        """
         index = torch.tensor(list(sources), dtype=torch.long, device=self.mask.device)
+        rows, width = len(sources), self.width
         out = _RowStore.__new__(_RowStore)
-        identity = list(sources) == list(range(self.rows))
-        out.keys = self.keys if identity else [k.index_select(0, index) for k in self.keys]
-        out.values = self.values if identity else [v.index_select(0, index) for v in self.values]
-        mask = self.mask.index_select(0, index)
+        allocated_rows, capacity = self.keys[0].shape[0], self.capacity
+        if rows <= allocated_rows and width + extra_columns <= capacity:
+            if list(sources) != list(range(rows)):
+                for tensor in (*self.keys, *self.values):
+                    tensor[:rows, :, :width] = tensor[:, :, :width].index_select(0, index)
+            out.keys, out.values = self.keys, self.values
+        else:
+            capacity = max(width + extra_columns, capacity + capacity // 2, 1)
+            out.keys = self._take(index, capacity, self.keys)
+            out.values = self._take(index, capacity, self.values)
+        mask = self.mask.new_zeros(rows, capacity)
+        mask[:, :width] = self.mask.index_select(0, index)[:, :width]
         counts = mask.cumsum(1)  # (R, C): valid tokens up to and including each column
         mask &= counts <= torch.tensor(list(keep), device=mask.device).unsqueeze(1)
         out.mask = mask
-        out.width = self.width
+        out.width = width
         out.tokens = [self.tokens[s][:k] for s, k in zip(sources, keep)]
-        out.window = (0, len(sources), 0)
+        out.window = (0, rows, 0)
+        self.keys, self.values = [], []
         return out
+
+    def _take(self, index: torch.Tensor, capacity: int, store: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Rows ``index`` of each layer in ``store`` over ``capacity`` columns, releasing ``store``'s
+        layers one by one (the list is emptied): the peak is one store and one layer, not two stores."""
+        taken = []
+        while store:
+            old = store.pop(0)
+            # zeros beyond the copied columns: a masked column is still read by attention (its score
+            # gets -inf added), and uninitialised memory may hold NaN, which no mask cancels
+            new = old.new_zeros(len(index), old.shape[1], capacity, old.shape[3])
+            new[:, :, : self.width] = old[:, :, : self.width].index_select(0, index)
+            del old
+            _release_freed()
+            taken.append(new)
+        return taken
 
     def reorder(self, order: Sequence[int], lo: int) -> None:
         """Permute rows ``[lo, lo + len(order))`` to ``order`` (given as row indices)."""
         hi = lo + len(order)
         index = torch.tensor(list(order), dtype=torch.long, device=self.mask.device)
         for store in (self.keys, self.values):
-            for tensor in store:
-                tensor[lo:hi] = tensor.index_select(0, index)
+            for tensor in store:  # the columns in use only: the rest hold nothing yet
+                tensor[lo:hi, :, : self.width] = tensor[:, :, : self.width].index_select(0, index)
         self.mask[lo:hi] = self.mask.index_select(0, index)
         self.tokens[lo:hi] = [self.tokens[i] for i in order]
 
@@ -218,8 +284,8 @@ class _RowStore:
         for store in (self.keys, self.values):
             for tensor in store:
                 index = gather[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[3])
-                packed = tensor[:, :, : self.width].gather(2, index)
-                tensor[:, :, :width] = packed
+                packed = tensor[: self.rows, :, : self.width].gather(2, index)
+                tensor[: self.rows, :, :width] = packed
         self.mask[:, :width] = valid
         self.mask[:, width:] = False
         self.width = width
@@ -337,7 +403,7 @@ class ActingEngine:
         self.stats["over_budget_rows"] += len(overflow)
         if cached:
             self.store = self._rows_for(
-                [prompts[j] for j in cached], [sources[j] for j in cached], [keep[j] for j in cached]
+                [prompts[j] for j in cached], [sources[j] for j in cached], [keep[j] for j in cached], max_new_tokens
             )
             batch = [prompts[j] for j in cached]
             run = self._run(self.store, batch, max_new_tokens, temperature, top_p, index=cached, **options)
@@ -347,7 +413,11 @@ class ActingEngine:
             self.store = None
         if overflow:  # a scratch store, freed after the call
             scratch = self._rows_for(
-                [prompts[j] for j in overflow], [None] * len(overflow), [0] * len(overflow), keep_store=False
+                [prompts[j] for j in overflow],
+                [None] * len(overflow),
+                [0] * len(overflow),
+                max_new_tokens,
+                keep_store=False,
             )
             batch = [prompts[j] for j in overflow]
             run = self._run(scratch, batch, max_new_tokens, temperature, top_p, index=overflow, **options)
@@ -405,12 +475,20 @@ class ActingEngine:
         return 2 * layers * heads * head_dim * next(self.model.parameters()).element_size()
 
     def _rows_for(
-        self, prompts: list[list[int]], sources: list[int | None], keep: list[int], *, keep_store: bool = True
+        self,
+        prompts: list[list[int]],
+        sources: list[int | None],
+        keep: list[int],
+        max_new_tokens: int,
+        *,
+        keep_store: bool = True,
     ) -> _RowStore:
         """A store with one row per prompt: its source row's first ``keep`` tokens, or the prompts'
         shared prefix (prefilled once here) for the prompts without a source."""
         fresh = [j for j, s in enumerate(sources) if s is None]
         base = self.store if keep_store else None
+        if keep_store:
+            self.store = None  # consumed below (stacked, selected): one store in memory, not two
         shared = _shared_prefix(prompts, fresh)
         if shared >= MIN_SHARED_PREFIX_TOKENS:
             seed = self._empty_store(1, shared)
@@ -420,9 +498,11 @@ class ActingEngine:
             sources = [seed_row if s is None else s for s in sources]
             keep = [shared if j in fresh else k for j, k in enumerate(keep)]
         if base is None:
-            return self._empty_store(len(prompts), max(len(p) for p in prompts))
+            return self._empty_store(len(prompts), max(len(p) for p in prompts) + max_new_tokens)
         rows = base.select(
-            [0 if s is None else s for s in sources], [k if s is not None else 0 for s, k in zip(sources, keep)]
+            [0 if s is None else s for s in sources],
+            [k if s is not None else 0 for s, k in zip(sources, keep)],
+            extra_columns=max(len(p) - k for p, k in zip(prompts, keep)) + max_new_tokens,
         )
         self.stats["reused_tokens"] += sum(k for s, k in zip(sources, keep) if s is not None)
         return rows
@@ -640,20 +720,27 @@ def _shared_prefix(prompts: list[list[int]], among: list[int]) -> int:
 
 
 def _stack(a: _RowStore, b: _RowStore) -> _RowStore:
-    """One store holding ``a``'s rows then ``b``'s (columns aligned at the right edge)."""
+    """One store holding ``a``'s rows then ``b``'s (columns aligned at the right edge).
+
+    Consumes both stores layer by layer (the peak is the result and one layer of the inputs)."""
     width = max(a.width, b.width)
     out = _RowStore.__new__(_RowStore)
 
-    def right(tensor: torch.Tensor, used: int, dim: int) -> torch.Tensor:
-        shape = list(tensor.shape)
-        shape[dim] = width
-        padded = tensor.new_zeros(shape)
-        padded.narrow(dim, width - used, used).copy_(tensor.narrow(dim, 0, used))
-        return padded
+    def stacked(x: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
+        shape = list(x.shape)
+        shape[0], shape[dim] = a.rows + b.rows, width
+        joined = x.new_zeros(shape)
+        joined[: a.rows].narrow(dim, width - a.width, a.width).copy_(x[: a.rows].narrow(dim, 0, a.width))
+        joined[a.rows :].narrow(dim, width - b.width, b.width).copy_(y[: b.rows].narrow(dim, 0, b.width))
+        return joined
 
-    out.keys = [torch.cat([right(x, a.width, 2), right(y, b.width, 2)]) for x, y in zip(a.keys, b.keys)]
-    out.values = [torch.cat([right(x, a.width, 2), right(y, b.width, 2)]) for x, y in zip(a.values, b.values)]
-    out.mask = torch.cat([right(a.mask, a.width, 1), right(b.mask, b.width, 1)])
+    out.keys, out.values = [], []
+    for source, target in ((a.keys, out.keys), (a.values, out.values)):
+        other = b.keys if source is a.keys else b.values
+        while source:
+            target.append(stacked(source.pop(0), other.pop(0), 2))
+            _release_freed()
+    out.mask = stacked(a.mask, b.mask, 1)
     out.width = width
     out.tokens = a.tokens + b.tokens
     out.window = (0, out.rows, 0)
