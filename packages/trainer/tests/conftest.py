@@ -4,6 +4,7 @@ import json
 import random
 
 import pytest
+import torch
 
 
 def write_jsonl(path, rows):
@@ -119,3 +120,13 @@ def rows():
         write = staticmethod(write_jsonl)
 
     return Rows
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: batched and one-by-one (or cached and re-prefilled)
+    computations compared in the same reduction order; the process's setting is put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -21,14 +21,7 @@ import torch
 from agenttrainer.engine import ActingEngine
 from agenttrainer.generation import LocalGenerator
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Cached and re-prefilled answers compared on one thread (same reduction order)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread per test
 
 
 @pytest.fixture(scope="module")

@@ -24,15 +24,7 @@ from knowlyrcore.policy import BatchPolicy
 from knowlyrcore.testing import PolicyConformance
 from knowlyrcore.tool_parsing import parse_reply
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Batched and one-by-one generation compared on one thread (same reduction order); the
-    process's own setting is put back for the tests after these."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread per test
 
 
 WEATHER = {

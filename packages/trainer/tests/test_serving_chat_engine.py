@@ -23,27 +23,13 @@ from agenttrainer.models import save_model
 from agenttrainer.models.tool_calls import parse_tool_calls
 from agenttrainer.serving.app import create_app
 
-from .test_batch_policy import wide_random_model
+from .test_batch_policy import WEATHER, wide_random_model
 
 MODEL = "wide-random"
 SYSTEM = "You are a careful judge. Score the agent's step against the rubric and answer with JSON only."
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Engine and generate compared on one thread (the same reduction order)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread per test
 
 
 @pytest.fixture
