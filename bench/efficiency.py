@@ -341,8 +341,10 @@ def training_worker(workload: str, path: str, args: argparse.Namespace) -> dict[
         trainer = DPOTrainer(config)
     else:
         suite_file = workdir / f"{workload}.jsonl"
-        config = GRPOConfig(train_file=str(suite_file), batch_size=8, group_size=8,
-                            gradient_accumulation_steps=1, max_length=1536, **common)  # fmt: skip
+        # one group (G = 8) per forward, two per step: the unshared path's logits alone take
+        # 8 x 1,536 x 49,152 floats (2.4 GB) a group, and 8 groups a forward were OOM-killed at 24 GB
+        config = GRPOConfig(train_file=str(suite_file), batch_size=1, group_size=8,
+                            gradient_accumulation_steps=2, max_length=1536, **common)  # fmt: skip
         trainer = GRPOTrainer(config)
     trainer.train()
     seconds = sum(clock.seconds[1:]) / max(len(clock.seconds) - 1, 1)  # the first step warms up

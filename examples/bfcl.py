@@ -16,8 +16,10 @@ the *live* categories (functions users contributed) and is measured on the *non-
 5. Online RL from the SFT checkpoint on the ``rl`` pool: GRPO on the environment's AST-match
    reward with partial credit for function names and parameters (``reward="partial"``), and
    evaluated again.
-6. Optional (``--multi-turn-tasks N``): base and SFT on ``N`` tasks of the multi-turn test split,
-   with their seconds (no target; the prompts hold a whole API's functions).
+6. Multi-turn (``--multi-turn-tasks N``, default 20; 0 skips): base and SFT on ``N`` tasks of the
+   multi-turn test split (``bfcl-multi-turn``: BFCL's stateful backends, a user's requests one turn
+   at a time), with Wilson intervals, a paired McNemar test and their seconds (no target; the
+   prompts hold a whole API's functions).
 7. ``report.json``/``.md``/``.html`` as the demo writes them: stages ``base``/``sft``/``rl`` on
    split ``test``, accuracy per BFCL category, Wilson 95% intervals, exact McNemar tests on
    paired tasks, both for the whole sample and for the target categories (simple_python and
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rl-micro-batch", type=int, default=4, help="episodes per training forward pass")
     parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo or rloo")
     parser.add_argument("--rl-refill-rounds", type=int, default=1, help="dynamic sampling: extra rollout rounds")
-    parser.add_argument("--multi-turn-tasks", type=int, default=0,
+    parser.add_argument("--multi-turn-tasks", type=int, default=20,
                         help="also evaluate base and SFT on this many multi-turn test tasks (0 skips)")  # fmt: skip
     args = parser.parse_args(argv)
     # what the demo's stage helpers read, fixed here: partial credit, dynamic sampling, no step reward
@@ -255,17 +257,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         stages += more
 
     multi_turn: list[dict[str, Any]] = []
+    multi_turn_comparisons: list[dict[str, Any]] = []
     if args.multi_turn_tasks > 0:
         section(f"7. multi-turn: base and SFT on {args.multi_turn_tasks} multi-turn test tasks")
         mt_suite = get_suite("bfcl-multi-turn")
         mt_tasks = mt_suite.generate("test", args.multi_turn_tasks, args.seed)
         write_jsonl(root / "tasks" / "multi-turn-test.jsonl", mt_tasks)
+        mt_runs = {}
         for name, model in (("base", args.model), ("sft", checkpoint)):
-            rows, _, _ = evaluate(
+            rows, by_split, _ = evaluate(
                 model, name, mt_suite, {"multi-turn-test": mt_tasks}, root, args, meter, sampled=False
             )
             multi_turn += rows
+            mt_runs[name] = by_split["multi-turn-test"]
         stages += multi_turn
+        multi_turn_comparisons = compare_stages(mt_runs, split="multi-turn-test")
 
     section("report")
     names = list(runs_by_stage)
@@ -276,6 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         comparisons += compare_stages({a: runs_by_stage[a]["test"], b: runs_by_stage[b]["test"]}, split="test")
         comparisons += compare_stages({a: only(runs_by_stage[a]["test"], TARGET_CATEGORIES),
                                        b: only(runs_by_stage[b]["test"], TARGET_CATEGORIES)}, split=f"test:{target}")  # fmt: skip
+    comparisons += multi_turn_comparisons
     header, rows = template_table(runs_by_stage, key="category",
                                   seen_templates=sorted({t["metadata"]["category"] for t in train}))  # fmt: skip
     tables = [{"title": "Accuracy per BFCL category (greedy; successes/tasks)", "header": header, "rows": rows,

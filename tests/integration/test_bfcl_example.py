@@ -85,7 +85,8 @@ def test_reduced_bfcl_bench_runs_and_reports_base_sft_rl(tmp_path):
     assert all(stages[name, "test"]["n"] == 6 for name in ("base", "sft", "rl"))
     assert report["test_per_category"] == {"simple_python": 3, "multiple": 2, "irrelevance": 1}
     assert {(c["a"], c["b"], c["split"]) for c in report["comparisons"]} >= {
-        ("base", "sft", "test:simple_python+multiple"), ("sft", "rl", "test:simple_python+multiple")}  # fmt: skip
+        ("base", "sft", "test:simple_python+multiple"), ("sft", "rl", "test:simple_python+multiple"),
+        ("base", "sft", "multi-turn-test")}  # fmt: skip
     assert set(report["targets"]) >= {"sft_minus_base", "sft_minus_base_p", "sft_target_met", "rl_minus_sft"}
     table = report["tables"][0]
     assert table["header"][:2] == ["split", "category"]
