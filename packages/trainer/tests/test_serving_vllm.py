@@ -151,3 +151,40 @@ def test_push_vllm_lora_reads_plain_text_and_unloads_the_previous_adapter(stand_
         ("/v1/unload_lora_adapter", {"lora_name": "m-online-1"}),
     ]
     assert generator.served_name == "m-online-2"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_server_started_by_a_killed_process_is_terminated_with_it(tmp_path):
+    """The launcher's child outlives no parent: SIGKILL the process that started it (no
+    ``finally`` runs) and the child, in a session of its own, still gets SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "from agenttrainer.serving.vllm import _terminate_with_parent\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],\n"
+        "                         start_new_session=True, preexec_fn=_terminate_with_parent)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # running
+    parent.kill()
+    parent.wait()
+    for _ in range(200):  # the kernel signals at once; allow the child a moment to exit
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as fh:  # reaped by init once it exits; a zombie counts as gone
+            if fh.read().split(")")[-1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child outlived the process that started it")
