@@ -341,10 +341,12 @@ def training_worker(workload: str, path: str, args: argparse.Namespace) -> dict[
         trainer = DPOTrainer(config)
     else:
         suite_file = workdir / f"{workload}.jsonl"
-        # one group (G = 8) per forward, two per step: the unshared path's logits alone take
-        # 8 x 1,536 x 49,152 floats (2.4 GB) a group, and 8 groups a forward were OOM-killed at 24 GB
+        # one group (G = 8) per forward, two per step, with gradient checkpointing: unshared, one
+        # group's activations (8 x 1,536 tokens, 30 layers) and logits (2.4 GB) were OOM-killed at
+        # 24 GB; shared, the prompt is computed once and the same group needs a fraction of that
         config = GRPOConfig(train_file=str(suite_file), batch_size=1, group_size=8,
-                            gradient_accumulation_steps=2, max_length=1536, **common)  # fmt: skip
+                            gradient_accumulation_steps=2, max_length=1536, gradient_checkpointing=True,
+                            **common)  # fmt: skip
         trainer = GRPOTrainer(config)
     trainer.train()
     seconds = sum(clock.seconds[1:]) / max(len(clock.seconds) - 1, 1)  # the first step warms up
