@@ -633,7 +633,9 @@ class ActingEngine:
         active = rows  # store rows [0, active) are still decoding
         ends = torch.tensor(self.end_token_ids, device=store.mask.device)
         for step in range(max_new_tokens):
-            tokens, token_logps, token_entropy, top = self._pick(logits, temperature, top_p, top_logprobs)
+            tokens, token_logps, token_entropy, top = self._pick_in_prompt_order(
+                logits, slot[:active], temperature, top_p, top_logprobs
+            )
             top_values, top_ids = (top[0].tolist(), top[1].tolist()) if top is not None else ([], [])
             done = torch.isin(tokens, ends).tolist()
             for k in range(active):
@@ -689,6 +691,29 @@ class ActingEngine:
                 )
             )
         return samples
+
+    def _pick_in_prompt_order(
+        self, logits: torch.Tensor, prompts: list[int], temperature: float, top_p: float, top_logprobs: int | None
+    ):
+        """``_pick`` with the random draws made in prompt order (``prompts[k]``: store row k's prompt).
+
+        Store rows are sorted for the prefill, so their order depends on what the cache held; a
+        sampled answer must not: one seed gives the same answers whatever the cache.
+        """
+        if temperature <= 0 or prompts == sorted(prompts):
+            return self._pick(logits, temperature, top_p, top_logprobs)
+        order = torch.tensor(sorted(range(len(prompts)), key=prompts.__getitem__), device=logits.device)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(len(order), device=order.device)
+        tokens, token_logps, token_entropy, top = self._pick(
+            logits.index_select(0, order), temperature, top_p, top_logprobs
+        )
+        tokens = tokens.index_select(0, inverse)
+        if token_logps is not None:
+            token_logps, token_entropy = token_logps.index_select(0, inverse), token_entropy.index_select(0, inverse)
+        if top is not None:
+            top = tuple(x.index_select(0, inverse) for x in top)
+        return tokens, token_logps, token_entropy, top
 
     def _pick(self, logits: torch.Tensor, temperature: float, top_p: float, top_k: int | None = None):
         """Next token per row from raw logits ``(B, V)``; its log-prob and the entropy at temperature 1;
