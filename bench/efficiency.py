@@ -11,16 +11,25 @@ SmolLM2-135M-Instruct in fp32 (bf16 only where the CPU has it natively):
   task's API functions in its prompt).
 * ``acting_retail_vllm``: the retail workload through a real vLLM server (``--vllm``), when
   vLLM is installed (``scripts/install_vllm.sh``).
-* ``sft``, ``dpo``, ``grpo_retail``, ``grpo_bfcl``: one optimizer step, old = ``share_prefix=False``
-  (every row runs its whole prompt), new = shared prefixes computed once per group / pair / batch;
-  ``rl_iteration``: one online-RL iteration of the demo's shape (4 tasks x 8 samples) end to end,
-  old = both old paths, new = both new paths.
+* ``sft``, ``dpo``, ``grpo_retail``, ``grpo_bfcl``: seconds per optimizer step, old =
+  ``share_prefix=False`` (every row runs its whole prompt), new = shared prefixes computed once per
+  group / pair / batch. ``--train-steps`` steps, each timed from the end of the previous one (the
+  first from the start of its first micro-batch), so all micro-batches of gradient accumulation are
+  in their step (``StepClock``); the first warms up and is left out of the mean when there are two
+  or more. A worker that timed no step fails instead of reporting 0 seconds.
+* ``rl_iteration``: one online-RL iteration of the demo's shape (4 tasks x 8 samples) end to end,
+  old = both old paths, new = both new paths. Training micro-batches: old 2 episodes, new 8 (one
+  group of G = 8 per forward, so ``share_prefix`` computes the group's prompt once; with 2 it
+  would only share it between pairs).
 
 Per row: seconds, tokens/s, model GFLOP/s (2 x non-embedding parameters x tokens the matmuls ran
 on, pads included, plus the LM head's rows) and that as a fraction of the machine's measured fp32
 matmul peak (``matmul_gflops``, best of several 2048^3 matmuls on every core). ``identical``: the
-greedy actions of every episode (acting) or the loss (training, within 1e-5 relative) agree
-between paths. Timings are wall clock: run on a quiet machine.
+greedy actions of every episode (acting) or the first step's loss and gradient norm (training,
+within 1e-5 relative; the loss absolute below 1e-6, as a GRPO group's first loss is ~0) agree
+between paths. Timings are wall clock: run on a quiet machine. A failed worker's row is
+``{"error": ...}`` with its return code (a signal: killed, out of memory?) and the last line of
+its stderr that is not a progress bar.
 
     python bench/efficiency.py [--only acting_retail,acting_bfcl_multi_turn] [--retail-tasks 50] \\
         [--bfcl-tasks 8] [--policy smollm2-135m] [--vllm]
@@ -33,7 +42,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +55,7 @@ ACTING = ("acting_retail", "acting_bfcl_multi_turn")
 TRAINING = ("sft", "dpo", "grpo_retail", "grpo_bfcl", "rl_iteration")
 MAX_PROMPT_CHARS = 3500  # ~900 tokens: a group's prompt and completions fit max_length
 SUITES = {"acting_retail": "retail", "acting_bfcl_multi_turn": "bfcl-multi-turn"}
+TINY_GRAD_NORM = 1e-4  # a GRPO first-step gradient norm below this is reported in its row
 
 
 def log(message: str) -> None:
@@ -164,6 +176,10 @@ def prepare(workdir: Path, args: argparse.Namespace) -> None:
     if not (workdir / "sft.jsonl").exists():
         log("preparing retail SFT records and DPO pairs (the demo's expert data)")
         expert_data(retail, retail.generate("train", 160, args.seed), workdir)
+    for name in ("grpo_retail", "grpo_bfcl"):
+        if (workdir / f"{name}.jsonl").exists() and not distinct_groups(workdir / f"{name}.jsonl"):
+            log(f"{name}.jsonl has groups of identical trajectories: writing it again")
+            (workdir / f"{name}.jsonl").unlink()
     if not (workdir / "grpo_retail.jsonl").exists():
         write_jsonl(workdir / "grpo_retail.jsonl", groups_from_sft(read_records(workdir / "sft.jsonl"), args.seed))
     if not (workdir / "grpo_bfcl.jsonl").exists():
@@ -212,8 +228,11 @@ def bfcl_sft_records(workdir: Path, seed: int, n: int = 48) -> list[dict[str, An
 
 def groups_from_sft(records: list[dict[str, Any]], seed: int, group: int = 8, n: int = 16) -> list[dict[str, Any]]:
     """GRPO groups: each record's prompt (system turn with its tools as text, the first user turn)
-    with G completions, the expert's (reward 1) and G - 1 with its answers' characters shuffled
-    in part (reward 0), so each group has G distinct rows of the expert's lengths."""
+    with G completions, the expert's (reward 1) and G - 1 with each of its answers garbled in part
+    (reward 0): the text, or for a tool call with no text (every retail and BFCL expert answer)
+    its arguments. So each group has G distinct rows of the expert's lengths that part after a
+    common start, as sampled ones do; identical rows would let ``share_prefix`` compute a group's
+    completions once, and their advantages would cancel to a zero gradient."""
     import random
 
     rng = random.Random(seed)
@@ -230,25 +249,64 @@ def groups_from_sft(records: list[dict[str, Any]], seed: int, group: int = 8, n:
         if len(json.dumps(prompt)) > MAX_PROMPT_CHARS:
             continue  # a long API's schemas: it would not fit max_length with its completions
         completion = messages[first_answer:]
-        trajectories = [{"messages": completion, "reward": 1.0}]
+        trajectories, seen = [{"messages": completion, "reward": 1.0}], {json.dumps(completion)}
         for _ in range(group - 1):
-            changed = []
-            for m in completion:
-                text = m.get("content") or ""
-                if m["role"] == "assistant" and len(text) > 4:
-                    cut = rng.randrange(len(text) // 2, len(text))
-                    tail = list(text[cut:])
-                    rng.shuffle(tail)
-                    m = {**m, "content": text[:cut] + "".join(tail)}
-                changed.append(m)
+            for _attempt in range(100):  # a short call's shuffle can repeat another row: draw again
+                changed = [_garbled(m, rng) for m in completion]
+                if json.dumps(changed) not in seen:
+                    break
+            seen.add(json.dumps(changed))
             trajectories.append({"messages": changed, "reward": 0.0})
         out.append({"task_id": record.get("task_id") or f"g{index}", "prompt": prompt, "trajectories": trajectories})
     return out
 
 
+def _garbled(message: dict[str, Any], rng: Any) -> dict[str, Any]:
+    """An assistant ``message`` with the second part of its text (a random cut past the middle)
+    shuffled, or without text, of each tool call's arguments; any other message as it is."""
+
+    def garble(text: str) -> str:
+        cut = rng.randrange(len(text) // 2, len(text))
+        tail = list(text[cut:])
+        rng.shuffle(tail)
+        return text[:cut] + "".join(tail)
+
+    if message["role"] != "assistant":
+        return message
+    text = message.get("content") or ""
+    if len(text) > 4:
+        return {**message, "content": garble(text)}
+    calls = [
+        {**call, "function": {**call["function"], "arguments": garble(call["function"]["arguments"])}}
+        if len(call.get("function", {}).get("arguments") or "") > 4
+        else call
+        for call in message.get("tool_calls") or []
+    ]
+    return {**message, "tool_calls": calls} if calls else message
+
+
+def distinct_groups(path: Path) -> bool:
+    """Whether every group in ``path`` has distinct trajectories (files an earlier version of
+    ``groups_from_sft`` wrote have G copies of the expert's tool calls: they are written again)."""
+    for record in read_records(path):
+        rows = [json.dumps(t["messages"], sort_keys=True) for t in record["trajectories"]]
+        if len(set(rows)) < len(rows):
+            return False
+    return True
+
+
 class StepClock:
-    """Seconds of each optimizer step (the time the training loop spends between the loop's
-    ``steps`` yields) and the first step's loss, read off ``agenttrainer.trainers.loop.RunStart``."""
+    """Wall seconds of each optimizer step with its loss and gradient norm, read off
+    ``agenttrainer.trainers.loop.RunStart`` (use as a context manager: it puts the originals back).
+
+    A step ends when ``optimizer_step`` returns and starts where the previous one ended, so all of
+    its micro-batches (gradient accumulation) and the loop's bookkeeping are inside it. The first
+    step starts at the first window ``steps`` yields (SFT, DPO) or, for a recipe that walks its own
+    plan without ``steps`` (GRPO: a window of micro-batches may take several optimizer steps), when
+    the run was started (``RunStart.started``, the end of ``start_run``, just before its first
+    micro-batch)."""
+
+    MARK = "_step_clock_mark"  # on the run: when its next optimizer step started
 
     def __init__(self) -> None:
         from agenttrainer.trainers import loop
@@ -256,22 +314,56 @@ class StepClock:
         self.seconds: list[float] = []
         self.losses: list[float] = []
         self.grad_norms: list[float] = []
-        steps, optimizer_step = loop.RunStart.steps, loop.RunStart.optimizer_step
+        self._loop = loop
+        self._originals = steps, optimizer_step = loop.RunStart.steps, loop.RunStart.optimizer_step
         clock = self
 
         def timed_steps(run, plan):
             for item in steps(run, plan):
-                start = time.perf_counter()
+                vars(run).setdefault(clock.MARK, time.perf_counter())  # the first window starts
                 yield item
-                clock.seconds.append(time.perf_counter() - start)
 
         def recorded_step(run, step_loss):
             loss, grad_norm = optimizer_step(run, step_loss)
-            clock.losses.append(loss)
+            now = time.perf_counter()
+            clock.seconds.append(now - vars(run).get(clock.MARK, run.started))
+            vars(run)[clock.MARK] = now
+            clock.losses.append(float(loss))
             clock.grad_norms.append(float("nan") if grad_norm is None else float(grad_norm))
             return loss, grad_norm
 
         loop.RunStart.steps, loop.RunStart.optimizer_step = timed_steps, recorded_step
+
+    def __enter__(self) -> StepClock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Put ``RunStart.steps`` and ``RunStart.optimizer_step`` back."""
+        self._loop.RunStart.steps, self._loop.RunStart.optimizer_step = self._originals
+
+    def result(self) -> dict[str, Any]:
+        """The mean seconds per optimizer step (the first warms up and is left out when there are
+        two or more), the steps, and the first step's loss and gradient norm; raises when no
+        optimizer step was recorded (a run that measured nothing must not report 0 seconds)."""
+        if not self.seconds:
+            raise RuntimeError(
+                "no optimizer step was recorded: the recipe did not call RunStart.optimizer_step "
+                "(no data, or max_optimizer_steps reached by a resumed run?)"
+            )
+        timed = self.seconds[1:] or self.seconds
+        return {
+            "seconds": round(sum(timed) / len(timed), 3),
+            "steps": len(self.seconds),
+            "warmup_excluded": len(self.seconds) > 1,
+            "step_seconds": [round(x, 3) for x in self.seconds],
+            "loss": self.losses[0],
+            "grad_norm": self.grad_norms[0],
+            "losses": [float(f"{x:.6g}") for x in self.losses],  # 6 digits: a GRPO loss is ~1e-8
+            "grad_norms": [float(f"{x:.6g}") for x in self.grad_norms],
+        }
 
 
 def rl_iteration_worker(path: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -289,12 +381,16 @@ def rl_iteration_worker(path: str, args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(args.workdir)
     out = Path(tempfile.mkdtemp(prefix="efficiency-rl-"))
     new = path == "new"
+    # Episodes per training micro-batch: the new path takes one group (G = 8 episodes of a task,
+    # consecutive) per micro-batch, so share_prefix computes the group's prompt once per forward;
+    # the old path keeps 2 (an unshared micro-batch of 8 full episodes holds 4x the activations).
+    batch_size = 8 if new else 2
     config = OnlineRLConfig(
         model_name_or_path=args.policy, env_id=suite.env_id, env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"},
         tasks_file=str(workdir / "rl_tasks.jsonl"), output_dir=str(out / "rl"), system_prompt=suite.system_prompt,
         include_tools=False, group_size=8, tasks_per_iteration=4, num_iterations=1, max_steps=suite.max_steps,
         max_new_tokens=args.max_new_tokens, max_episode_tokens=2048, learning_rate=1e-5, warmup_ratio=0.0,
-        lr_scheduler="constant", kl_coef=0.0, loss_normalization="token", temperature=1.0, batch_size=2,
+        lr_scheduler="constant", kl_coef=0.0, loss_normalization="token", temperature=1.0, batch_size=batch_size,
         skip_uniform_groups=False, bf16=False, seed=args.seed, progress_bar=False,
         share_prefix=new, reuse_cache=new,
     )  # fmt: skip
@@ -309,6 +405,8 @@ def rl_iteration_worker(path: str, args: argparse.Namespace) -> dict[str, Any]:
         "train_seconds": round(metrics.get("train/seconds", 0.0), 1),
         "episodes": int(metrics["rollout/episodes"]),
         "sampled_tokens": int(metrics["rollout/sampled_tokens"]),
+        "train_tokens": int(metrics.get("train/tokens", 0)),
+        "batch_size": batch_size,
     }
 
 
@@ -324,7 +422,6 @@ def training_worker(workload: str, path: str, args: argparse.Namespace) -> dict[
 
     torch.set_num_threads(os.cpu_count() or 1)
     workdir = Path(args.workdir)
-    clock = StepClock()
     share = path == "new"
     out = tempfile.mkdtemp(prefix=f"efficiency-{workload}-")
     common = dict(
@@ -341,6 +438,8 @@ def training_worker(workload: str, path: str, args: argparse.Namespace) -> dict[
         trainer = DPOTrainer(config)
     else:
         suite_file = workdir / f"{workload}.jsonl"
+        if not distinct_groups(suite_file):  # identical rows: shared once, and a zero gradient
+            raise RuntimeError(f"{suite_file} has groups of identical trajectories: run the bench to write it again")
         # one group (G = 8) per forward, two per step, with gradient checkpointing: unshared, one
         # group's activations (8 x 1,536 tokens, 30 layers) and logits (2.4 GB) were OOM-killed at
         # 24 GB; shared, the prompt is computed once and the same group needs a fraction of that
@@ -348,10 +447,14 @@ def training_worker(workload: str, path: str, args: argparse.Namespace) -> dict[
                             gradient_accumulation_steps=2, max_length=1536, gradient_checkpointing=True,
                             **common)  # fmt: skip
         trainer = GRPOTrainer(config)
-    trainer.train()
-    seconds = sum(clock.seconds[1:]) / max(len(clock.seconds) - 1, 1)  # the first step warms up
-    return {"seconds": round(seconds, 2), "steps": len(clock.seconds), "loss": clock.losses[0],
-            "grad_norm": clock.grad_norms[0], "losses": [round(x, 6) for x in clock.losses]}  # fmt: skip
+    with StepClock() as clock:
+        trainer.train()
+    result = clock.result()
+    if workload.startswith("grpo") and abs(result["grad_norm"]) < TINY_GRAD_NORM:
+        # compare() checks it relative to its own size (no absolute floor): say how small it is
+        result["note"] = f"first-step grad norm {result['grad_norm']:.3g} < {TINY_GRAD_NORM:g}"
+        log(f"{workload} ({path}): {result['note']}")
+    return result
 
 
 def token_acting(policy: Any, tasks: list[dict[str, Any]], suite: Any) -> dict[str, Any]:
@@ -403,14 +506,53 @@ def vllm_worker(args: argparse.Namespace) -> dict[str, Any]:
             "ours_vs_vllm_throughput": round(ours["generated_tokens_per_s"] / vllm["generated_tokens_per_s"], 3)}  # fmt: skip
 
 
+class WorkerFailed(RuntimeError):
+    """A worker process that failed: its return code said in words (``cause``) and the last lines
+    of its stderr that are not progress bars (``tail``)."""
+
+    def __init__(self, workload: str, path: str, cause: str, tail: list[str]) -> None:
+        self.cause, self.tail = f"{workload} ({path}) {cause}", tail
+        super().__init__("\n".join([f"{self.cause}; its stderr ends:", *tail] if tail else [self.cause]))
+
+    @property
+    def summary(self) -> str:
+        """One line for the row's ``error``: the cause and the last stderr line (the exception)."""
+        return f"{self.cause}: {self.tail[-1]}" if self.tail else self.cause
+
+
+# a tqdm bar: "grpo:  50%|#####     | 1/2 [00:10<00:10, 10.0s/it, loss=0.1]", "3it [00:01, 2.9it/s]"
+PROGRESS = re.compile(r"\d+%\||\|\s*\d+/\d+\s*\[|\[\d+:\d+[<,\]]|\d(it/s|s/it)\b")
+
+
+def stderr_tail(stderr: str, lines: int = 20) -> list[str]:
+    """The last ``lines`` non-empty lines of ``stderr`` that are not progress bars (tqdm redraws
+    its bar after a carriage return; ``splitlines`` splits there too, so each redraw is a line)."""
+    return [line.rstrip() for line in stderr.splitlines() if line.strip() and not PROGRESS.search(line)][-lines:]
+
+
+def exit_cause(returncode: int) -> str:
+    """``returncode`` in words: a negative one is the signal that killed the process."""
+    if returncode < 0:
+        try:
+            name = f" {signal.Signals(-returncode).name}"
+        except ValueError:
+            name = ""
+        return f"returncode {returncode}: killed by signal {-returncode}{name} (out of memory?)"
+    return f"returncode {returncode}"
+
+
 def run_worker(workload: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
-    """``workload`` on ``path`` in a fresh interpreter; its result with ``peak_rss_gb``."""
+    """``workload`` on ``path`` in a fresh interpreter; its result with ``peak_rss_gb``. Raises
+    ``WorkerFailed`` (its return code, or its signal, and the end of its stderr) when it fails."""
     command = [sys.executable, __file__, "--worker", workload, "--path", path, *args.passthrough]
     log(f"{workload} ({path}) ...")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{workload} ({path}) failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+        raise WorkerFailed(workload, path, f"failed, {exit_cause(done.returncode)}", stderr_tail(done.stderr))
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise WorkerFailed(workload, path, "printed no JSON result", stderr_tail(done.stderr)) from None
     shown = {k: v for k, v in result.items() if k != "actions"}
     log(f"{workload} ({path}): {json.dumps(shown)}")  # each row as it comes: a cut-short run keeps them
     return result
@@ -441,14 +583,18 @@ def compare(workload: str, old: dict[str, Any], new: dict[str, Any]) -> tuple[fl
     elif "loss" not in old:  # sampled at temperature 1: nothing to compare
         same = None
     else:  # the first step (same weights, same batch): its loss and its gradient's norm
-        same = all(_close(old[key], new[key]) for key in ("loss", "grad_norm"))
+        same = _close(old["loss"], new["loss"]) and _close(old["grad_norm"], new["grad_norm"], floor=0.0)
     return round(speedup, 2), same
 
 
-def _close(a: float, b: float, rel: float = 1e-5) -> bool:
-    """Equal within ``rel`` of their size; a GRPO loss is ~1e-8 on its first step (advantages sum
-    to zero per group), so it is compared in absolute terms below 1e-6 and the norm carries it."""
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-6)
+def _close(a: float, b: float, rel: float = 1e-5, floor: float = 1e-6) -> bool:
+    """Equal within ``rel`` of their size, that size at least ``floor``. A GRPO loss is ~1e-8 on its
+    first step (advantages sum to zero per group), so a loss is compared in absolute terms below
+    1e-6 and the gradient norm carries the check: the norm is compared with ``floor=0``, relative
+    to its own size however small (an SFT or DPO norm is ~1, where the floor never mattered), so a
+    tiny GRPO norm (reported in its row's ``note``) cannot pass by being below an absolute floor.
+    NaN (no norm: clipping off) is never close."""
+    return abs(a - b) <= rel * max(abs(a), abs(b), floor)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -507,7 +653,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             old, new = run_worker(workload, "old", args), run_worker(workload, "new", args)
         except RuntimeError as exc:  # one workload failed: say so in the line, measure the others
             log(str(exc))
-            line["rows"][workload] = {"error": str(exc).splitlines()[-1][:300]}
+            summary = exc.summary if isinstance(exc, WorkerFailed) else str(exc).splitlines()[-1]
+            line["rows"][workload] = {"error": summary[:500]}
             continue
         line["speedup"][workload], line["identical"][workload] = compare(workload, old, new)
         if "model_gflops" in old:

@@ -2,7 +2,6 @@
 
 The drawing tests load only the tokenizer; the run trains SmolLM2 for real (slow tier)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from knowlyrcore.testing import require_module
+from knowlyrcore.testing import import_file, require_module
 
 pytestmark = pytest.mark.integration
 
@@ -20,10 +19,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bfcl.py"
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("bfcl_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(EXAMPLE, "bfcl_example")
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import tomllib
 
 import knowlyrcore
 from knowlyrcore import origin
+from knowlyrcore.testing import import_file
 
 ROOT = Path(__file__).resolve().parents[3]
 OURS = metadata.version("knowlyr-core")
@@ -145,10 +146,7 @@ def test_dependent_imports_with_our_core(module):
 
 
 def load_set_version():
-    spec = importlib.util.spec_from_file_location("set_version", ROOT / "scripts" / "set_version.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(ROOT / "scripts" / "set_version.py")
 
 
 def test_the_six_pyprojects_share_one_version_and_pin_siblings_to_it():

@@ -5,7 +5,6 @@ tests/integration/test_vllm_backend.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import sys
@@ -20,6 +19,7 @@ from agenttrainer.generation import GenerationError, ServerGenerator
 from agenttrainer.serving import vllm as launcher
 from agenttrainer.serving.cli import serve
 from agenttrainer.serving.vllm import VLLMNotFoundError, VLLMServer, vllm_command, vllm_env, vllm_python
+from knowlyrcore.testing import import_file
 
 
 def test_the_command_carries_the_cpu_fixes():
@@ -64,9 +64,7 @@ def test_a_python_without_vllm_is_named_with_the_install_command(monkeypatch):
 
 def test_the_worker_extension_reloads_then_repacks_a_tied_head():
     """vLLM's reload leaves a tied LM head's packed CPU kernel stale; the extension repacks it."""
-    spec = importlib.util.spec_from_file_location("ext", launcher.WORKER_EXTENSION_DIR / "knowlyr_vllm_worker.py")
-    ext = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ext)
+    ext = import_file(launcher.WORKER_EXTENSION_DIR / "knowlyr_vllm_worker.py", "ext")
     calls = []
     head = SimpleNamespace(quant_method=SimpleNamespace(process_weights_after_loading=lambda h: calls.append(h)))
     model = SimpleNamespace(lm_head=head)

@@ -59,6 +59,7 @@ under ``KNOWLYR_REQUIRE_COMPONENTS=1``, like any missing component.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -102,6 +103,17 @@ def require_module(name: str, reason: str) -> ModuleType:
     except ImportError as exc:
         require(False, f"{reason} ({exc})")
         raise  # unreachable: require skipped or failed
+
+
+def import_file(path: str | os.PathLike[str], name: str | None = None) -> ModuleType:
+    """Import the Python file at ``path`` as a module (a script or example that is not a package)."""
+
+    spec = importlib.util.spec_from_file_location(name or Path(path).stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 #: The folder of the published real agent logs. The repository's root conftest.py sets it to

@@ -403,27 +403,25 @@ class ActingEngine:
         cached = [j for j in range(len(prompts)) if kept[j]]
         overflow = [j for j in range(len(prompts)) if not kept[j]]
         self.stats["over_budget_rows"] += len(overflow)
-        if cached:
-            self.store = self._rows_for(
-                [prompts[j] for j in cached], [sources[j] for j in cached], [keep[j] for j in cached], max_new_tokens
-            )
-            batch = [prompts[j] for j in cached]
-            run = self._run(self.store, batch, max_new_tokens, temperature, top_p, index=cached, **options)
-            for j, sample in zip(cached, run):
-                samples[j] = sample
-        else:
+        if not cached:
             self.store = None
-        if overflow:  # a scratch store, freed after the call
-            scratch = self._rows_for(
-                [prompts[j] for j in overflow],
-                [None] * len(overflow),
-                [0] * len(overflow),
+        # the cached rows (their store kept for the next call), then the rest in a scratch store
+        # that is freed after the call
+        for group, cache in ((cached, True), (overflow, False)):
+            if not group:
+                continue
+            batch = [prompts[j] for j in group]
+            store = self._rows_for(
+                batch,
+                [sources[j] if cache else None for j in group],
+                [keep[j] if cache else 0 for j in group],
                 max_new_tokens,
-                keep_store=False,
+                keep_store=cache,
             )
-            batch = [prompts[j] for j in overflow]
-            run = self._run(scratch, batch, max_new_tokens, temperature, top_p, index=overflow, **options)
-            for j, sample in zip(overflow, run):
+            if cache:
+                self.store = store
+            run = self._run(store, batch, max_new_tokens, temperature, top_p, index=group, **options)
+            for j, sample in zip(group, run):
                 samples[j] = sample
         return samples  # type: ignore[return-value]  # every slot was filled above
 
