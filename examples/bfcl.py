@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="train and RL tasks whose first prompt is longer are not drawn (no SFT example is cut)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (the same seed draws the same tasks)")
     parser.add_argument("--epochs", type=int, default=2, help="SFT epochs")
-    parser.add_argument("--max-steps", type=int, default=16,
-                        help="stop SFT after this many steps (-1: all epochs; 16 = 1.33 epochs of the default 96 examples)")  # fmt: skip
+    parser.add_argument("--max-optimizer-steps", type=int, default=16,
+                        help="stop SFT after this many optimizer steps (-1: all epochs; 16 = 1.33 epochs of the default 96 examples)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
     parser.add_argument("--sft-micro-batch", type=int, default=2, help="SFT examples per forward pass")
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT peak learning rate")

@@ -71,7 +71,7 @@ def test_reduced_bfcl_bench_runs_and_reports_base_sft_rl(tmp_path):
     command = [sys.executable, str(EXAMPLE), "--workdir", str(tmp_path),
                "--per-category", "simple_python=3,multiple=2,irrelevance=1",
                "--train-per-category", "live_simple=4,live_irrelevance=1", "--rl-per-category", "live_simple=2",
-               "--max-steps", "1", "--rl-iterations", "1", "--rl-tasks-per-iteration", "1", "--rl-group-size", "2",
+               "--max-optimizer-steps", "1", "--rl-iterations", "1", "--rl-tasks-per-iteration", "1", "--rl-group-size", "2",
                "--max-new-tokens", "32", "--multi-turn-tasks", "1"]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
