@@ -1,24 +1,32 @@
-"""The main job: does training make the agent better at the task, not the sentences? Measured.
+"""The main job: does RL teach an agent what no demonstration showed? Measured.
 
 1. A task suite (default ``retail``: customer service on a per-episode SQLite shop, checked by
-   the database's end state and the final answer) writes ``train``, ``test`` and
-   ``test-unseen`` tasks. Test requests use phrasings train never shows (held-out frames,
-   verbs, greetings); ``test-unseen`` also uses task templates absent from train.
+   the database's end state and the final answer) writes its tasks by the role of their
+   templates (``TaskSuite.roles``): ``train`` and ``test`` hold the *demonstrated* templates,
+   ``test-verifier-only`` the *verifier-only* ones (checked, with partial credit, but never
+   demonstrated), ``test-unseen`` the *held-out* ones (never trained on). Test requests use
+   phrasings train never shows (held-out frames, verbs, greetings) and other entities.
 2. The suite's scripted expert solves the train tasks; a corrupted expert (it skips the
    database write, or answers without looking) supplies rejected trajectories. Every step is
-   scored by the process reward model, and SFT (chat messages) and DPO pairs are exported.
+   scored by the process reward model, and SFT (chat messages) and DPO pairs are exported. A
+   verifier-only task never reaches this step (``expert_data`` refuses it).
 3. SmolLM2-135M-Instruct as shipped is evaluated on the test splits, one batch per turn for
    all episodes (``LocalBatchPolicy``).
 4. It is fine-tuned on the expert data with knowlyr-trainer (one epoch: the RL stage gets room
    to learn; bf16 autocast only where the CPU computes bf16 natively) and evaluated again.
-5. Two stages start from the SFT checkpoint with the same rollout budget on a pool of train
-   tasks SFT never saw: rejection fine-tuning (``rft``: sample, keep the successes, imitate
-   them) and online RL (``rl``: GRPO on the environment's verifiable partial credit, groups of
-   8, dynamic sampling, pass-rate task sampling, clip-higher 0.2/0.28, token-mean loss, no KL).
-6. Every stage is evaluated greedily on both splits (Wilson 95% intervals, exact McNemar tests
-   on paired tasks) and, from SFT on, with ``--eval-samples`` samples per test task at
-   temperature 1 (pass@1, pass@k, Wilcoxon signed-rank test on per-task rates).
-7. ``report.json``, ``report.md`` and ``report.html`` add success per task template, each
+5. Before RL: the SFT policy's pass@1 and pass@k per template on the RL pool (RL can only
+   sharpen what the policy sometimes does).
+6. Three arms start from the SFT checkpoint with the same number of episodes: continued SFT
+   (``sft-more``: as many fresh demonstrations of the demonstrated templates), rejection
+   fine-tuning (``rft``: sample on the verifier-only pool, keep the successes, imitate them)
+   and online RL (``rl``: GRPO on the verifier-only pool's partial credit, groups of 8, dynamic
+   sampling, pass-rate task sampling, clip-higher 0.2/0.28, token-mean loss, no KL). Each
+   stage's seconds are in the report.
+7. Every stage is evaluated greedily on every test split (Wilson 95% intervals, exact McNemar
+   tests on paired tasks; the headline is RL against SFT on ``test-verifier-only``) and, from
+   SFT on, with ``--eval-samples`` samples per test task at temperature 1 (pass@1, pass@k,
+   Wilcoxon signed-rank test on per-task rates).
+8. ``report.json``, ``report.md`` and ``report.html`` add success per task template (with its role), each
    stage's seconds, peak RSS and the command that reproduces it, the SFT loss and RFT/RL
    training curves, and an example trajectory per stage.
 
@@ -61,7 +69,15 @@ from knowlyrcore import (
     write_trajectories,
 )
 from trajectoryhub import DatasetExporter, collect_batched, make_reward_fn
-from trajectoryhub.evaluate import compare_sampled, compare_stages, evaluate_policy, evaluate_sampled, template_table
+from trajectoryhub.evaluate import (
+    compare_sampled,
+    compare_stages,
+    evaluate_policy,
+    evaluate_sampled,
+    pass_at_k,
+    succeeded,
+    template_table,
+)
 from trajectoryhub.report import stage_table, write_report
 
 
@@ -104,7 +120,13 @@ def write_tasks(suite: TaskSuite, root: Path, counts: dict[str, int], seed: int)
 
 
 def expert_data(suite: TaskSuite, tasks: list[dict], root: Path) -> tuple[int, int]:
-    """Expert and corrupted rollouts, process-scored, exported as SFT messages and DPO pairs."""
+    """Expert and corrupted rollouts, process-scored, exported as SFT messages and DPO pairs.
+
+    Refuses a task of a verifier-only template: those are checked, never demonstrated."""
+    never = sorted({t["metadata"]["template"] for t in tasks if t.get("metadata", {}).get("role") == "verifier_only"})
+    if never:
+        raise ValueError(f"expert data asked for verifier-only templates {never}: they are never demonstrated")
+    root.mkdir(parents=True, exist_ok=True)
     domain = tasks[0].get("domain", "generic")
     reward_fn = make_reward_fn(domain)
     runs = {}
@@ -245,11 +267,13 @@ def evaluate(model: str, name: str, suite: TaskSuite, tasks: dict[str, list[dict
     return stages, trajectories, samples
 
 
-def train_sft(model: str, root: Path, args, meter) -> tuple[str, list[tuple[int, float]]]:
-    out = root / "sft"
+def train_sft(model: str, root: Path, args, meter, *, name: str = "sft", train_file: Path | None = None
+              ) -> tuple[str, list[tuple[int, float]]]:  # fmt: skip
+    """SFT of ``model`` on ``train_file`` (default: the expert data) into ``root / name``."""
+    out = root / name
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, not a resume of an older one
     config = SFTConfig(
-        model_name_or_path=model, train_file=str(root / "sft.jsonl"), output_dir=str(out),
+        model_name_or_path=model, train_file=str(train_file or root / "sft.jsonl"), output_dir=str(out),
         num_epochs=args.epochs, max_optimizer_steps=args.max_optimizer_steps, batch_size=args.sft_micro_batch,
         gradient_accumulation_steps=max(1, args.batch_size // args.sft_micro_batch),
         learning_rate=args.lr, warmup_ratio=0.05, max_length=1024, bf16=args.bf16, save_steps=0,
@@ -260,7 +284,7 @@ def train_sft(model: str, root: Path, args, meter) -> tuple[str, list[tuple[int,
                f"--gradient-accumulation-steps {config.gradient_accumulation_steps} --learning-rate {config.learning_rate} "
                f"--warmup-ratio 0.05 --max-length 1024 --save-steps 0 --seed {config.seed}"
                + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else ""))  # fmt: skip
-    with meter.stage("train sft", command):
+    with meter.stage(f"train {name}", command):
         result = SFTTrainer(config).train()
     print(f"SFT: {result['global_step']} steps, final loss {result['train_loss']:.4f}, "
           f"{result['tokens_per_second']:.0f} tokens/s -> {result['output_dir']}")  # fmt: skip
@@ -313,6 +337,45 @@ def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, r
     return result["output_dir"], result
 
 
+def pass_at_k_by_template(checkpoint: str, suite: TaskSuite, tasks: list[dict], root: Path, args, meter
+                          ) -> dict[str, Any]:  # fmt: skip
+    """The checkpoint's pass@1 and pass@k per template on ``tasks`` (k = ``--pass-k`` sampled
+    episodes each, temperature 1): RL can only sharpen what the policy sometimes does."""
+    k = args.pass_k
+    path = root / "tasks" / "pass-k.jsonl"
+    write_jsonl(path, tasks)
+    command = (f"knowlyr-hub evaluate --policy {checkpoint} --tasks {path} --name sft --samples {k} --seed {args.seed} "
+               f"--max-new-tokens {args.max_new_tokens} --batch-size {len(tasks) * k} "
+               f"--dtype {'bfloat16' if args.bf16 else 'float32'}")  # fmt: skip
+    with meter.stage(f"pass@{k} of sft on the RL pool", command):
+        policy = LocalBatchPolicy.from_pretrained(
+            checkpoint, system_prompt=suite.system_prompt, max_new_tokens=args.max_new_tokens,
+            torch_dtype=torch.bfloat16 if args.bf16 else torch.float32, batch_size=args.eval_batch,
+        )  # fmt: skip
+        policy.engine.temperature = 1.0
+        random.seed(args.seed)
+        torch.manual_seed(args.seed)
+        summary, runs = evaluate_sampled(policy, tasks, k=k, env=suite.env_id, name="sft", split="rl-pool",
+                                         max_steps=suite.max_steps, env_kwargs=suite.env_kwargs,
+                                         batch_size=len(tasks) * k, seed=args.seed, model_name=checkpoint,
+                                         progress=False)  # fmt: skip
+        del policy
+    outcomes: dict[str, dict[str, list[bool]]] = {}
+    for t in runs:
+        template = (t.task.metadata or {}).get("template", "?")
+        outcomes.setdefault(template, {}).setdefault(t.task.id or "?", []).append(succeeded(t))
+    rows = []
+    for template, per_task in sorted(outcomes.items()):
+        rates = [sum(r) / len(r) for r in per_task.values()]
+        at_k = [pass_at_k(len(r), sum(r), k) for r in per_task.values()]
+        rows.append({"template": template, "tasks": len(per_task), "pass@1": sum(rates) / len(rates),
+                     f"pass@{k}": sum(at_k) / len(at_k)})  # fmt: skip
+        print(f"sft on the RL pool  {template:24} pass@1 {rows[-1]['pass@1']:5.1%}  pass@{k} {rows[-1][f'pass@{k}']:5.1%}"
+              f"  ({len(per_task)} tasks)")  # fmt: skip
+    return {"k": k, "pass@1": summary["pass@1"], f"pass@{k}": summary["pass@k"], "per_template": rows,
+            "command": command}  # fmt: skip
+
+
 def rollout_speed(out: Path) -> dict[str, float]:
     """Mean rollout tokens/s and seconds per iteration from an online run's metrics.jsonl."""
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rollout/tokens_per_second" in r]
@@ -351,6 +414,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--model", default="smollm2-135m", help="base model: alias, path or Hub id")
     parser.add_argument("--train-tasks", type=int, default=160, help="train tasks solved by the expert")
     parser.add_argument("--test-tasks", type=int, default=50, help="test tasks (held-out entities and phrasings)")
+    parser.add_argument("--verifier-tasks", type=int, default=48,
+                        help="test-verifier-only tasks (templates checked but never demonstrated; suites with roles); 0 skips")  # fmt: skip
     parser.add_argument("--unseen-tasks", type=int, default=30, help="test-unseen tasks (held-out templates); 0 skips")
     parser.add_argument("--seed", type=int, default=0, help="task seed (the same seed writes the same tasks)")
     parser.add_argument("--epochs", type=int, default=1,
@@ -376,7 +441,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="sampled episodes per test task (pass@1, pass@k and a paired test); 1 skips")  # fmt: skip
     parser.add_argument("--rl-iterations", type=int, default=6, help="online RL (and RFT) iterations; 0 skips both")
     parser.add_argument("--rl-pool", type=int, default=64,
-                        help="online task pool: fresh train-split tasks SFT never saw (another seed)")  # fmt: skip
+                        help="online task pool (RL and RFT): train-verifier-only tasks where the suite has them, "
+                             "else fresh train tasks SFT never saw (another seed)")  # fmt: skip
+    parser.add_argument("--pass-k", type=int, default=8,
+                        help="before RL: the SFT policy's pass@1 and pass@k per template on the RL pool; 1 skips")  # fmt: skip
+    parser.add_argument("--pass-k-tasks", type=int, default=24, help="RL-pool tasks the pass@k check samples")
+    parser.add_argument("--no-sft-more", dest="sft_more", action="store_false",
+                        help="skip the continued-SFT arm (fresh demonstrations, as many as RL samples episodes)")  # fmt: skip
     parser.add_argument("--rl-tasks-per-iteration", type=int, default=4, help="tasks trained on per iteration")
     parser.add_argument("--rl-group-size", type=int, default=8, help="episodes per task per iteration")
     parser.add_argument("--rl-lr", type=float, default=1e-5, help="online RL learning rate")
@@ -405,14 +476,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     meter = StageMeter()
 
     section(f"1. tasks from the {suite.name!r} suite ({suite.env_id})")
-    counts = {"train": args.train_tasks, "test": args.test_tasks, "test-unseen": args.unseen_tasks}
+    verifier_only = bool(suite.roles.get("verifier_only"))
+    counts = {"train": args.train_tasks, "test": args.test_tasks,
+              "test-verifier-only": args.verifier_tasks if verifier_only else 0, "test-unseen": args.unseen_tasks}  # fmt: skip
     tasks = write_tasks(suite, root, counts, args.seed)
-    if args.rl_iterations > 0:  # train-split tasks SFT never saw (another seed), for RL and RFT
-        rl_tasks = suite.generate("train", args.rl_pool, args.seed + 1000)
+    # RL and RFT draw from the verifier-only templates (no demonstration of them exists), or, for a
+    # suite without roles, from train tasks SFT never saw (another seed)
+    pool_split = "train-verifier-only" if verifier_only else "train"
+    if args.rl_iterations > 0:
+        rl_tasks = suite.generate(pool_split, args.rl_pool, args.seed + 1000)
         for task in rl_tasks:  # self-contained: `knowlyr-trainer grpo --online --tasks` needs nothing else
             task["metadata"]["system_prompt"] = suite.system_prompt
         write_jsonl(root / "tasks" / "rl.jsonl", rl_tasks)
-    print(", ".join(f"{split}: {len(ts)}" for split, ts in tasks.items()), f"-> {root / 'tasks'}")
+    print(", ".join(f"{split}: {len(ts)}" for split, ts in tasks.items()),
+          f"{pool_split} (RL pool): {args.rl_pool if args.rl_iterations > 0 else 0}", f"-> {root / 'tasks'}")  # fmt: skip
 
     section("2. expert rollouts, process reward, SFT/DPO export")
     with meter.stage("expert data"):
@@ -436,11 +513,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     samples = [sft_samples] if sft_samples else []
     curves = {"sft/loss": curve} if curve else {}
     online: dict[str, dict[str, Any]] = {}
+    pool_check: dict[str, Any] | None = None
+    if args.rl_iterations > 0 and args.pass_k > 1:
+        section(
+            f"6. before RL: the SFT policy's pass@1 / pass@{args.pass_k} per template on the RL pool ({pool_split})"
+        )
+        pool_check = pass_at_k_by_template(checkpoint, suite, rl_tasks[: args.pass_k_tasks], root, args, meter)
+    if args.rl_iterations > 0 and args.sft_more:
+        # the same number of episodes as RL samples, as fresh demonstrations of the demonstrated templates
+        n_more = args.rl_iterations * args.rl_tasks_per_iteration * args.rl_group_size
+        section(f"7. continued SFT from the SFT checkpoint on {n_more} fresh demonstrations, then evaluate")
+        with meter.stage("expert data (sft-more)"):
+            expert_data(suite, suite.generate("train", n_more, args.seed + 2000), root / "sft-more-data")
+        more_checkpoint, more_curve = train_sft(checkpoint, root, args, meter, name="sft-more",
+                                                train_file=root / "sft-more-data" / "sft.jsonl")  # fmt: skip
+        curves["sft-more/loss"] = more_curve
+        more, runs_by_stage["sft-more"], sampled_run = evaluate(more_checkpoint, "sft-more", suite, eval_tasks, root,
+                                                                args, meter)  # fmt: skip
+        stages += more
+        samples += [sampled_run] if sampled_run else []
     if args.rl_iterations > 0:
         plan = [("rft", "rft")] if args.rft else []
-        for n, (name, algorithm) in enumerate([*plan, ("rl", args.rl_algorithm)], start=6):
+        for n, (name, algorithm) in enumerate([*plan, ("rl", args.rl_algorithm)], start=8):
             what = "rejection fine-tuning" if name == "rft" else f"online RL ({algorithm})"
-            section(f"{n}. {what} from the SFT checkpoint in the live environment, then evaluate")
+            section(f"{n}. {what} from the SFT checkpoint on the {pool_split} pool, then evaluate")
             trained, online[name] = train_online(name, algorithm, checkpoint, suite, root, args, meter)
             online[name].update(rollout_speed(root / name))
             curves[f"{name}/train_reward"] = list(enumerate(online[name]["reward_curve"], start=1))
@@ -452,8 +548,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     section("report")
     comparisons, sampled_comparisons = [], []
     names = list(runs_by_stage)
-    pairs = [("base", "sft")] + [(a, b) for a in ("sft", "rft") for b in ("rft", "rl") if a != b and a in names and b in names]  # fmt: skip
-    for split in eval_tasks:
+    # the question first (the headline): does RL on the verifier teach what no demonstration showed?
+    pairs = [(a, b) for a, b in (("sft", "rl"), ("base", "sft"), ("sft", "sft-more"), ("sft", "rft"),
+                                 ("sft-more", "rl"), ("rft", "rl")) if a in names and b in names]  # fmt: skip
+    splits = sorted(eval_tasks, key=lambda s: (s != "test-verifier-only", s != "test"))
+    for split in splits:
         for a, b in pairs:
             comparisons += compare_stages({a: runs_by_stage[a][split], b: runs_by_stage[b][split]}, split=split)
     by_name = {s["name"]: s for s in samples}
@@ -461,9 +560,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if a in by_name and b in by_name:
             sampled_comparisons.append(compare_sampled(by_name[a], by_name[b]))
     seen = sorted({t["metadata"].get("template", "?") for t in tasks["train"]})
-    header, rows = template_table(runs_by_stage, seen_templates=seen)
+    roles = {template: role for role, templates in suite.roles.items() for template in templates}
+    header, rows = template_table(runs_by_stage, seen_templates=seen, roles=roles or None)
     tables = [{"title": "Greedy success per task template", "header": header, "rows": rows,
-               "note": "Test requests use phrasings train never shows; test-unseen templates are absent from train."}]  # fmt: skip
+               "note": "Test requests use phrasings train never shows. Roles: demonstrated templates are the SFT data; "
+                       "verifier-only ones are checked (RL and RFT train on them) but never demonstrated; "
+                       "held-out ones are never trained on."}]  # fmt: skip
+    if pool_check:
+        k = pool_check["k"]
+        tables.insert(0, {"title": f"Before RL: the SFT policy on the RL pool ({pool_split}), {k} samples per task",
+                          "header": ["template", "tasks", "pass@1", f"pass@{k}"],
+                          "rows": [[r["template"], str(r["tasks"]), f"{r['pass@1']:.1%}", f"{r[f'pass@{k}']:.1%}"]
+                                   for r in pool_check["per_template"]],
+                          "note": f"RL can only sharpen what the policy sometimes does. Reproduce: {pool_check['command']}"})  # fmt: skip
     if samples:
         tables.append(sampled_table(samples, sampled_comparisons, args.eval_samples))
     report = {
@@ -471,6 +580,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "stages": stages, "comparisons": comparisons, "seconds": round(time.perf_counter() - started, 1),
         "config": vars(args), "sampled": [{k: v for k, v in s.items()} for s in samples],
         "sampled_comparisons": sampled_comparisons, "pipeline": meter.rows,
+        "roles": {role: list(templates) for role, templates in suite.roles.items()}, "rl_pool_split": pool_split,
+        "sft_on_rl_pool": pool_check,
     }  # fmt: skip
     report["peak_rss_mb"] = max(r["peak_rss_mb"] for r in meter.rows)
     for name, result in online.items():  # scalars, so the report lists them with the run's facts

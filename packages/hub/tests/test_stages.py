@@ -193,6 +193,9 @@ def test_template_table_counts_per_split_template_and_stage():
     assert header == ["split", "template", "template in train", "sft", "rl"]
     assert rows == [["test", "cancel", "yes", "1/2", "2/2"], ["test", "status", "yes", "1/1", "1/1"],
                     ["test-unseen", "by_name", "no", "0/1", "1/1"]]  # fmt: skip
+    header, rows = template_table(runs, roles={"cancel": "demonstrated", "status": "demonstrated"})
+    assert header == ["split", "template", "role", "sft", "rl"]
+    assert [row[2] for row in rows] == ["demonstrated", "demonstrated", "?"]
 
 
 def test_expert_replay():

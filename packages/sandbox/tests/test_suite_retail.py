@@ -9,9 +9,9 @@ from sandbox_tasks import RETAIL_WORLD
 
 from agentsandbox.retail import CANCEL_REASONS, RetailEnv
 from agentsandbox.retail.db import open_shop, state_digest
-from agentsandbox.suites import SPLITS, SuiteError, get_suite
+from agentsandbox.suites import SuiteError, get_suite
 from agentsandbox.suites import retail as retail_suite
-from agentsandbox.suites.retail import SEEN_TEMPLATES, STATUSES, TRAIN_ONLY_TEMPLATES, UNSEEN_TEMPLATES
+from agentsandbox.suites.retail import SEEN_TEMPLATES, STATUSES, UNSEEN_TEMPLATES, VERIFIER_ONLY_TEMPLATES
 from agentsandbox.suites.retail_phrasing import VERBS
 from agentsandbox.testing import SuiteConformance
 from knowlyrcore import make
@@ -75,15 +75,18 @@ def test_same_call_gives_same_tasks_and_seeds_differ():
 
 
 def test_train_and_test_share_no_entity_no_id_and_unseen_templates_are_held_out():
-    train = RETAIL.generate("train", 300, seed=0)
-    held_out = RETAIL.generate("test", 300, seed=0) + RETAIL.generate("test-unseen", 300, seed=0)
+    train = RETAIL.generate("train", 300, seed=0) + RETAIL.generate("train-verifier-only", 300, seed=0)
+    held_out = [t for split in ("test", "test-verifier-only", "test-unseen") for t in RETAIL.generate(split, 300, 0)]
     train_entities = {e for t in train for e in t["metadata"]["entities"]}
     held_entities = {e for t in held_out for e in t["metadata"]["entities"]}
     assert train_entities and held_entities and not train_entities & held_entities
     assert not {t["id"] for t in train} & {t["id"] for t in held_out}
     train_templates = {t["metadata"]["template"] for t in train}
-    assert train_templates == set(SEEN_TEMPLATES) | set(TRAIN_ONLY_TEMPLATES)
+    assert train_templates == set(SEEN_TEMPLATES) | set(VERIFIER_ONLY_TEMPLATES)
+    assert {t["metadata"]["template"] for t in RETAIL.generate("train", 50, 0)} == set(SEEN_TEMPLATES)
     assert {t["metadata"]["template"] for t in RETAIL.generate("test", 50, 0)} == set(SEEN_TEMPLATES)
+    for split in ("train-verifier-only", "test-verifier-only"):
+        assert {t["metadata"]["template"] for t in RETAIL.generate(split, 30, 0)} == set(VERIFIER_ONLY_TEMPLATES)
     assert {t["metadata"]["template"] for t in RETAIL.generate("test-unseen", 50, 0)} == set(UNSEEN_TEMPLATES)
     assert not train_templates & set(UNSEEN_TEMPLATES)
     # unseen templates combine tools that train demonstrates: generalisation, not a new tool
@@ -94,7 +97,7 @@ def test_train_and_test_share_no_entity_no_id_and_unseen_templates_are_held_out(
     assert min(lengths) == 2 and max(lengths) == 6
 
 
-@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("split", RETAIL.splits)
 def test_do_nothing_and_shortcut_policies_fail(split):
     tasks = RETAIL.generate(split, 120, seed=7)
     for task in tasks:
@@ -122,9 +125,11 @@ def _skeleton_sentences(task):
 
 def test_held_out_requests_use_wordings_train_never_shows():
     """Read off the generated files: no sentence (entities masked), frame or verb phrase of a
-    test or test-unseen request occurs in train, over several seeds."""
+    test-side request occurs in a train-side one, over several seeds."""
     train = [t for seed in range(3) for t in RETAIL.generate("train", 320, seed)]
-    held = [t for seed in range(3) for split in ("test", "test-unseen") for t in RETAIL.generate(split, 120, seed)]
+    train += [t for seed in range(3) for t in RETAIL.generate("train-verifier-only", 120, seed)]
+    held_splits = ("test", "test-verifier-only", "test-unseen")
+    held = [t for seed in range(3) for split in held_splits for t in RETAIL.generate(split, 120, seed)]
     train_sentences = set().union(*map(_skeleton_sentences, train))
     for task in held:
         shared = _skeleton_sentences(task) & train_sentences
@@ -170,7 +175,7 @@ def test_requests_name_what_the_solution_needs():
     by email, the name and never the email when it finds by name; every order id and item it
     touches is named, except where the request says "my pending order"."""
     env = RetailEnv()
-    for split in ("train", "test", "test-unseen"):
+    for split in RETAIL.splits:
         for task in RETAIL.generate(split, 90, 2):
             text, solution = task["description"], task["metadata"]["solution"]
             first = solution[0]
@@ -230,7 +235,7 @@ def answer_ok(task, message):
     return ts.info["state_ok"], ts.info["answer_ok"]
 
 
-@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("split", RETAIL.splits)
 def test_an_answer_naming_any_wrong_value_of_the_asked_kind_fails(split):
     """The reference answer plus one wrong status, count, reason, email, address, item or order id
     fails; so does the reference followed by every candidate of every kind at once."""
@@ -274,7 +279,7 @@ def _natural_answers(task):
             f"Thanks for waiting. {reworded} Have a great day!"]  # fmt: skip
 
 
-@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("split", RETAIL.splits)
 def test_correct_answers_as_an_agent_words_them_still_pass(split):
     for task in RETAIL.generate(split, 60, seed=11):
         for message in _natural_answers(task):
@@ -284,7 +289,7 @@ def test_correct_answers_as_an_agent_words_them_still_pass(split):
 def test_every_task_needs_a_tool_the_answer_is_never_in_the_request():
     """A question's answer is read from the database: none of its facts is in the request or the
     system prompt (the old cancel_reasons task asked for the reasons the tool list names)."""
-    for split in SPLITS:
+    for split in RETAIL.splits:
         for task in RETAIL.generate(split, 60, seed=11):
             solution = task["metadata"]["solution"]
             assert solution[0]["tool"] != "respond", task["id"]
@@ -448,7 +453,7 @@ def test_partial_credit_cannot_be_farmed_by_undoing_and_redoing():
     assert max(rewards) == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("split", RETAIL.splits)
 def test_partial_credit_pays_one_to_the_expert_and_less_to_every_shortcut(split):
     for task in RETAIL.generate(split, 40, seed=5):
         env = make("knowlyr/retail", reward="partial")
@@ -466,3 +471,25 @@ def test_partial_credit_pays_one_to_the_expert_and_less_to_every_shortcut(split)
 def test_an_unknown_reward_mode_is_refused():
     with pytest.raises(ValueError, match="reward must be one of outcome, partial"):
         RetailEnv(reward="dense")
+
+
+def test_every_template_has_one_role_and_each_split_draws_from_its_role():
+    """The roles are the suite's: demonstrated in train and test, verifier-only in the two
+    ``-verifier-only`` splits, held-out in test-unseen; every task names its role."""
+    roles = RETAIL.roles
+    assert set(roles) == {"demonstrated", "verifier_only", "held_out"}
+    named = [t for templates in roles.values() for t in templates]
+    assert len(named) == len(set(named)) == len(retail_suite.TEMPLATES)
+    expected = {"train": "demonstrated", "test": "demonstrated", "train-verifier-only": "verifier_only",
+                "test-verifier-only": "verifier_only", "test-unseen": "held_out"}  # fmt: skip
+    assert set(RETAIL.splits) == set(expected)
+    for split, role in expected.items():
+        for task in RETAIL.generate(split, 40, 3):
+            assert task["metadata"]["role"] == role == RETAIL.role_of(task["metadata"]["template"]), task["id"]
+
+
+def test_a_suite_without_roles_has_no_verifier_only_splits():
+    coding = get_suite("coding")
+    assert coding.roles == {} and "train-verifier-only" not in coding.splits
+    with pytest.raises(SuiteError, match="unknown split 'train-verifier-only'"):
+        coding.generate("train-verifier-only", 2, 0)

@@ -598,7 +598,13 @@ def _evaluate_policy(args: Any) -> None:
 @cli.command("tasks")
 @click.argument("suite", required=False)
 @click.option("--list", "list_suites_", is_flag=True, help="List the installed suites.")
-@click.option("--split", default="test", show_default=True, help="train, test or test-unseen.")
+@click.option(
+    "--split",
+    default="test",
+    show_default=True,
+    help="train, test or test-unseen; for a suite whose templates have roles (retail) also "
+    "train-verifier-only and test-verifier-only (templates checked but never demonstrated).",
+)
 @click.option("-n", "--n", type=click.IntRange(min=1), default=100, show_default=True, help="How many tasks.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Tasks JSONL to write.")

@@ -503,13 +503,15 @@ def template_table(
     *,
     seen_templates: Sequence[str] = (),
     key: str = "template",
+    roles: Mapping[str, str] | None = None,
 ) -> tuple[list[str], list[list[str]]]:
     """Success per task template: one row per (split, template), one column per stage.
 
     ``runs`` maps a stage name to ``{split: trajectories}``; a template is read from the task's
     ``metadata[key]`` (``"?"`` without one; ``key="category"`` groups BFCL tasks by category).
-    ``seen_templates`` (those training used) mark each row as seen or unseen. Cells read
-    ``successes/episodes``.
+    ``seen_templates`` (those training used) mark each row as seen or unseen; ``roles``
+    (template -> its role in the suite: demonstrated, verifier_only, held_out) names the role
+    instead. Cells read ``successes/episodes``.
     """
     stages = list(runs)
     cells: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -519,11 +521,16 @@ def template_table(
                 template = str((t.task.metadata or {}).get(key, "?"))
                 cells[split, template][stage].append(succeeded(t))
     seen = set(seen_templates)
-    header = ["split", key, f"{key} in train", *stages]
+    header = ["split", key, "role" if roles else f"{key} in train", *stages]
+
+    def mark(template: str) -> str:
+        if roles:
+            return roles.get(template, "?")
+        return ("yes" if template in seen else "no") if seen else "?"
+
     rows = []
     for (split, template), by_stage in sorted(cells.items()):
-        marks = ["yes" if template in seen else "no"] if seen else ["?"]
-        rows.append([split, template, *marks, *(_fraction(by_stage.get(stage, [])) for stage in stages)])
+        rows.append([split, template, mark(template), *(_fraction(by_stage.get(stage, [])) for stage in stages)])
     return header, rows
 
 

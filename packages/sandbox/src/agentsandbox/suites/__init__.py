@@ -7,6 +7,18 @@ for one registered environment, always the same records for the same call. Split
   (disjoint name/number pools and disjoint seed streams);
 * ``test-unseen`` uses templates that ``train`` never contains.
 
+A suite may also give its templates roles (``TaskSuite.roles``), which say what training may do
+with each:
+
+* ``demonstrated``: in ``train`` and ``test``; the expert's trajectories of them are SFT/DPO data;
+* ``verifier_only``: in ``train-verifier-only`` and ``test-verifier-only`` only. Their tasks have
+  checks and partial credit, so RL, rejection fine-tuning and evaluation can use them, but no
+  expert trajectory of them may reach a dataset: they measure what a verifier teaches that no
+  demonstration showed;
+* ``held_out``: in ``test-unseen`` only, never trained on in any way.
+
+The ``-verifier-only`` splits exist only for a suite with ``verifier_only`` templates.
+
 Every task carries its ground-truth solution in ``metadata.solution`` (the expert's tool
 calls, as in tau-bench's task actions); environments never show metadata to the policy. The
 suite's ``expert()`` returns a policy that replays it and solves every task.
@@ -26,6 +38,9 @@ from knowlyrcore.errors import KnowlyrError
 from knowlyrcore.policy import SolutionReplay
 
 SPLITS = ("train", "test", "test-unseen")
+#: The splits of a suite's verifier-only templates (train side, test side).
+VERIFIER_ONLY_SPLITS = ("train-verifier-only", "test-verifier-only")
+TEMPLATE_ROLES = ("demonstrated", "verifier_only", "held_out")
 ENTRY_POINT_GROUP = "knowlyr.task_suites"
 
 
@@ -50,10 +65,26 @@ class TaskSuite:
     #: A system prompt that tells a model the environment's tools (empty: none needed).
     system_prompt: str = ""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Template names by role (``TEMPLATE_ROLES``); empty for a suite that gives none.
+    roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.roles) - set(TEMPLATE_ROLES)
+        if unknown:
+            raise SuiteError(f"suite {self.name!r}: unknown template roles {sorted(unknown)} (known: {TEMPLATE_ROLES})")
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits ``generate`` accepts."""
+        return SPLITS + (VERIFIER_ONLY_SPLITS if self.roles.get("verifier_only") else ())
+
+    def role_of(self, template: str) -> str | None:
+        """The role of ``template`` (None: the suite gives it none)."""
+        return next((role for role, names in self.roles.items() if template in names), None)
 
     def generate(self, split: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
-        if split not in SPLITS:
-            raise SuiteError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        if split not in self.splits:
+            raise SuiteError(f"unknown split {split!r} of suite {self.name!r}; choose one of {', '.join(self.splits)}")
         if n < 1:
             raise SuiteError(f"n must be >= 1, got {n}")
         return self.generator(split, n, seed)
@@ -80,4 +111,14 @@ def get_suite(name: str) -> TaskSuite:
     raise SuiteError(f"unknown task suite {name!r} (known: {known})")
 
 
-__all__ = ["ENTRY_POINT_GROUP", "SPLITS", "SolutionReplay", "SuiteError", "TaskSuite", "get_suite", "list_suites"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SPLITS",
+    "TEMPLATE_ROLES",
+    "VERIFIER_ONLY_SPLITS",
+    "SolutionReplay",
+    "SuiteError",
+    "TaskSuite",
+    "get_suite",
+    "list_suites",
+]

@@ -12,29 +12,32 @@ of address names the new address, but needs the write).
 
 Templates (the number of tool calls in brackets):
 
-========================  =====================================================================  =====
-template                  the customer asks to ...                                               split
-========================  =====================================================================  =====
-order_status              know an order's status                                     [2]        all
-cancel_order              cancel an order (refused when it is no longer pending)     [3-4]      all
-change_address            ship a pending order elsewhere                             [4]        all
-return_item               return one item of a delivered order                       [4]        all
-count_orders              know how many orders they have                             [3]        all
-cancel_two                cancel two pending orders                                  [6]        all
-cancel_reasons            know why a cancelled order was cancelled                   [2]        all
-email_on_file             know the email on their account, giving their name         [2]        all
-address_by_email          know the address on file, giving their email               [3]        all
-address_on_file           know the address on file, giving only their name           [3]        unseen
-cancel_pending_by_name    cancel their pending order, giving only their name         [4]        unseen
-change_address_by_name    ship their pending order elsewhere, giving only their name [4]        train
-cancel_pending_by_email   cancel their pending order, giving their email             [4]        train
-cancel_and_return         cancel one order and return an item of another             [6]        train
-========================  =====================================================================  =====
+========================  ==========================================================  =====  =============
+template                  the customer asks to ...                                    calls  role
+========================  ==========================================================  =====  =============
+order_status              know an order's status                                      2      demonstrated
+cancel_order              cancel an order (refused when it is no longer pending)      3-4    demonstrated
+change_address            ship a pending order elsewhere                              4      demonstrated
+return_item               return one item of a delivered order                        4      demonstrated
+count_orders              know how many orders they have                              3      demonstrated
+cancel_two                cancel two pending orders                                   6      demonstrated
+cancel_reasons            know why a cancelled order was cancelled                    2      demonstrated
+email_on_file             know the email on their account, giving their name          2      demonstrated
+address_by_email          know the address on file, giving their email                3      demonstrated
+change_address_by_name    ship their pending order elsewhere, giving only their name  4      verifier_only
+cancel_pending_by_email   cancel their pending order, giving their email              4      verifier_only
+cancel_and_return         cancel one order and return an item of another              6      verifier_only
+address_on_file           know the address on file, giving only their name            3      held_out
+cancel_pending_by_name    cancel their pending order, giving only their name          4      held_out
+========================  ==========================================================  =====  =============
 
-``all`` templates are in ``train`` and ``test``; the three ``train`` ones compose skills the
-others teach (a lookup by name followed by a write, a list followed by a cancellation, two writes
-on two orders), so training shows composition without showing the unseen templates' own tool
-sequences.
+The roles (``RETAIL.roles``; what each allows is in ``agentsandbox.suites``): the nine
+*demonstrated* templates are in ``train`` and ``test``, and the expert's trajectories of them are
+the SFT data. The three *verifier-only* templates compose skills those teach (a lookup by name
+followed by a write, a list followed by a cancellation, two writes on two orders); they are in
+``train-verifier-only`` and ``test-verifier-only`` only, checked with partial credit but never
+demonstrated, so they measure what RL on a verifier teaches beyond imitation. The two *held-out*
+templates (``test-unseen``) are never trained on.
 
 Requests are worded by ``retail_phrasing``: ``train`` and the held-out splits use disjoint
 sentence frames, verb phrases, identity clauses, reason wordings, greetings and chit-chat, with
@@ -46,8 +49,8 @@ ways train never shows (look a customer up by name, then read or change their ac
 
 ``train`` and ``test`` draw names, streets, cities and products from disjoint halves of each
 pool and ids of opposite parity, and seed their generators from different strings, so they
-share no entity and no seed; ``test-unseen`` uses the test pools and only the two templates
-that ``train`` never contains.
+share no entity and no seed; ``train-verifier-only`` uses the train side's pools and phrasings,
+``test-verifier-only`` and ``test-unseen`` the test side's.
 """
 
 from __future__ import annotations
@@ -230,8 +233,18 @@ SEEN_TEMPLATES = (
     "address_by_email",
 )
 UNSEEN_TEMPLATES = ("address_on_file", "cancel_pending_by_name")
-#: Compositions of skills the seen templates teach, in ``train`` only (``test`` keeps the nine).
-TRAIN_ONLY_TEMPLATES = ("change_address_by_name", "cancel_pending_by_email", "cancel_and_return")
+#: Compositions of skills the seen templates teach: checked, never demonstrated.
+VERIFIER_ONLY_TEMPLATES = ("change_address_by_name", "cancel_pending_by_email", "cancel_and_return")
+#: Which templates each split draws from.
+SPLIT_TEMPLATES = {
+    "train": SEEN_TEMPLATES,
+    "test": SEEN_TEMPLATES,
+    "train-verifier-only": VERIFIER_ONLY_TEMPLATES,
+    "test-verifier-only": VERIFIER_ONLY_TEMPLATES,
+    "test-unseen": UNSEEN_TEMPLATES,
+}
+ROLES = {"demonstrated": SEEN_TEMPLATES, "verifier_only": VERIFIER_ONLY_TEMPLATES, "held_out": UNSEEN_TEMPLATES}
+ROLES_OF = {template: role for role, templates in ROLES.items() for template in templates}
 
 
 class _Pools:
@@ -614,10 +627,8 @@ def _entities(world: dict[str, Any]) -> list[str]:
 
 def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` retail tasks of ``split``; the same arguments always give the same tasks."""
-    pools = _Pools(side=0 if split == "train" else 1)
-    templates = {"train": SEEN_TEMPLATES + TRAIN_ONLY_TEMPLATES, "test-unseen": UNSEEN_TEMPLATES}.get(
-        split, SEEN_TEMPLATES
-    )
+    pools = _Pools(side=0 if split.startswith("train") else 1)
+    templates = SPLIT_TEMPLATES[split]
     tasks = []
     for index in range(n):
         rng = random.Random(f"retail/{split}/{seed}/{index}")
@@ -640,6 +651,7 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
                     "suite": "retail",
                     "split": split,
                     "template": template,
+                    "role": ROLES_OF[template],
                     "world": world,
                     "solution": solution,
                     "answer_contains": answer_contains,
@@ -659,4 +671,5 @@ RETAIL = TaskSuite(
     generator=generate,
     max_steps=10,
     system_prompt=SYSTEM_PROMPT,
+    roles=ROLES,
 )

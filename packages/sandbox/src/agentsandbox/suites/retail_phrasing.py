@@ -5,8 +5,8 @@ of the template with its verb (``cancel`` / ``call off`` ...), the customer's id
 email or both, as the template's solution needs), the order ids, items, addresses and the reason
 in words. With a small probability one word of the frame carries a typo (two letters swapped).
 
-Every part comes in two disjoint sets: ``train`` phrasings, and ``held_out`` phrasings for
-``test`` and ``test-unseen``. No frame, verb phrase, identity clause, greeting, reason wording or
+Every part comes in two disjoint sets: ``train`` phrasings (``train``, ``train-verifier-only``),
+and ``held_out`` phrasings for ``test``, ``test-verifier-only`` and ``test-unseen``. No frame, verb phrase, identity clause, greeting, reason wording or
 chit-chat of one side occurs on the other, so a policy that only learned train's sentences meets
 requests it has never read, while the intent and the entities' meaning are unchanged. Identity
 is given the way the solution's first lookup needs it (an email for ``find_user_by_email``, only
@@ -149,18 +149,31 @@ FRAMES: dict[str, dict[str, list[str]]] = {
             "{Me}. Can you read me back the postal address you've got for me?",
         ],
     },
-    # train only: compositions of skills train already shows (test keeps the nine above)
+    # verifier-only: compositions of skills the nine above teach, never demonstrated
+    # (train-verifier-only and test-verifier-only)
     "change_address_by_name": {
         "train": [
             "{Me}. My pending order should go to {new}, please update it.",
             "{Me}. Please ship my pending order to {new} instead.",
         ],
+        "held_out": [
+            "{Me}. I've moved to {new}; could the order I'm still waiting on go there?",
+            "{Me}. Whatever I ordered that hasn't shipped yet, send it to {new} please.",
+        ],
     },
     "cancel_pending_by_email": {
         "train": ["{Me}. Please {v} my pending order, {why}.", "{Me}. {V} the order that is still pending, {why}."],
+        "held_out": [
+            "{why}, so I need you to {v} whichever order of mine hasn't gone out yet. {Me}.",
+            "{Me}. The order I placed that is still waiting to ship should be {vd}: {why}.",
+        ],
     },
     "cancel_and_return": {
         "train": ["{Me}. Please {v} order {oid} because {why}, and return the {item} from order {oid2}."],
+        "held_out": [
+            "{Me}. Two things: {v} {oid}, {why}; and I'd like to send back the {item} that came in {oid2}.",
+            "could you {v} order {oid} since {why}, and also take back the {item} from {oid2}? {Me}.",
+        ],
     },
     # test-unseen only
     "address_on_file": {
@@ -194,7 +207,8 @@ TYPO_RATE = 0.15
 
 
 def side_of(split: str) -> str:
-    return "train" if split == "train" else "held_out"
+    """``train`` for the train-side splits (``train``, ``train-verifier-only``), else ``held_out``."""
+    return "train" if split.startswith("train") else "held_out"
 
 
 def _typo(rng: random.Random, frame: str) -> tuple[str, bool]:
