@@ -74,8 +74,7 @@ from trajectoryhub.evaluate import (
     compare_stages,
     evaluate_policy,
     evaluate_sampled,
-    pass_at_k,
-    succeeded,
+    summarize_samples,
     template_table,
 )
 from trajectoryhub.report import stage_table, write_report
@@ -360,18 +359,17 @@ def pass_at_k_by_template(checkpoint: str, suite: TaskSuite, tasks: list[dict], 
                                          batch_size=len(tasks) * k, seed=args.seed, model_name=checkpoint,
                                          progress=False)  # fmt: skip
         del policy
-    outcomes: dict[str, dict[str, list[bool]]] = {}
+    by_template: dict[str, list[Any]] = {}
     for t in runs:
-        template = (t.task.metadata or {}).get("template", "?")
-        outcomes.setdefault(template, {}).setdefault(t.task.id or "?", []).append(succeeded(t))
+        by_template.setdefault((t.task.metadata or {}).get("template", "?"), []).append(t)
     rows = []
-    for template, per_task in sorted(outcomes.items()):
-        rates = [sum(r) / len(r) for r in per_task.values()]
-        at_k = [pass_at_k(len(r), sum(r), k) for r in per_task.values()]
-        rows.append({"template": template, "tasks": len(per_task), "pass@1": sum(rates) / len(rates),
-                     f"pass@{k}": sum(at_k) / len(at_k)})  # fmt: skip
-        print(f"sft on the RL pool  {template:24} pass@1 {rows[-1]['pass@1']:5.1%}  pass@{k} {rows[-1][f'pass@{k}']:5.1%}"
-              f"  ({len(per_task)} tasks)")  # fmt: skip
+    for template, trajectories in sorted(by_template.items()):
+        one = summarize_samples(trajectories, name="sft", split="rl-pool", k=k)
+        rows.append(
+            {"template": template, "tasks": one["n_tasks"], "pass@1": one["pass@1"], f"pass@{k}": one["pass@k"]}
+        )
+        print(f"sft on the RL pool  {template:24} pass@1 {one['pass@1']:5.1%}  pass@{k} {one['pass@k']:5.1%}"
+              f"  ({one['n_tasks']} tasks)")  # fmt: skip
     return {"k": k, "pass@1": summary["pass@1"], f"pass@{k}": summary["pass@k"], "per_template": rows,
             "command": command}  # fmt: skip
 
@@ -560,8 +558,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if a in by_name and b in by_name:
             sampled_comparisons.append(compare_sampled(by_name[a], by_name[b]))
     seen = sorted({t["metadata"].get("template", "?") for t in tasks["train"]})
-    roles = {template: role for role, templates in suite.roles.items() for template in templates}
-    header, rows = template_table(runs_by_stage, seen_templates=seen, roles=roles or None)
+    header, rows = template_table(runs_by_stage, seen_templates=seen, roles=suite.template_roles or None)
     tables = [{"title": "Greedy success per task template", "header": header, "rows": rows,
                "note": "Test requests use phrasings train never shows. Roles: demonstrated templates are the SFT data; "
                        "verifier-only ones are checked (RL and RFT train on them) but never demonstrated; "

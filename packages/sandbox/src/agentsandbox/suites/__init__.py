@@ -41,6 +41,14 @@ SPLITS = ("train", "test", "test-unseen")
 #: The splits of a suite's verifier-only templates (train side, test side).
 VERIFIER_ONLY_SPLITS = ("train-verifier-only", "test-verifier-only")
 TEMPLATE_ROLES = ("demonstrated", "verifier_only", "held_out")
+#: The role whose templates each split draws from, for a suite with roles.
+SPLIT_ROLES = {
+    "train": "demonstrated",
+    "test": "demonstrated",
+    "train-verifier-only": "verifier_only",
+    "test-verifier-only": "verifier_only",
+    "test-unseen": "held_out",
+}
 ENTRY_POINT_GROUP = "knowlyr.task_suites"
 
 
@@ -78,9 +86,14 @@ class TaskSuite:
         """The splits ``generate`` accepts."""
         return SPLITS + (VERIFIER_ONLY_SPLITS if self.roles.get("verifier_only") else ())
 
+    @property
+    def template_roles(self) -> dict[str, str]:
+        """``{template: its role}`` (empty for a suite without roles)."""
+        return {template: role for role, templates in self.roles.items() for template in templates}
+
     def role_of(self, template: str) -> str | None:
         """The role of ``template`` (None: the suite gives it none)."""
-        return next((role for role, names in self.roles.items() if template in names), None)
+        return self.template_roles.get(template)
 
     def generate(self, split: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
         if split not in self.splits:
@@ -114,6 +127,7 @@ def get_suite(name: str) -> TaskSuite:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SPLITS",
+    "SPLIT_ROLES",
     "TEMPLATE_ROLES",
     "VERIFIER_ONLY_SPLITS",
     "SolutionReplay",

@@ -63,7 +63,7 @@ from typing import Any
 
 from agentsandbox.retail.db import CANCEL_REASONS
 from agentsandbox.retail.env import SYSTEM_PROMPT
-from agentsandbox.suites import TaskSuite
+from agentsandbox.suites import SPLIT_ROLES, TaskSuite
 from agentsandbox.suites.retail_phrasing import phrase
 
 _FIRST = [
@@ -235,16 +235,7 @@ SEEN_TEMPLATES = (
 UNSEEN_TEMPLATES = ("address_on_file", "cancel_pending_by_name")
 #: Compositions of skills the seen templates teach: checked, never demonstrated.
 VERIFIER_ONLY_TEMPLATES = ("change_address_by_name", "cancel_pending_by_email", "cancel_and_return")
-#: Which templates each split draws from.
-SPLIT_TEMPLATES = {
-    "train": SEEN_TEMPLATES,
-    "test": SEEN_TEMPLATES,
-    "train-verifier-only": VERIFIER_ONLY_TEMPLATES,
-    "test-verifier-only": VERIFIER_ONLY_TEMPLATES,
-    "test-unseen": UNSEEN_TEMPLATES,
-}
 ROLES = {"demonstrated": SEEN_TEMPLATES, "verifier_only": VERIFIER_ONLY_TEMPLATES, "held_out": UNSEEN_TEMPLATES}
-ROLES_OF = {template: role for role, templates in ROLES.items() for template in templates}
 
 
 class _Pools:
@@ -628,7 +619,8 @@ def _entities(world: dict[str, Any]) -> list[str]:
 def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` retail tasks of ``split``; the same arguments always give the same tasks."""
     pools = _Pools(side=0 if split.startswith("train") else 1)
-    templates = SPLIT_TEMPLATES[split]
+    role = SPLIT_ROLES[split]
+    templates = ROLES[role]
     tasks = []
     for index in range(n):
         rng = random.Random(f"retail/{split}/{seed}/{index}")
@@ -651,7 +643,7 @@ def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
                     "suite": "retail",
                     "split": split,
                     "template": template,
-                    "role": ROLES_OF[template],
+                    "role": role,
                     "world": world,
                     "solution": solution,
                     "answer_contains": answer_contains,
