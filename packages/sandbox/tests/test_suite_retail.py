@@ -409,10 +409,10 @@ MISTAKE = "ordered by mistake"
         # the solution: 4 required changes (two statuses, two reasons), then all 3 facts -> success, 1.0
         ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W2", "reason": MISTAKE}),
           ("respond", {"message": "#W1 and #W2 are cancelled"})], [2 / 4 / 4, 2 / 4 / 4, 0.75], 1.0),
-        # half the changes, 2 of 3 facts: (2/4 + 2/3) / 4 = 0.2917
-        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("respond", {"message": "#W1 is cancelled"})],
-         [0.125, (2 / 4 + 2 / 3) / 4 - 0.125], (2 / 4 + 2 / 3) / 4),
-        # the right order with the wrong reason: the status is 1 of 4 changes, the reason a wrong one: (1/4 - 1) / 4 -> 0
+        # half the changes (2 * 2/4 / 8 = 0.125); the answer claims what was not done: it counts nothing
+        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("respond", {"message": "#W1 and #W2 are cancelled"})],
+         [0.125, 0.0], 0.125),
+        # the right order with the wrong reason: the status is 1 of 4 changes, the reason a wrong one: (2/4 - 1) / 8 -> 0
         ([(CANCEL, {"order_id": "#W1", "reason": "no longer needed"})], [0.0], 0.0),
         # a right change, then a wrong write: the credit is given back
         ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W3", "reason": MISTAKE})],
@@ -449,8 +449,52 @@ def test_partial_credit_cannot_be_farmed_by_undoing_and_redoing():
                 env.step({"tool": "change_address", "params": {"order_id": "#W1", "address": address}}).reward
             )
     rewards.append(env.step({"tool": "respond", "params": {"message": "It ships to 2 Y St."}}).reward)
-    assert sum(rewards) == pytest.approx(0.25)  # the address is back at the start: only the answer's fact counts
+    assert sum(rewards) == pytest.approx(0.0)  # the address is back at the start: the answer's fact claims a lie
     assert max(rewards) == pytest.approx(0.25)
+
+
+LOOKUP_THEN_CANCEL = {
+    "id": "lookup",
+    "description": "I'm a@b.c; cancel my pending order #W1, ordered by mistake.",
+    "metadata": {
+        "world": PARTIAL_WORLD,
+        "solution": [
+            {"tool": "find_user_by_email", "params": {"email": "a@b.c"}},
+            {"tool": "list_orders", "params": {"user_id": "u1"}},
+            {"tool": CANCEL, "params": {"order_id": "#W1", "reason": MISTAKE}},
+            {"tool": "respond", "params": {"message": "Order #W1 is now cancelled."}},
+        ],
+        "answer_contains": ["#W1", "cancelled"],
+        "answer_excludes": ["#W2"],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("actions", "expected_rewards"),
+    [
+        # each of the truth's two reads is half the lookups term: 1/16; the same read again earns nothing
+        ([("find_user_by_email", {"email": "A@B.C "}), ("find_user_by_email", {"email": "a@b.c"}),
+          ("list_orders", {"user_id": "u1"}), (CANCEL, {"order_id": "#W1", "reason": MISTAKE}),
+          ("respond", {"message": "#W1 is cancelled."})], [1 / 16, 0.0, 1 / 16, 2 / 8, 1 - 3 / 8]),
+        # a read of something else, or a read that fails, reaches no sub-goal
+        ([("get_order", {"order_id": "#W2"}), ("find_user_by_email", {"email": "x@y.z"}),
+          ("list_orders", {"user_id": "u1"})], [0.0, 0.0, 1 / 16]),
+        # the lie: "cancelled" without the cancellation earns nothing, however well it names the facts
+        ([("find_user_by_email", {"email": "a@b.c"}), ("respond", {"message": "Order #W1 is now cancelled."})],
+         [1 / 16, 0.0]),
+        # all but the answer's second fact: the state is right, so the answer counts 1/2: (1 + 2 + 1/2) / 8
+        ([("find_user_by_email", {"email": "a@b.c"}), ("list_orders", {"user_id": "u1"}),
+          (CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("respond", {"message": "Done with #W1."})],
+         [1 / 16, 1 / 16, 2 / 8, 0.5 / 8]),
+    ],
+)  # fmt: skip
+def test_partial_credit_pays_each_sub_goal_of_the_truth_once(actions, expected_rewards):
+    env = RetailEnv(reward="partial")
+    env.reset(task=LOOKUP_THEN_CANCEL)
+    rewards = [env.step({"tool": tool, "params": params}).reward for tool, params in actions]
+    env.close()
+    assert rewards == pytest.approx(expected_rewards)
 
 
 @pytest.mark.parametrize("split", RETAIL.splits)

@@ -11,22 +11,29 @@ final answer must contain every string in ``metadata.answer_contains`` and none 
 fact in the latter (other statuses, counts, reasons, emails, addresses, order ids), so an answer
 that lists every candidate fails. Both are computed here from the task record, so nothing the agent says can fake them.
 
-``RetailEnv(reward="partial")`` pays verifiable partial credit for RL, still computed from the
-database and the task record alone. An episode's rewards sum to 1 on success, else to
+``RetailEnv(reward="partial")`` pays verifiable partial credit for RL, per sub-goal of the
+task's ground truth, still computed from the database and the task record alone. An episode's
+rewards sum to 1 on success, else to
 
-    credit = (changes made / changes required + answer facts present / facts required
-              - wrong changes) / 4, clipped to [0, 0.5]
+    credit = (lookups + 2 * changes + answer - wrong changes) / 8, clipped to [0, 0.5]
 
-where a required change is a field (order status, address, cancel reason, item returned) whose
-value differs between the start and the ground truth's end state, a wrong change is a field
-the agent changed to anything but the ground truth's value, and answer facts count only when the
-answer names no excluded one (none required counts as all present). A task that needs no change
-(a question) has no changes-made term, so its credit is the answer's alone: finishing at once
-earns nothing. The credit is paid as it accrues: each step's reward is the change in that
-potential (a correct write earns at once, a write undone gives it back), so the sum never
-depends on the order of the steps and an episode cut off before ``respond`` keeps the credit of
-the changes it made. ``reward="outcome"`` (the default) pays 1 or 0 at ``respond``, as
-tau-bench does.
+- ``lookups``: the share of the ground truth's reads (find the customer, list their orders, read
+  an order) that the agent made with the same parameters (0 when the truth reads nothing);
+- ``changes``: the share of required changes made, where a required change is a field (order
+  status, address, cancel reason, item returned) whose value differs between the start and the
+  ground truth's end state (0 for a question: touching nothing earns nothing);
+- ``answer``: the share of the answer's facts present (0 when it names an excluded one), counted
+  only once the end state is right (every required change made, none wrong): an answer claiming
+  a change the agent never made earns nothing, so the policy cannot learn to say "cancelled"
+  instead of cancelling;
+- ``wrong changes``: fields the agent changed to anything but the ground truth's value.
+
+The credit is paid as it accrues: each step's reward is the change in that potential (a correct
+read or write earns at once, a write undone gives it back, a read repeated earns nothing), so
+the sum never depends on the order of the steps and an episode cut off before ``respond`` keeps
+the credit of what it did. A policy whose compositions fail still sees which sub-goals it
+reached, which is what RL on a task nobody demonstrated needs. ``reward="outcome"`` (the default)
+pays 1 or 0 at ``respond``, as tau-bench does.
 
 Examples:
     >>> from agentsandbox.suites import get_suite
@@ -41,6 +48,7 @@ Examples:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agentsandbox.envkit import episode_over, error_step, register_once
@@ -131,6 +139,7 @@ SYSTEM_PROMPT = (
 
 
 REWARD_MODES = ("outcome", "partial")
+_READ_TOOLS = frozenset(t.name for t in RETAIL_PROFILE.tools if t.category in (ToolCategory.READ, ToolCategory.SEARCH))
 
 
 def _answer_matches(message: str, required: list[str], forbidden: list[str]) -> bool:
@@ -143,6 +152,25 @@ def _answer_fraction(message: str, required: list[str], forbidden: list[str]) ->
     if any(str(p).casefold() in text for p in forbidden):
         return 0.0
     return sum(str(p).casefold() in text for p in required) / len(required) if required else 1.0
+
+
+def _read_key(tool: str, params: dict[str, Any]) -> tuple[str, str]:
+    """A read call's identity: the tool and its parameters, case and surrounding space ignored."""
+    canonical = {k: v.strip().casefold() if isinstance(v, str) else v for k, v in params.items()}
+    return tool, json.dumps(canonical, sort_keys=True)
+
+
+def _solution_reads(solution: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """The ground truth's read calls (the lookup sub-goals of partial credit)."""
+    reads = set()
+    for action in solution:
+        try:
+            tool, params = parse_action(action)
+        except InvalidActionError:
+            continue  # a malformed solution step is the task's fault; it just adds no sub-goal
+        if tool in _READ_TOOLS:
+            reads.add(_read_key(tool, params))
+    return reads
 
 
 #: What building the error message of a hostile value raises (the schema check prints the value):
@@ -190,6 +218,8 @@ class RetailEnv(AgentEnv):
         self._start: dict[tuple[str, str], Any] = {}
         self._expected: dict[tuple[str, str], Any] | None = None
         self._paid = 0.0  # partial credit paid so far in this episode
+        self._reads: set[tuple[str, str]] = set()  # the ground truth's reads, the lookup sub-goals
+        self._reads_made: set[tuple[str, str]] = set()
         self._done = False
 
     def reset(self, *, task: TaskInfo | dict | str | None = None, seed: int | None = None) -> TimeStep:
@@ -202,6 +232,8 @@ class RetailEnv(AgentEnv):
         self._expected = self._replay_solution(world, info.metadata.get("solution") or [])
         self._db = open_shop(world)
         self._start = state_facts(self._db)
+        self._reads = _solution_reads(info.metadata.get("solution") or [])
+        self._reads_made = set()
         self._paid = 0.0
         self._done = False
         return TimeStep(observation=info.description, info={"task_id": info.id})
@@ -229,14 +261,21 @@ class RetailEnv(AgentEnv):
         required = [k for k, v in expected.items() if self._start.get(k) != v]
         made = sum(now.get(k) == expected[k] for k in required)
         wrong = sum(1 for k, v in now.items() if v != self._start.get(k) and v != expected.get(k))
-        state = made / len(required) if required else 0.0  # a question: no credit for touching nothing
+        changes = made / len(required) if required else 0.0  # a question: no credit for touching nothing
+        lookups = len(self._reads_made) / len(self._reads) if self._reads else 0.0
         answer = 0.0
-        if message is not None:
+        if message is not None and made == len(required) and not wrong:
             metadata = self._task.metadata
             answer = _answer_fraction(
                 message, list(metadata.get("answer_contains") or []), list(metadata.get("answer_excludes") or [])
             )
-        return min(max((state + answer - wrong) / 4, 0.0), 0.5)
+        return min(max((lookups + 2 * changes + answer - wrong) / 8, 0.0), 0.5)
+
+    def _note_read(self, tool: str, params: dict[str, Any]) -> None:
+        """Count a read of the ground truth's (same tool, same parameters) as a reached sub-goal."""
+        key = _read_key(tool, params)
+        if key in self._reads:
+            self._reads_made.add(key)
 
     def _pay(self, total: float) -> float:
         """This step's reward under partial credit: the change in the episode's total."""
@@ -260,6 +299,8 @@ class RetailEnv(AgentEnv):
         if tool == "respond":
             return self._finish(params["message"])
         result = call_tool(self._db, tool, params)
+        if not result.error:
+            self._note_read(tool, params)
         reward = self._pay(self.partial_credit()) if self.reward_mode == "partial" else 0.0
         return TimeStep(observation=result.to_observation(), reward=reward, info={"tool": tool, "error": result.error})
 
