@@ -54,7 +54,7 @@ from typing import Any
 import torch
 
 from agentreward import RewardEngine
-from agentsandbox.suites import TaskSuite, get_suite
+from agentsandbox.suites import SPLIT_ROLES, TaskSuite, get_suite
 from agenttrainer import LocalBatchPolicy, SFTConfig, SFTTrainer
 from agenttrainer.cli import quiet_library_warnings
 from agenttrainer.config import OnlineRLConfig
@@ -75,6 +75,7 @@ from trajectoryhub.evaluate import (
     evaluate_policy,
     evaluate_sampled,
     summarize_samples,
+    summarize_stage,
     template_table,
 )
 from trajectoryhub.report import stage_table, write_report
@@ -229,22 +230,29 @@ def evaluate(model: str, name: str, suite: TaskSuite, tasks: dict[str, list[dict
             model, system_prompt=suite.system_prompt, max_new_tokens=args.max_new_tokens,
             torch_dtype=torch.bfloat16 if args.bf16 else torch.float32, batch_size=args.eval_batch,
         )  # fmt: skip
-        commands = []
+        # every split in one lockstep batch: the long episodes of one split overlap the others'
+        # instead of decoding alone at the end of each split's batch
+        start = time.perf_counter()
+        everything = [task for split_tasks in tasks.values() for task in split_tasks]
+        _, runs = evaluate_policy(policy, everything, env=suite.env_id, name=name, max_steps=suite.max_steps,
+                                  env_kwargs=suite.env_kwargs, batch_size=len(everything), model_name=model,
+                                  progress=False)  # fmt: skip
+        seconds = round(time.perf_counter() - start, 1)
+        commands, offset = [], 0
         for split, split_tasks in tasks.items():
-            start = time.perf_counter()
-            summary, runs = evaluate_policy(policy, split_tasks, env=suite.env_id, name=name, split=split,
-                                            max_steps=suite.max_steps, env_kwargs=suite.env_kwargs,
-                                            batch_size=len(split_tasks), model_name=model, progress=False)  # fmt: skip
-            summary["seconds"] = round(time.perf_counter() - start, 1)
+            split_runs, offset = runs[offset : offset + len(split_tasks)], offset + len(split_tasks)
+            summary = summarize_stage(split_runs, name=name, split=split)
+            summary["seconds"] = seconds  # the one batch's, shared by its splits
             summary["command"] = eval_command(model, root, split, len(split_tasks), args, base=base).replace(
                 "--name X", f"--name {name}")  # fmt: skip
             commands.append(summary["command"])
-            write_trajectories(root / "eval" / f"{name}-{split}.jsonl", runs)
+            write_trajectories(root / "eval" / f"{name}-{split}.jsonl", split_runs)
             stages.append(summary)
-            trajectories[split] = runs
+            trajectories[split] = split_runs
             lo, hi = summary["ci95"]
-            print(f"{name:5} {split:12} success {summary['success_rate']:.0%} [{lo:.0%}, {hi:.0%}] "
-                  f"n={summary['n']}  ({summary['seconds']:.0f}s)", flush=True)  # fmt: skip
+            print(f"{name:8} {split:18} success {summary['success_rate']:.0%} [{lo:.0%}, {hi:.0%}] "
+                  f"n={summary['n']}", flush=True)  # fmt: skip
+        print(f"{name}: {len(everything)} greedy episodes in {seconds:.0f}s", flush=True)
         if sampled and args.eval_samples > 1 and "test" in tasks:
             policy.engine.temperature = 1.0
             random.seed(args.seed)  # as `knowlyr-hub evaluate --samples K --seed S` seeds its sampler
@@ -390,6 +398,28 @@ def print_stage_table(stages: list[dict[str, Any]]) -> None:
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
     for row in [header, *rows]:
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
+
+
+def roles_table(stages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Greedy success of every arm (rows) on every template role's test split (columns), with
+    Wilson 95% intervals: the experiment's answer at a glance."""
+    splits = [
+        split for split in ("test", "test-verifier-only", "test-unseen") if any(s["split"] == split for s in stages)
+    ]
+    cell = {(s["name"], s["split"]): s for s in stages}
+    rows = []
+    for name in dict.fromkeys(s["name"] for s in stages):
+        row = [name]
+        for split in splits:
+            s = cell.get((name, split))
+            row.append("" if s is None else f"{s['success_rate']:.0%} [{s['ci95'][0]:.0%}, {s['ci95'][1]:.0%}] "
+                                             f"({round(s['success_rate'] * s['n'])}/{s['n']})")  # fmt: skip
+        rows.append(row)
+    return {"title": "Greedy success by template role (Wilson 95% CI)",
+            "header": ["arm", *(f"{SPLIT_ROLES[split].replace('_', '-')} ({split})" for split in splits)],
+            "rows": rows,
+            "note": "demonstrated: the SFT data's templates, held-out phrasings and entities; verifier-only: "
+                    "checked during RFT and RL, never demonstrated; held-out: never trained on."}  # fmt: skip
 
 
 def sampled_table(samples: list[dict[str, Any]], comparisons: list[dict[str, Any]], k: int) -> dict[str, Any]:
@@ -559,13 +589,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             sampled_comparisons.append(compare_sampled(by_name[a], by_name[b]))
     seen = sorted({t["metadata"].get("template", "?") for t in tasks["train"]})
     header, rows = template_table(runs_by_stage, seen_templates=seen, roles=suite.template_roles or None)
-    tables = [{"title": "Greedy success per task template", "header": header, "rows": rows,
+    tables = [roles_table(stages), {"title": "Greedy success per task template", "header": header, "rows": rows,
                "note": "Test requests use phrasings train never shows. Roles: demonstrated templates are the SFT data; "
                        "verifier-only ones are checked (RL and RFT train on them) but never demonstrated; "
                        "held-out ones are never trained on."}]  # fmt: skip
     if pool_check:
         k = pool_check["k"]
-        tables.insert(0, {"title": f"Before RL: the SFT policy on the RL pool ({pool_split}), {k} samples per task",
+        tables.insert(1, {"title": f"Before RL: the SFT policy on the RL pool ({pool_split}), {k} samples per task",
                           "header": ["template", "tasks", "pass@1", f"pass@{k}"],
                           "rows": [[r["template"], str(r["tasks"]), f"{r['pass@1']:.1%}", f"{r[f'pass@{k}']:.1%}"]
                                    for r in pool_check["per_template"]],

@@ -203,9 +203,11 @@ ASKED = {
     "cancel_pending_by_email": "status", "cancel_and_return": "status", "count_orders": "count",
     "cancel_reasons": "reason", "email_on_file": "email", "address_by_email": "address", "address_on_file": "address",
     "change_address": "address", "change_address_by_name": "address", "return_item": "item",
+    "count_orders_by_name": "count",
 }  # fmt: skip
 #: Templates whose answer is about particular orders: naming another order is wrong too.
-ABOUT_ORDERS = set(ASKED) - {"count_orders", "email_on_file", "address_by_email", "address_on_file"}
+ABOUT_ORDERS = set(ASKED) - {"count_orders", "count_orders_by_name", "email_on_file", "address_by_email",
+                             "address_on_file"}  # fmt: skip
 
 
 def _candidates(task):
@@ -265,6 +267,7 @@ def _natural_answers(task):
         "change_address": lambda: f"I've changed order {oid}'s address from {order['address']} to {facts[0]}.",
         "return_item": lambda: f"Your return is done: the item from order {oid} is marked as returned.",
         "count_orders": lambda: f"I can see {facts[0]} on your account.",
+        "count_orders_by_name": lambda: f"You have placed {facts[0]} with us.",
         "cancel_two": lambda: f"Both of those pending orders are cancelled now ({oid} included).",
         "cancel_reasons": lambda: f"Order {oid} was cancelled because it was {facts[0]}.",
         "email_on_file": lambda: f"The email address we have for you is {facts[0]}.",

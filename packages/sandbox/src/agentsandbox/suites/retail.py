@@ -24,20 +24,32 @@ cancel_two                cancel two pending orders                             
 cancel_reasons            know why a cancelled order was cancelled                    2      demonstrated
 email_on_file             know the email on their account, giving their name          2      demonstrated
 address_by_email          know the address on file, giving their email                3      demonstrated
+cancel_pending_by_name    cancel their pending order, giving only their name          4      demonstrated
 change_address_by_name    ship their pending order elsewhere, giving only their name  4      verifier_only
 cancel_pending_by_email   cancel their pending order, giving their email              4      verifier_only
 cancel_and_return         cancel one order and return an item of another              6      verifier_only
 address_on_file           know the address on file, giving only their name            3      held_out
-cancel_pending_by_name    cancel their pending order, giving only their name          4      held_out
+count_orders_by_name      know how many orders they have, giving only their name      3      held_out
 ========================  ==========================================================  =====  =============
 
-The roles (``RETAIL.roles``; what each allows is in ``agentsandbox.suites``): the nine
+The roles (``RETAIL.roles``; what each allows is in ``agentsandbox.suites``): the ten
 *demonstrated* templates are in ``train`` and ``test``, and the expert's trajectories of them are
-the SFT data. The three *verifier-only* templates compose skills those teach (a lookup by name
-followed by a write, a list followed by a cancellation, two writes on two orders); they are in
-``train-verifier-only`` and ``test-verifier-only`` only, checked with partial credit but never
-demonstrated, so they measure what RL on a verifier teaches beyond imitation. The two *held-out*
-templates (``test-unseen``) are never trained on.
+the SFT data. They teach three skills in some of their combinations: who the customer is (by
+email, by name), which order (the id in the request, or the pending one on their order list)
+and what to do with it (read, cancel, change the address, return an item). The three
+*verifier-only* templates are combinations of those skills no demonstration shows: a lookup by
+name with the pending order's new address, a lookup by email with the pending order's
+cancellation, a cancellation and a return on two orders. They are in ``train-verifier-only`` and
+``test-verifier-only`` only, checked with partial credit but never demonstrated, so they measure
+what RL on a verifier teaches beyond imitation. The two *held-out* templates (``test-unseen``)
+are never trained on.
+
+Why ``cancel_pending_by_name`` is demonstrated: with no demonstrated template that picks the
+pending order from the order list, two of the three compositions needed a skill nobody had shown,
+and the SFT policy solved none of them in 8 samples of each of 24 tasks (pass@8 = 0, so RL had
+nothing to sharpen). Demonstrating the skill once makes every verifier-only template a new
+combination of demonstrated skills, which is the question: does RL on a verifier compose what
+imitation learned separately?
 
 Requests are worded by ``retail_phrasing``: ``train`` and the held-out splits use disjoint
 sentence frames, verb phrases, identity clauses, reason wordings, greetings and chit-chat, with
@@ -231,8 +243,9 @@ SEEN_TEMPLATES = (
     "cancel_reasons",
     "email_on_file",
     "address_by_email",
+    "cancel_pending_by_name",
 )
-UNSEEN_TEMPLATES = ("address_on_file", "cancel_pending_by_name")
+UNSEEN_TEMPLATES = ("address_on_file", "count_orders_by_name")
 #: Compositions of skills the seen templates teach: checked, never demonstrated.
 VERIFIER_ONLY_TEMPLATES = ("change_address_by_name", "cancel_pending_by_email", "cancel_and_return")
 ROLES = {"demonstrated": SEEN_TEMPLATES, "verifier_only": VERIFIER_ONLY_TEMPLATES, "held_out": UNSEEN_TEMPLATES}
@@ -445,10 +458,10 @@ def _return_item(rng, pools, world, user):
     )
 
 
-def _count_orders(rng, pools, world, user):
-    found = _call("find_user_by_email", email=user["email"])
+def _count_orders(rng, pools, world, user, lookup="email"):
+    found = _find_user(user, lookup)
     count = len(_orders_of(world, user))
-    request = _request(user, "email_or_both")
+    request = _request(user, "email_or_both" if lookup == "email" else "name")
     noun = "order" if count == 1 else "orders"
     answer = f"You have {count} {noun}."
     solution = [found, _call("list_orders", user_id=user["user_id"]), _call("respond", message=answer)]
@@ -492,6 +505,10 @@ def _email_on_file(rng, pools, world, user):
     answer = f"The email on your account is {user['email']}."
     solution = [_call("find_user_by_name", name=user["name"]), _call("respond", message=answer)]
     return request, solution, *_check(answer, [user["email"]], [u["email"] for u in world["users"] if u is not user])
+
+
+def _count_orders_by_name(rng, pools, world, user):
+    return _count_orders(rng, pools, world, user, lookup="name")
 
 
 def _find_user(user, lookup):
@@ -538,10 +555,10 @@ def _via_order_list(user, lookup, action, answer):
 
 def _cancel_pending_by_name(rng, pools, world, user):
     order = _only_pending_order(rng, pools, world, user)
-    oid = order["order_id"]
+    oid, reason = order["order_id"], rng.choice(CANCEL_REASONS)
     answer = f"Order {oid} is now cancelled."
-    solution = _via_order_list(user, "name", _call("cancel_order", order_id=oid, reason="ordered by mistake"), answer)
-    return _request(user, "name", reason="ordered by mistake"), solution, *_cancelled_check(answer, world, oid)
+    solution = _via_order_list(user, "name", _call("cancel_order", order_id=oid, reason=reason), answer)
+    return _request(user, "name", reason=reason), solution, *_cancelled_check(answer, world, oid)
 
 
 def _change_address_by_name(rng, pools, world, user):
@@ -599,6 +616,7 @@ TEMPLATES: dict[str, Template] = {
     "address_by_email": _address_by_email,
     "address_on_file": _address_on_file,
     "cancel_pending_by_name": _cancel_pending_by_name,
+    "count_orders_by_name": _count_orders_by_name,
     "change_address_by_name": _change_address_by_name,
     "cancel_pending_by_email": _cancel_pending_by_email,
     "cancel_and_return": _cancel_and_return,

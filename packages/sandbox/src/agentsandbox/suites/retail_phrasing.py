@@ -149,7 +149,14 @@ FRAMES: dict[str, dict[str, list[str]]] = {
             "{Me}. Can you read me back the postal address you've got for me?",
         ],
     },
-    # verifier-only: compositions of skills the nine above teach, never demonstrated
+    "cancel_pending_by_name": {
+        "train": ["{Me}. Please {v} my order that is still pending, {why}.", "{Me}. {V} my pending order, {why}."],
+        "held_out": [
+            "{Me}. I'd like to {v} the order that hasn't shipped yet; {why}.",
+            "{Me}. The one pending order on my account should be {vd}, {why}.",
+        ],
+    },
+    # verifier-only: compositions of skills the ten above teach, never demonstrated
     # (train-verifier-only and test-verifier-only)
     "change_address_by_name": {
         "train": [
@@ -176,16 +183,16 @@ FRAMES: dict[str, dict[str, list[str]]] = {
         ],
     },
     # test-unseen only
+    "count_orders_by_name": {
+        "held_out": [
+            "{Me}. What's the total number of orders I've placed?",
+            "I lost track of my purchases. {Me}; how many orders have I got?",
+        ],
+    },
     "address_on_file": {
         "held_out": [
             "{Me}. Where do you ship my stuff to by default?",
             "{Me}. Can you read me back the postal address you've got for me?",
-        ],
-    },
-    "cancel_pending_by_name": {
-        "held_out": [
-            "{Me}. I'd like to {v} the order that hasn't shipped yet; {why}.",
-            "{Me}. The one pending order on my account should be {vd}, {why}.",
         ],
     },
 }
