@@ -440,18 +440,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workdir", default="runs/demo", help="where tasks, data, checkpoints and the report go")
     parser.add_argument("--suite", default="retail", help="task suite (knowlyr-hub tasks --list)")
     parser.add_argument("--model", default="smollm2-135m", help="base model: alias, path or Hub id")
-    parser.add_argument("--train-tasks", type=int, default=160, help="train tasks solved by the expert")
+    parser.add_argument("--train-tasks", type=int, default=320, help="train tasks solved by the expert")
     parser.add_argument("--test-tasks", type=int, default=50, help="test tasks (held-out entities and phrasings)")
     parser.add_argument("--verifier-tasks", type=int, default=48,
                         help="test-verifier-only tasks (templates checked but never demonstrated; suites with roles); 0 skips")  # fmt: skip
-    parser.add_argument("--unseen-tasks", type=int, default=30, help="test-unseen tasks (held-out templates); 0 skips")
+    parser.add_argument("--unseen-tasks", type=int, default=20, help="test-unseen tasks (held-out templates); 0 skips")
     parser.add_argument("--seed", type=int, default=0, help="task seed (the same seed writes the same tasks)")
     parser.add_argument("--epochs", type=int, default=1,
                         help="SFT epochs over the expert data (one leaves the RL stage room to learn)")  # fmt: skip
     parser.add_argument("--max-optimizer-steps", type=int, default=-1,
                         help="stop SFT after this many optimizer steps (-1: all epochs)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8, help="SFT examples per optimizer step")
-    parser.add_argument("--sft-micro-batch", type=int, default=2,
+    parser.add_argument("--sft-micro-batch", type=int, default=1,
                         help="SFT examples per forward pass (gradients accumulate up to --batch-size; bounds memory)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT peak learning rate")
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters instead of all weights")
@@ -465,20 +465,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model turn")
     parser.add_argument("--eval-batch", type=int, default=None, help="generation batch size (default: all episodes)")
-    parser.add_argument("--eval-samples", type=int, default=4,
+    parser.add_argument("--eval-samples", type=int, default=1,
                         help="sampled episodes per test task (pass@1, pass@k and a paired test); 1 skips")  # fmt: skip
-    parser.add_argument("--rl-iterations", type=int, default=6, help="online RL (and RFT) iterations; 0 skips both")
+    parser.add_argument("--rl-iterations", type=int, default=4, help="online RL (and RFT) iterations; 0 skips both")
     parser.add_argument("--rl-pool", type=int, default=64,
                         help="online task pool (RL and RFT): train-verifier-only tasks where the suite has them, "
                              "else fresh train tasks SFT never saw (another seed)")  # fmt: skip
     parser.add_argument("--pass-k", type=int, default=8,
                         help="before RL: the SFT policy's pass@1 and pass@k per template on the RL pool; 1 skips")  # fmt: skip
-    parser.add_argument("--pass-k-tasks", type=int, default=24, help="RL-pool tasks the pass@k check samples")
+    parser.add_argument("--pass-k-tasks", type=int, default=12, help="RL-pool tasks the pass@k check samples")
     parser.add_argument("--no-sft-more", dest="sft_more", action="store_false",
                         help="skip the continued-SFT arm (fresh demonstrations, as many as RL samples episodes)")  # fmt: skip
     parser.add_argument("--rl-tasks-per-iteration", type=int, default=4, help="tasks trained on per iteration")
     parser.add_argument("--rl-group-size", type=int, default=8, help="episodes per task per iteration")
-    parser.add_argument("--rl-lr", type=float, default=1e-5, help="online RL learning rate")
+    parser.add_argument("--rl-lr", type=float, default=2e-5, help="online RL learning rate")
     parser.add_argument("--rl-kl", type=float, default=0.0, help="k3 KL coefficient to the SFT model")
     parser.add_argument("--rl-micro-batch", type=int, default=2, help="episodes per training forward pass")
     parser.add_argument("--rl-algorithm", default="grpo", help="grpo, dr_grpo or rloo")
