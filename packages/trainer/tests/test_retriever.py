@@ -10,9 +10,11 @@ import torch
 
 from agenttrainer.config import ConfigError
 from agenttrainer.retrieval import DenseIndex, Encoder, RetrieverConfig, contrastive_loss, mine_pairs, train_retriever
-from agenttrainer.retrieval.encoder import RetrieverError
+from agenttrainer.retrieval.encoder import RetrieverError, embeddings_cache_path, tool_document
 from knowlyrcore import Step, TaskInfo, ToolCall, Trajectory
+from knowlyrcore.domain import ToolSpec
 from knowlyrcore.testing import require_module
+from knowlyrcore.tool_library import ToolLibrary
 from knowlyrcore.toolgen import generate_library
 
 
@@ -210,3 +212,65 @@ def test_retriever_search_hybrid_fuses_bm25_with_the_encoder(tiny_encoder, tmp_p
     assert {r["tool"]: r["score"] for r in rows(fused.stdout)} == {n: round(s, 4) for n, s in expected.items()}
     scores = [r["score"] for r in rows(fused.stdout)]
     assert scores == sorted(scores, reverse=True)
+
+
+# The library embeddings cache: its key tells every list of tool texts apart (a description may
+# hold a NUL, the old separator), and a cache entry of the wrong shape is recomputed, never used.
+# One tool whose description holds a NUL, and two tools: joined with NULs their texts were one key.
+ONE = ToolLibrary([ToolSpec(name="a", description="x\0b: y")])
+TWO = ToolLibrary([ToolSpec(name="a", description="x"), ToolSpec(name="b", description="y")])
+
+
+def test_a_nul_in_a_document_does_not_collide_with_two_documents(tiny_encoder, tmp_path, monkeypatch):
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    encoder = Encoder(tiny_encoder)
+    assert embeddings_cache_path(encoder, ["a\0b"]) != embeddings_cache_path(encoder, ["a", "b"])
+    assert embeddings_cache_path(encoder, ["a\0", "b"]) != embeddings_cache_path(encoder, ["a", "\0b"])
+    assert embeddings_cache_path(encoder, []) != embeddings_cache_path(encoder, [""])
+    # the libraries' own texts: "a: x\0b: y" against "a: x", "b: y"
+    assert [tool_document(t) for t in ONE] == ["a: x\0b: y"]
+    assert [tool_document(t) for t in TWO] == ["a: x", "b: y"]
+    assert embeddings_cache_path(encoder, ["a: x\0b: y"]) != embeddings_cache_path(encoder, ["a: x", "b: y"])
+
+
+@pytest.mark.parametrize("order", [(ONE, TWO), (TWO, ONE)], ids=["one-then-two", "two-then-one"])
+def test_each_library_gets_its_own_embeddings_and_searches(tiny_encoder, tmp_path, monkeypatch, order):
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    for library in order:
+        encoder = CountingEncoder(tiny_encoder)
+        index = DenseIndex(library, encoder, cache=True)
+        assert encoder.embedded == len(library)  # embedded, not another library's entry
+        assert index.matrix.shape == (len(library), 32)
+        found = index.search("y", k=5)
+        assert sorted(t.name for t, _ in found) == sorted(t.name for t in library)
+    assert len(list((tmp_path / "cache" / "embeddings").iterdir())) == 2
+    for library in order:  # and each is read back from its own entry
+        encoder = CountingEncoder(tiny_encoder)
+        assert DenseIndex(library, encoder, cache=True).matrix.shape[0] == len(library)
+        assert encoder.embedded == 0
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [torch.zeros(3, 32), torch.zeros(1, 32), torch.zeros(2, 7), torch.zeros(2), torch.zeros(2, 32, 1)],
+    ids=["more-rows", "fewer-rows", "other-width", "one-dim", "three-dim"],
+)
+def test_a_cache_entry_of_the_wrong_shape_is_recomputed(tiny_encoder, tmp_path, monkeypatch, stored):
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    built = DenseIndex(TWO, Encoder(tiny_encoder), cache=True)
+    (path,) = (tmp_path / "cache" / "embeddings").iterdir()
+    torch.save(stored, path)  # an entry that does not fit this library
+    encoder = CountingEncoder(tiny_encoder)
+    index = DenseIndex(TWO, encoder, cache=True)
+    assert encoder.embedded == 2 and torch.allclose(index.matrix, built.matrix)
+    assert sorted(t.name for t, _ in index.search("y", k=5)) == ["a", "b"]
+    assert torch.load(path, weights_only=True).shape == (2, 32)  # the entry is written again, right
+
+
+def test_an_unreadable_cache_entry_is_recomputed(tiny_encoder, tmp_path, monkeypatch):
+    monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
+    DenseIndex(TWO, Encoder(tiny_encoder), cache=True)
+    (path,) = (tmp_path / "cache" / "embeddings").iterdir()
+    path.write_bytes(b"not a tensor")
+    encoder = CountingEncoder(tiny_encoder)
+    assert DenseIndex(TWO, encoder, cache=True).matrix.shape == (2, 32) and encoder.embedded == 2

@@ -49,16 +49,21 @@ def _engine(options: dict[str, Any]):
     if options["judge_url"] or options["judge_model"]:
         if not options["judge_model"]:
             raise click.UsageError("--judge-url needs --judge-model (the model name the endpoint serves)")
-        judge = Judge(
-            model=options["judge_model"],
-            base_url=options["judge_url"],
-            api_key=options["judge_api_key"],
-            provider=options["judge_provider"],
-            mode=options["judge_mode"],
-            max_retries=options["judge_retries"],
-            max_tokens=options["judge_max_tokens"],
-            verdict=options["judge_verdict"],
-        )
+        try:
+            judge = Judge(
+                model=options["judge_model"],
+                base_url=options["judge_url"],
+                api_key=options["judge_api_key"],
+                provider=options["judge_provider"],
+                mode=options["judge_mode"],
+                max_retries=options["judge_retries"],
+                max_tokens=options["judge_max_tokens"],
+                verdict=options["judge_verdict"],
+                call_deadline=options["judge_deadline"],
+                run_deadline=options["judge_run_deadline"],
+            )
+        except ValueError as exc:  # e.g. a NaN deadline, which click's FloatRange lets through
+            raise click.UsageError(str(exc)) from None
     weights = load_weights(options["weights"]) if options["weights"] else None  # refuses NaN/Infinity weights
     if options["dimension_weights"] is not None and options["preset"] != "seed-003":
         raise click.UsageError("--dimension-weights weighs the seed-003 preset's dimensions: add --preset seed-003")
@@ -231,6 +236,20 @@ def engine_options(command: Any) -> Any:
             default=96,
             show_default=True,
             help="Longest judge reply in tokens (a rubric JSON needs about 40).",
+        ),
+        click.option(
+            "--judge-deadline",
+            type=click.FloatRange(0, min_open=True),
+            default=120.0,
+            show_default=True,
+            help="Seconds a judge call may take in all (the endpoint's reply is untrusted: one that trickles in "
+            "is cut off here and the step abstains, as after an unusable reply).",
+        ),
+        click.option(
+            "--judge-run-deadline",
+            type=click.FloatRange(0),
+            default=None,
+            help="Seconds from the first judge call after which every further call abstains (default: no limit).",
         ),
         click.option("--calibration", callback=_existing, help="Calibration file from `knowlyr-reward calibrate`."),
         click.option(

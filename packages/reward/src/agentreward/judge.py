@@ -21,6 +21,16 @@ Verdicts: ``text`` (the JSON replies above) or ``logprobs``, for endpoints that 
 and reads P(Yes) / (P(Yes) + P(No)) off the first token's distribution, one generated token per
 call. A small model that will not write a number still has a graded belief, and the call costs
 one prompt pass. In step mode that probability is every model rubric's score.
+
+The endpoint is remote and its replies are untrusted input. Each reply body is streamed and
+capped (``_MAX_REPLY_BYTES``), its JSON nesting depth is checked before it is parsed, parser
+errors (ints over Python's 4300 digits, recursion) are caught, and its shape is checked (a
+non-empty ``choices`` list of objects, string content, finite logprobs in
+[``-_LOGPROB_FLOOR``, 0]) before any field is used. A call has a wall-clock deadline
+(``call_deadline``) over all of it, headers included, since the SDK's ``timeout`` bounds each
+read only and a judge that drips a byte at a time would otherwise hold a call for ever; an
+optional ``run_deadline`` makes every call after it abstain. Each of these failures is a
+``JudgeError``: the judge abstains and counts it in ``failures``, as for any unusable reply.
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ import hashlib
 import json
 import math
 import re
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +57,14 @@ _CLIP = 600
 _POLICY_CLIP = 2500
 _TRANSCRIPT_STEPS = 40
 MODES = ("step", "trajectory", "both")
+
+# Limits on what a (possibly hostile) endpoint may send. A reply of max_tokens tokens with 20
+# top_logprobs is a few kB; the nesting of a chat completion is under 10 levels.
+_MAX_REPLY_BYTES = 1 << 20
+_MAX_JSON_DEPTH = 32
+_LOGPROB_FLOOR = 1e4  # exp(-1e4) is already 0.0: any lower logprob says nothing more
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
 
 SYSTEM_PROMPT = (
     "You are a strict reviewer of an AI agent's tool calls. For the CURRENT STEP, rate each "
@@ -143,11 +163,35 @@ def build_trajectory_prompt(trajectory: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _json_depth_ok(text: str, limit: int = _MAX_JSON_DEPTH) -> bool:
+    """Whether no JSON array/object in ``text`` nests deeper than ``limit``: checked before
+    ``json.loads``, whose C scanner recurses once per level (a RecursionError, or worse)."""
+    depth = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):  # brackets inside strings do not nest
+        depth += 1 if bracket.group() in "[{" else -1
+        if depth > limit:
+            return False
+    return True
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` for untrusted text: ``JudgeError`` for anything it cannot or should not read."""
+    if not _json_depth_ok(text):
+        raise JudgeError(f"JSON nested deeper than {_MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, and ints over 4300 digits
+        raise JudgeError(f"unreadable JSON: {_clip(exc, 160)}") from None
+
+
 def _unit(value: Any) -> float | None:
     """``value`` as a score in [0, 1] (a 0-10 scale rescaled), or ``None``."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        return None
     if 1 < value <= 10:
         value /= 10  # a 0-10 scale
     return value if 0 <= value <= 1 else None
@@ -157,8 +201,8 @@ def _named_scores(text: str, names: tuple[str, ...]) -> dict[str, float]:
     """The scores of ``names`` in the first JSON object that has any, else in ``name: value`` prose."""
     for match in _JSON_OBJECT.finditer(text):
         try:
-            data = json.loads(match.group(0))
-        except json.JSONDecodeError:
+            data = _loads(match.group(0))
+        except JudgeError:
             continue
         if isinstance(data, dict):
             scores = {name: v for name in names if (v := _unit(data.get(name))) is not None}
@@ -177,6 +221,7 @@ def parse_verdict(top: list[tuple[str, float]]) -> float:
     case, spacing or trailing punctuation); ``JudgeError`` when neither word is among them."""
     mass = {"yes": 0.0, "no": 0.0}
     for token, logprob in top:
+        _check_logprob(logprob)  # math.exp(1000) overflows, math.exp("high") is a TypeError
         word = token.strip().strip(".,!:;\"'").lower()
         if word in mass:
             mass[word] += math.exp(logprob)
@@ -184,6 +229,26 @@ def parse_verdict(top: list[tuple[str, float]]) -> float:
         shown = [token for token, _ in top[:8]]
         raise JudgeError(f"neither Yes nor No among the reply's {len(top)} likeliest first tokens: {shown!r}")
     return mass["yes"] / (mass["yes"] + mass["no"])
+
+
+def _check_logprob(value: Any) -> float:
+    """``value`` if it is a finite log-probability in [-_LOGPROB_FLOOR, 0], else ``JudgeError``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not -_LOGPROB_FLOOR <= value <= 0  # also refuses NaN
+    ):
+        raise JudgeError(f"a logprob must be a number in [-{_LOGPROB_FLOOR:g}, 0], got {_clip(repr(value), 40)}")
+    return float(value)
+
+
+def _first_choice(reply: dict[str, Any]) -> dict[str, Any]:
+    """The first choice of an OpenAI chat completion, after checking ``choices`` is a non-empty
+    list of objects."""
+    choices = reply.get("choices")
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
+        raise JudgeError(f"reply has no usable choices (a non-empty list of objects): {_clip(repr(choices), 120)}")
+    return choices[0]
 
 
 def parse_success(text: str) -> float:
@@ -216,7 +281,9 @@ class Judge:
     provider: str = "openai"
     max_retries: int = 2
     retry_temperature: float = 0.7
-    timeout: float = 60.0
+    timeout: float = 60.0  # per read, the SDK's
+    call_deadline: float = 120.0  # seconds for a whole call, headers and body
+    run_deadline: float | None = None  # seconds from the first call, after which every call abstains
     max_tokens: int = 96
     mode: str = "step"
     verdict: str = "text"
@@ -224,6 +291,7 @@ class Judge:
     calls: int = 0
     _cache: dict[str, dict[str, float] | None] = field(default_factory=dict, repr=False)
     _client: Any = field(default=None, repr=False)
+    _run_started: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.provider not in ("openai", "anthropic"):
@@ -238,6 +306,14 @@ class Judge:
             raise ValueError(
                 "max_retries must be >= 0, max_tokens >= 1 and retry_temperature in [0, 2], got "
                 f"{self.max_retries}, {self.max_tokens} and {self.retry_temperature}"
+            )
+        deadlines = (self.call_deadline, self.run_deadline if self.run_deadline is not None else 0.0)
+        if not all(isinstance(d, (int, float)) and math.isfinite(d) for d in deadlines) or not (
+            self.call_deadline > 0 and deadlines[1] >= 0
+        ):
+            raise ValueError(
+                "call_deadline must be a finite number of seconds > 0 and run_deadline None or >= 0, got "
+                f"{self.call_deadline!r} and {self.run_deadline!r}"
             )
 
     def _get_client(self) -> Any:
@@ -257,44 +333,132 @@ class Judge:
             )
         return self._client
 
-    def _request(self, prompt: str, system: str, **options: Any) -> Any:
-        """One chat request with ``options`` (temperature, max_tokens, ...), the provider's reply
-        object; transport errors become ``JudgeError``."""
+    def _deadline(self) -> float:
+        """The monotonic time by which this call must be done: its own deadline, or the run's if
+        sooner; ``JudgeError`` once the run's has passed."""
+        now = time.monotonic()
+        if self._run_started is None:
+            self._run_started = now
+        deadline = now + self.call_deadline
+        if self.run_deadline is not None:
+            if now >= self._run_started + self.run_deadline:
+                raise JudgeError(f"the judge's run deadline ({self.run_deadline:g} s) has passed: not asked")
+            deadline = min(deadline, self._run_started + self.run_deadline)
+        return deadline
+
+    def _request(self, prompt: str, system: str, **options: Any) -> dict[str, Any]:
+        """One chat request with ``options`` (temperature, max_tokens, ...): the reply's JSON object,
+        read within the deadline and the size cap and parsed with the depth check; every failure a
+        ``JudgeError``.
+
+        The request runs in a daemon thread the caller waits on until the deadline: that is the
+        only bound on the parts the SDK reads itself (headers, the body of an error status), which
+        a dripping server can stretch for ever under a per-read timeout. A thread left behind
+        stops at its next chunk, or at the per-read timeout when the server goes quiet."""
         client = self._get_client()
+        deadline = self._deadline()
         self.calls += 1
+        outcome: dict[str, Any] = {}
+        stop = threading.Event()
+
+        def call() -> None:
+            try:
+                outcome["body"] = self._read_reply(client, prompt, system, options, deadline, stop)
+            except BaseException as exc:  # handed to the caller, who decides what it means
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=call, name="knowlyr-judge-call", daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            stop.set()
+            raise JudgeError(self._where(f"no complete reply within the call deadline ({self.call_deadline:g} s)"))
+        error = outcome.get("error")
+        if isinstance(error, JudgeError):
+            raise error
+        if error is not None:  # the SDKs raise many transport classes; keep the message
+            raise JudgeError(self._where(f"{type(error).__name__}: {error}")) from error
         try:
-            if self.provider == "openai":
-                messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
-                return client.chat.completions.create(model=self.model, messages=messages, **options)
+            text = outcome["body"].decode("utf-8")
+        except UnicodeDecodeError:
+            raise JudgeError(self._where("the reply is not UTF-8")) from None
+        reply = _loads(text)
+        if not isinstance(reply, dict):
+            raise JudgeError(self._where(f"the reply is not a JSON object: {_clip(text, 120)!r}"))
+        return reply
+
+    def _where(self, problem: str) -> str:
+        return f"{self.provider} endpoint {self.base_url or '(default)'}: {problem}"
+
+    def _read_reply(
+        self, client: Any, prompt: str, system: str, options: dict[str, Any], deadline: float, stop: threading.Event
+    ) -> bytes:
+        """The raw reply body, streamed so the size cap and the deadline are checked between
+        chunks (the SDK's own parsing would read any size and parse any depth)."""
+        # no single read may outlast the deadline either
+        timeout = max(0.001, min(self.timeout, deadline - time.monotonic()))
+        if self.provider == "openai":
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+            create = client.chat.completions.with_streaming_response.create
+            stream = create(model=self.model, messages=messages, timeout=timeout, **options)
+        else:
             messages = [{"role": "user", "content": prompt}]
-            return client.messages.create(model=self.model, system=system, messages=messages, **options)
-        except Exception as exc:  # the SDKs raise many transport classes; keep the message
-            raise JudgeError(
-                f"{self.provider} endpoint {self.base_url or '(default)'}: {type(exc).__name__}: {exc}"
-            ) from exc
+            create = client.messages.with_streaming_response.create
+            stream = create(model=self.model, system=system, messages=messages, timeout=timeout, **options)
+        body = bytearray()
+        with stream as response:
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > _MAX_REPLY_BYTES:
+                    raise JudgeError(self._where(f"the reply is over {_MAX_REPLY_BYTES} bytes: not read further"))
+                if stop.is_set() or time.monotonic() > deadline:
+                    raise JudgeError(
+                        self._where(f"no complete reply within the call deadline ({self.call_deadline:g} s)")
+                    )
+        return bytes(body)
 
     def complete(self, prompt: str, system: str = SYSTEM_PROMPT, temperature: float = 0.0) -> str:
-        """One chat completion's text; transport errors become ``JudgeError``."""
+        """One chat completion's text; transport errors and malformed replies become ``JudgeError``."""
         reply = self._request(prompt, system, temperature=temperature, max_tokens=self.max_tokens)
         if self.provider == "openai":
-            return reply.choices[0].message.content or ""
-        return "".join(getattr(block, "text", "") for block in reply.content)
+            message = _first_choice(reply).get("message")
+            if not isinstance(message, dict):
+                raise JudgeError(f"reply's first choice has no message object: {_clip(repr(message), 120)}")
+            content = message.get("content")
+            if content is not None and not isinstance(content, str):  # None: an empty reply, unusable later
+                raise JudgeError(f"reply's message content is not a string: {_clip(repr(content), 120)}")
+            return content or ""
+        blocks = reply.get("content")
+        if not isinstance(blocks, list) or not all(isinstance(block, dict) for block in blocks):
+            raise JudgeError(f"reply's content is not a list of blocks: {_clip(repr(blocks), 120)}")
+        texts = [block.get("text", "") for block in blocks]
+        if not all(isinstance(text, str) for text in texts):
+            raise JudgeError(f"reply has a content block whose text is not a string: {_clip(repr(texts), 120)}")
+        return "".join(texts)
 
     def first_token_logprobs(self, prompt: str, system: str) -> list[tuple[str, float]]:
-        """The likeliest first tokens of the reply, as ``(token, logprob)``; transport errors
-        become ``JudgeError``, an endpoint that returns no logprobs a ``JudgeSetupError``."""
+        """The likeliest first tokens of the reply, as ``(token, logprob)``; transport errors and
+        malformed replies become ``JudgeError``, an endpoint that returns no logprobs a
+        ``JudgeSetupError``."""
         reply = self._request(prompt, system, temperature=0, max_tokens=1, logprobs=True, top_logprobs=_TOP_LOGPROBS)
-        logprobs = reply.choices[0].logprobs if reply.choices else None
-        if logprobs is None or not logprobs.content:
+        logprobs = _first_choice(reply).get("logprobs")
+        if logprobs is None or (isinstance(logprobs, dict) and not logprobs.get("content")):
             raise JudgeSetupError(
                 f"the judge endpoint {self.base_url or '(default)'} returned no logprobs for model {self.model!r}: "
                 "it does not support logprobs/top_logprobs; use the text verdict (--judge-verdict text)"
             )
-        first = logprobs.content[0]
-        pairs = [(first.token, first.logprob)] + [(t.token, t.logprob) for t in first.top_logprobs or []]
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if not isinstance(content, list) or not isinstance(content[0], dict):
+            raise JudgeError(f"reply's logprobs are malformed: {_clip(repr(logprobs), 120)}")
+        alternatives = content[0].get("top_logprobs") or []
+        if not isinstance(alternatives, list):
+            raise JudgeError(f"reply's top_logprobs are not a list: {_clip(repr(alternatives), 120)}")
+        entries = [content[0], *alternatives]
         unique: dict[str, float] = {}
-        for token, logprob in pairs:  # the chosen token is usually among the top ones too
-            unique.setdefault(token, logprob)
+        for entry in entries:  # the chosen token is usually among the top ones too
+            if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+                raise JudgeError(f"reply's logprobs are malformed: {_clip(repr(entry), 120)}")
+            unique.setdefault(entry["token"], _check_logprob(entry.get("logprob")))
         return list(unique.items())
 
     def _ask(self, prompt: str, system: str, parse: Any, what: str) -> Any:

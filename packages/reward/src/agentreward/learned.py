@@ -22,6 +22,7 @@ Needs torch and transformers (the ``learned`` extra: ``pip install 'knowlyr-rewa
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,34 @@ TOKENIZER_FILE = "tokenizer_config.json"
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "deberta-v2"})
 #: how many tokens of a prefix the scorer reads by default (all-MiniLM-L6-v2 was trained on 256)
 DEFAULT_MAX_LENGTH = 512
+
+# The largest sizes a checkpoint's ``config.json`` may declare: ``ProcessRewardModel.load`` checks
+# them (and them against the weights file's header and ``prm.json``) before any tensor is allocated,
+# so a crafted 1 KB checkpoint cannot ask for terabytes. Generous: far beyond a reward model's needs.
+MAX_VOCAB_SIZE = 1_000_000  #: tokens (the largest common vocabularies are ~260k)
+MAX_HIDDEN_SIZE = 16_384  #: width of the hidden state (also bounds ``embedding_size``, ``head_dim``)
+MAX_LAYERS = 256  #: ``num_hidden_layers``
+MAX_ATTENTION_HEADS = 1_024  #: ``num_attention_heads``
+MAX_INTERMEDIATE_SIZE = 131_072  #: width of the feed-forward layers
+MAX_POSITIONS = 1_048_576  #: ``max_position_embeddings``, and ``prm.json``'s ``max_length``
+#: ``config.json`` field -> (least, most) it may declare, checked in this order
+SIZE_BOUNDS = {
+    "vocab_size": (1, MAX_VOCAB_SIZE),
+    "hidden_size": (1, MAX_HIDDEN_SIZE),
+    "num_hidden_layers": (1, MAX_LAYERS),
+    "num_attention_heads": (1, MAX_ATTENTION_HEADS),
+    "intermediate_size": (1, MAX_INTERMEDIATE_SIZE),
+    "max_position_embeddings": (1, MAX_POSITIONS),
+    "type_vocab_size": (0, MAX_VOCAB_SIZE),
+    "embedding_size": (1, MAX_HIDDEN_SIZE),
+    "head_dim": (1, MAX_HIDDEN_SIZE),
+}
+WEIGHTS_FILE, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
+# tensor names (as ``save_pretrained`` writes a bare text model) of the token and position
+# embeddings and of the numbered layers: BERT-likes, Llama-likes, GPT-2, GPT-NeoX
+_TOKEN_EMBEDDINGS = re.compile(r"(?:^|\.)(?:word_embeddings|embed_tokens|wte|embed_in)\.weight$")
+_POSITION_EMBEDDINGS = re.compile(r"(?:^|\.)(?:position_embeddings|wpe)\.weight$")
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|h|block|blocks)\.(\d+)\.")
 
 
 # importing this module needs torch: the engine imports it only when the learned layer is asked for
@@ -148,6 +177,7 @@ class ProcessRewardModel(torch.nn.Module):
 
         _transformers()  # a missing extra is named before the checkpoint is judged
         config = read_checkpoint_config(directory)
+        check_model_sizes(directory, config["max_length"])  # before anything is allocated
         model = cls.from_pretrained_text_model(
             directory, pooling=config["pooling"], max_length=config["max_length"], signals=bool(config["signals"])
         )
@@ -186,6 +216,117 @@ def read_checkpoint_config(directory: str | Path) -> dict[str, Any]:
     return config
 
 
+def check_model_sizes(directory: str | Path, max_length: int | None = None) -> None:
+    """Refuse a text model whose ``config.json`` declares sizes beyond ``SIZE_BOUNDS``, a
+    ``hidden_size`` its attention heads do not divide, sizes the weights file's tensors do not have
+    (read from the safetensors header, no tensor loaded), or (``max_length``, ``prm.json``'s) more
+    tokens than its positions: a one-line ``RewardError`` naming the file and the field.
+
+    Runs before the model is built, so a crafted checkpoint cannot make the loader allocate more
+    than its weights file holds. A directory without ``config.json`` is left to the loader."""
+    directory = Path(directory)
+    path = directory / "config.json"
+    if not path.is_file():
+        return
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RewardError(f"{path}: unreadable ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, dict):
+        raise RewardError(f"{path}: not a JSON object")
+    config_class = (
+        _transformers().CONFIG_MAPPING.get(raw.get("model_type")) if isinstance(raw.get("model_type"), str) else None
+    )
+    aliases = dict(getattr(config_class, "attribute_map", None) or {})  # GPT-2 writes n_embd for hidden_size
+    try:
+        defaults = config_class() if config_class is not None else None  # what a field left out means
+    except Exception:  # an odd config class: only the declared fields are checked
+        defaults = None
+
+    sizes: dict[str, int] = {}  # field -> the size the model will have
+    keys: dict[str, str] = {}  # field -> its name in config.json
+    for field, (least, most) in SIZE_BOUNDS.items():
+        key = aliases.get(field, field)
+        keys[field] = key
+        value = raw[key] if key in raw else getattr(defaults, field, None)
+        if value is None:  # not this architecture's, or null (GPT-2's n_inner: 4 * hidden)
+            continue
+        if type(value) is not int or not least <= value <= most:
+            raise RewardError(f"{path}: {key}: must be a whole number in [{least}, {most}], got {value!r}")
+        sizes[field] = value
+
+    hidden, heads = sizes.get("hidden_size"), sizes.get("num_attention_heads")
+    if hidden and heads and "head_dim" not in raw and hidden % heads:
+        raise RewardError(
+            f"{path}: {keys['hidden_size']}: {hidden} is not divisible by {keys['num_attention_heads']} {heads}"
+        )
+    positions = sizes.get("max_position_embeddings")
+    if max_length is not None and max_length > (positions or MAX_POSITIONS):
+        where = f"{keys['max_position_embeddings']} ({positions} tokens) in {path}" if positions else MAX_POSITIONS
+        raise RewardError(f"{directory / CONFIG_FILE}: max_length: {max_length} is more than {where}")
+    _check_weight_shapes(directory, path, sizes, keys)
+
+
+def _check_weight_shapes(directory: Path, path: Path, sizes: dict[str, int], keys: dict[str, str]) -> None:
+    """``check_model_sizes``'s sizes against the tensors of the weights file (its header only)."""
+    found = _weight_shapes(directory)
+    if found is None:
+        return
+    label, shapes = found
+
+    def refuse(field: str, held: str) -> None:
+        raise RewardError(f"{path}: {keys[field]}: {sizes[field]}, but {label} holds {held}")
+
+    width = sizes.get("embedding_size", sizes.get("hidden_size"))
+    for name, shape in shapes.items():
+        if _TOKEN_EMBEDDINGS.search(name) and len(shape) == 2:
+            if "vocab_size" in sizes and shape[0] != sizes["vocab_size"]:
+                refuse("vocab_size", f"{shape[0]} token embeddings ({name})")
+            if width is not None and shape[1] != width:
+                refuse("embedding_size" if "embedding_size" in sizes else "hidden_size", f"{name} of width {shape[1]}")
+        positions = sizes.get("max_position_embeddings")
+        if _POSITION_EMBEDDINGS.search(name) and len(shape) == 2 and positions is not None and shape[0] != positions:
+            refuse("max_position_embeddings", f"{shape[0]} position embeddings ({name})")
+    dims = {d for shape in shapes.values() for d in shape}
+    if "hidden_size" in sizes and sizes["hidden_size"] not in dims:
+        refuse("hidden_size", "no tensor of that width")
+    layers = {int(m.group(1)) for m in map(_LAYER_INDEX.search, shapes) if m}
+    if layers and "num_hidden_layers" in sizes and sizes["num_hidden_layers"] != max(layers) + 1:
+        refuse("num_hidden_layers", f"{max(layers) + 1} layers")
+    if layers and "intermediate_size" in sizes and sizes["intermediate_size"] not in dims:
+        refuse("intermediate_size", "no tensor of that width")
+
+
+def _weight_shapes(directory: Path) -> tuple[str, dict[str, list[int]]] | None:
+    """``(file name, {tensor: shape})`` of the model's safetensors weights (one file or the shards
+    of an index) from their headers, or ``None`` when it has none (the loader then says so)."""
+    from safetensors import SafetensorError, safe_open
+
+    single, index = directory / WEIGHTS_FILE, directory / WEIGHTS_INDEX
+    if single.is_file():
+        label, files = WEIGHTS_FILE, [single]
+    elif index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RewardError(f"{index}: weight_map: unreadable ({' '.join(str(exc).split())})") from None
+        if not all(isinstance(n, str) and n and Path(n).name == n for n in names):
+            raise RewardError(f"{index}: weight_map: shard names must be file names in {directory}")
+        label, files = WEIGHTS_INDEX, [directory / n for n in names]
+    else:
+        return None
+    shapes: dict[str, list[int]] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as weights:  # maps the file, reads the header only
+                for name in weights.keys():  # noqa: SIM118 - a safe_open handle is not a mapping
+                    shapes[name] = list(weights.get_slice(name).get_shape())
+        except (SafetensorError, OSError) as exc:
+            raise RewardError(f"{file}: unreadable weights ({' '.join(str(exc).split())})") from None
+    return label, shapes
+
+
 def load_tokenizer(path: str | Path) -> Any:
     """The tokenizer of the model directory ``path``, able to pad (the same meaning and signature
     as ``agenttrainer.models.load_tokenizer``, which knowlyr-reward cannot import)."""
@@ -222,6 +363,11 @@ class LearnedScorer:
         if not (self.path / TOKENIZER_FILE).is_file():
             raise RewardError(f"{path}: {TOKENIZER_FILE} is missing (save the checkpoint with its tokenizer)")
         self.tokenizer = load_tokenizer(self.path)
+        vocab = self.model.encoder.config.vocab_size
+        if len(self.tokenizer) > vocab:  # its last ids would index past the token embeddings
+            raise RewardError(
+                f"{path}: the tokenizer has {len(self.tokenizer)} tokens, more than config.json's vocab_size {vocab}"
+            )
         self.device = torch.device(device or "cpu")
         self.model.to(self.device).eval()
         self.batch_size = batch_size

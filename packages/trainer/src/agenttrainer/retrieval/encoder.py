@@ -9,13 +9,16 @@ with the highest cosine similarity — one matrix product over the library.
 ``DenseIndex(..., cache=True)`` keeps the library's embeddings on disk under
 ``<knowlyr cache>/embeddings/``, keyed by the encoder's weights and the tools' text, so a search
 over an unchanged library embeds only the query (``knowlyr-trainer retriever-search`` does this).
+An entry that is not one ``(tools, hidden)`` tensor is a miss: the library is embedded again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +109,8 @@ class DenseIndex:
     """The embeddings of every tool of a library; ``search`` ranks by cosine similarity.
 
     ``cache=True`` reads the embeddings from (or writes them atomically to) the knowlyr cache,
-    keyed by a sha256 of the encoder's weights, its ``max_length`` and every tool's text.
+    keyed by a sha256 of the encoder's weights, its ``max_length`` and the JSON list of every tool's
+    text (unambiguous: no text can pass for two); an entry of another shape is embedded again.
     """
 
     def __init__(
@@ -116,8 +120,9 @@ class DenseIndex:
         self.tools = list(library)
         documents = [tool_document(t) for t in self.tools]
         path = embeddings_cache_path(encoder, documents) if cache else None
-        if path is not None and path.is_file():
-            self.matrix = torch.load(path, weights_only=True)  # a cache file holds one tensor, never code
+        cached = read_cached_embeddings(path, len(documents), encoder.model.config.hidden_size) if path else None
+        if cached is not None:
+            self.matrix = cached
             return
         self.matrix = encoder.encode(documents, batch_size=batch_size, progress=progress)
         if path is not None:
@@ -137,7 +142,22 @@ def embeddings_cache_path(encoder: Encoder, documents: list[str]) -> Path:
     """Where the embeddings of ``documents`` under ``encoder`` are cached (named by their content)."""
     from agenttrainer.models.aliases import cache_root
 
-    digest = hashlib.sha256(f"{encoder.fingerprint()}:{encoder.max_length}".encode())
-    for document in documents:
-        digest.update(document.encode() + b"\0")
+    # JSON keeps every document's bounds ("\0" or any other character inside one is escaped), so
+    # two different lists of texts never share a key, whatever the texts hold
+    key = json.dumps([encoder.fingerprint(), encoder.max_length, documents], ensure_ascii=True)
+    digest = hashlib.sha256(key.encode())
     return cache_root() / "embeddings" / f"{digest.hexdigest()}.pt"
+
+
+def read_cached_embeddings(path: Path, rows: int, width: int) -> torch.Tensor | None:
+    """The cached ``(rows, width)`` embeddings at ``path``, or ``None`` (a miss: embed again) when
+    there is none or it is not one float tensor of that shape (damaged, or written otherwise)."""
+    if not path.is_file():
+        return None
+    try:
+        matrix = torch.load(path, weights_only=True)  # a cache file holds one tensor, never code
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError):
+        return None
+    if not isinstance(matrix, torch.Tensor) or not matrix.is_floating_point() or matrix.shape != (rows, width):
+        return None
+    return matrix

@@ -236,6 +236,7 @@ class ChatServer:
                 self.model_name,
                 max_tokens_limit=self.limits.max_tokens_limit,
                 max_tools_bytes=self.limits.max_tools_bytes,
+                default_max_tokens=self.default_max_tokens,
             )
             self._with_trained_system_prompt(chat)
             max_new_tokens = await run_in_threadpool(self._budget, chat)

@@ -7,8 +7,12 @@ Chat completions (``/v1/chat/completions``) for agents and clients; legacy compl
 Only what a local single-model server can honour is accepted, and every field read has its type
 checked (``"stream": "false"`` is refused, not truthy); anything else is rejected with an
 OpenAI-style error body (``{"error": {"message", "type", "param", "code"}}``) naming the field,
-never silently ignored. ``tool_choice`` ``"required"`` or a named function is accepted but not
-enforced (decoding is not constrained): the model decides whether to call a tool.
+never silently ignored. Every string of a request, at any depth and dictionary keys included
+(``stop``, tool names and schemas, ``logit_bias`` keys, ``model``, ``user``, message content, ...),
+must be valid Unicode text (``refuse_invalid_text``, one check for all of them), and
+``top_logprobs`` times ``max_tokens`` is capped (``MAX_LOGPROB_ENTRIES``). ``tool_choice``
+``"required"`` or a named function is accepted but not enforced (decoding is not constrained):
+the model decides whether to call a tool.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ MAX_STOP_LENGTH = 256  # characters; generation matches every stop string agains
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 MAX_COMPLETION_PROMPTS = 256  # prompts in one /v1/completions batch (one generate call)
 MAX_TOP_LOGPROBS = 20  # OpenAI's cap on a chat request's top_logprobs
+# top_logprobs x max_tokens at most. Every answer token keeps its top_logprobs alternatives (Python
+# tuples, then a JSON object each with the token's text and bytes) until the whole answer is sent, so
+# a request's logprob memory grows with the product: 20 x 4096 once held ~680 MB for minutes. This
+# keeps it a fifth of that at worst, and still allows all 20 alternatives over 819 tokens, 5 over
+# 3276, or 1 over 16384 (the sampled token's own log-prob, top_logprobs 0, is not counted).
+MAX_LOGPROB_ENTRIES = 16384
 
 
 class RequestError(TrainerError, ValueError):
@@ -62,6 +72,59 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     top_logprobs: int | None = None  # None: no logprobs asked for; k: each token's and its k likeliest
+
+
+def refuse_invalid_text(body: Any) -> None:
+    """Refuse (400, naming the field) a request with a string, or a dictionary key, anywhere in it
+    that is not valid Unicode text.
+
+    JSON may escape a lone UTF-16 surrogate (``"\\ud800"``), which the decoder turns into a ``str``
+    that no UTF-8 encoder takes: left in, it raised ``UnicodeEncodeError`` wherever it was first
+    encoded (a 500 for a ``stop`` string, a stream cut short mid-answer, or a field silently
+    ignored). One walk over the whole body, before any field is read, so every field, present or
+    future, gets the same 400, and a streaming request is refused before its stream starts.
+    Iterative, as ``limits.json_depth``: the body's nesting is capped, not the recursion it needs.
+    """
+    if not isinstance(body, (dict, list)):
+        return
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(body, ())]
+    while stack:
+        node, path = stack.pop()
+        for key, child in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(key, str) and not _is_text(key):
+                where = _field(path) or "the request body"
+                raise RequestError(
+                    f"{where} has a key that is not valid Unicode text (a lone surrogate such as \\ud800)",
+                    param=_field(path) or None,
+                    code="invalid_text",
+                )
+            if isinstance(child, str) and not _is_text(child):
+                raise RequestError(
+                    f"{_field((*path, key))} is not valid Unicode text (a lone surrogate such as \\ud800)",
+                    param=_field((*path, key)),
+                    code="invalid_text",
+                )
+            if isinstance(child, (dict, list)):
+                stack.append((child, (*path, key)))
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8: it holds no lone surrogate."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _field(path: tuple[str | int, ...]) -> str:
+    """A field's path as errors name it: ``tools[0].function.name``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else part
+    return text
 
 
 def _text_content(content: Any, where: str) -> str | None:
@@ -184,13 +247,21 @@ def _n(body: dict[str, Any], hint: str = "") -> None:
 
 
 def parse_chat_request(
-    body: Any, served_model: str, *, max_tokens_limit: int | None = None, max_tools_bytes: int | None = None
+    body: Any,
+    served_model: str,
+    *,
+    max_tokens_limit: int | None = None,
+    max_tools_bytes: int | None = None,
+    default_max_tokens: int | None = None,
 ) -> ChatRequest:
     """Validate a request body; raises ``RequestError``.
 
-    Every field read has its type checked (``"stream": "false"`` is refused, not truthy);
-    ``max_tokens_limit`` bounds ``max_tokens``, ``max_tools_bytes`` the size of ``tools`` as JSON.
+    Every field read has its type checked (``"stream": "false"`` is refused, not truthy), and every
+    string must be valid text (``refuse_invalid_text``); ``max_tokens_limit`` bounds ``max_tokens``,
+    ``max_tools_bytes`` the size of ``tools`` as JSON. ``default_max_tokens`` (the server's, for a
+    request without ``max_tokens``) counts against ``MAX_LOGPROB_ENTRIES``.
     """
+    refuse_invalid_text(body)  # first: no later check (nor the 404 for ``model``) sees a bad string
     model = _served_model(body, served_model)
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
@@ -232,6 +303,7 @@ def parse_chat_request(
         raise RequestError("stream_options must be an object or null", param="stream_options")
     stream = _flag(body, "stream", False)
     top_logprobs = _chat_logprobs(body, stream)
+    _logprob_budget(top_logprobs, key, max_tokens, default_max_tokens)
     return ChatRequest(
         model=model,
         messages=messages,
@@ -261,6 +333,21 @@ def _chat_logprobs(body: dict[str, Any], stream: bool) -> int | None:
     if stream:
         raise RequestError("logprobs are not streamed by this server: ask without stream", param="logprobs")
     return top or 0
+
+
+def _logprob_budget(top_logprobs: int | None, key: str, max_tokens: int | None, default: int | None) -> None:
+    """Refuse ``top_logprobs`` x ``max_tokens`` past ``MAX_LOGPROB_ENTRIES`` (400 naming both): the
+    alternatives of every answer token are held until the answer is sent. Refused, never clamped."""
+    tokens = max_tokens if max_tokens is not None else default
+    if not top_logprobs or tokens is None or top_logprobs * tokens <= MAX_LOGPROB_ENTRIES:
+        return
+    asked = f"{key}={tokens}" if max_tokens is not None else f"{key} (the server's default, {tokens})"
+    raise RequestError(
+        f"top_logprobs={top_logprobs} with {asked} asks for {top_logprobs * tokens} alternatives; this server "
+        f"returns at most {MAX_LOGPROB_ENTRIES} (top_logprobs x {key}): lower either",
+        param="top_logprobs",
+        code="logprobs_too_large",
+    )
 
 
 def logprobs_json(
@@ -504,6 +591,7 @@ def parse_completion_request(
     ``tokenize`` turns a string prompt into ids (plain tokenization, no chat template); ``caps``
     bounds each prompt, ``max_tokens_limit`` the ``max_tokens`` asked for.
     """
+    refuse_invalid_text(body)  # first: no later check, nor the tokenizer, sees a bad string
     model = _served_model(body, served_model)
     for key, neutral in UNSUPPORTED_COMPLETION_FIELDS.items():
         if body.get(key) not in neutral:
@@ -596,6 +684,7 @@ def parse_load_weights_request(body: Any) -> str:
     """The directory a ``/v1/load_weights`` body names (``{"path": "<dir>"}``)."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    refuse_invalid_text(body)  # a lone surrogate in a path fails to encode for the file system
     path = body.get("path")
     if not isinstance(path, str) or not path:
         raise RequestError(f"path must be a non-empty string (a directory on the server), got {path!r}", param="path")
