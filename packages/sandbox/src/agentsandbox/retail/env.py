@@ -299,7 +299,7 @@ class RetailEnv(AgentEnv):
         if tool == "respond":
             return self._finish(params["message"])
         result = call_tool(self._db, tool, params)
-        if not result.error:
+        if self.reward_mode == "partial" and not result.error:  # outcome mode never reads the sub-goals
             self._note_read(tool, params)
         reward = self._pay(self.partial_credit()) if self.reward_mode == "partial" else 0.0
         return TimeStep(observation=result.to_observation(), reward=reward, info={"tool": tool, "error": result.error})
