@@ -174,3 +174,22 @@ def test_console_script_exit_code_is_the_processes():
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2 and done.stderr.startswith("error: unknown domain 'astrology'")
     assert done.stderr.count("\n") == 1 and done.stdout == ""
+
+
+def test_dash_h_survives_a_command_first_built_without_its_group():
+    """click keeps a command's help option from its first context: a `make_context` outside the
+    group (as tests and docs tools do) must not take `-h` away from later runs through the group."""
+
+    @click.group(cls=Group)
+    def tool() -> None:
+        """A tool."""
+
+    @tool.command()
+    @click.option("--n", type=int)
+    def sub(n: int | None) -> None:
+        """A subcommand."""
+
+    assert sub.make_context("sub", ["--n", "1"]).params == {"n": 1}
+    for args in (["-h"], ["sub", "-h"], ["sub", "--help"]):
+        result = CliRunner().invoke(tool, args)
+        assert result.exit_code == 0 and result.output.startswith("Usage:"), (args, result.output)

@@ -20,7 +20,7 @@ import click
 from knowlyrcore.clikit import Group, json_argument, mcp_command, run
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group)
 @click.version_option(package_name="knowlyr-core")
 def cli() -> None:
     """Inspect knowlyr environments, domains and schemas."""

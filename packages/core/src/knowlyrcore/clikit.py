@@ -99,9 +99,25 @@ def run(command: click.Command, argv: Sequence[str] | None = None, *, prog_name:
     return result if isinstance(result, int) else EXIT_OK
 
 
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
 class Group(click.Group):
     """A click group whose standalone runs (``cli()``, click's ``CliRunner``) also go through
-    :func:`run`, so they print and exit exactly as ``main([...])`` does."""
+    :func:`run`, so they print and exit exactly as ``main([...])`` does; ``-h`` is ``--help`` on the
+    group and on every command added to it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.context_settings.setdefault("help_option_names", HELP_OPTION_NAMES)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        # Each command gets the names itself rather than inheriting them from the group's context:
+        # click (8.2+) builds a command's help option once and keeps it, so a command whose first
+        # context had no parent (``make_context``, a direct ``main``) would otherwise lose ``-h`` for good.
+        if cmd.add_help_option:
+            cmd.context_settings.setdefault("help_option_names", HELP_OPTION_NAMES)
+        super().add_command(cmd, name)
 
     def main(
         self,

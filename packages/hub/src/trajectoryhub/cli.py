@@ -128,7 +128,7 @@ class HubGroup(Group):
             raise InputError(str(exc)) from exc
 
 
-@click.group(cls=HubGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=HubGroup)
 @click.version_option(package_name="knowlyr-hub")
 def cli() -> None:
     """Rollouts, datasets and evaluation for agents."""

@@ -110,7 +110,7 @@ def _pick(inputs: Sequence[str], fmt: str, index: int, wanted_id: str | None) ->
     return picked
 
 
-@click.group(cls=Group, no_args_is_help=False, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, no_args_is_help=False)
 @click.version_option(package_name=PROG)
 def cli() -> None:
     """Turn agent framework logs into knowlyr trajectories.

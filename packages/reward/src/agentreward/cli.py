@@ -23,7 +23,7 @@ from knowlyrcore.clikit import Group, mcp_command, pairing_options, run
 from knowlyrcore.errors import no_such_file
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group)
 @click.version_option(package_name="knowlyr-reward")
 def cli() -> None:
     """Process reward model for agent trajectories: rules, LLM judge, human calibration, a learned model."""

@@ -33,7 +33,7 @@ backend_option = click.option(
 )
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group)
 @click.version_option(package_name="knowlyr-sandbox")
 def cli() -> None:
     """Run commands, episodes and replays in real sandboxes (Docker or bubblewrap)."""

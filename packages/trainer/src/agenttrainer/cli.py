@@ -145,7 +145,7 @@ def _run(trainer_cls: Any, config: TrainConfig) -> None:
         click.echo(json.dumps(result, default=str))
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group)
 @click.version_option(package_name="knowlyr-trainer")
 def cli() -> None:
     """Train LLM tool-use agents on knowlyr-hub trajectory exports: SFT, DPO, GRPO; and process reward models (prm)."""
