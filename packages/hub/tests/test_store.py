@@ -2,6 +2,7 @@
 
 import json
 import math
+import sqlite3
 import uuid
 
 import pytest
@@ -11,7 +12,7 @@ from knowlyrcore.testing import require_module
 from knowlyrcore.trajectory import Observation
 from trajectoryhub.cli import main
 from trajectoryhub.dedup import content_hash
-from trajectoryhub.store import GDIWeights, StoreError, TrajectoryStore, gdi_score
+from trajectoryhub.store import GDIWeights, NoStoreError, StoreError, TrajectoryStore, gdi_score
 
 DAY = 86400.0
 NOW = 1_800_000_000.0
@@ -176,3 +177,160 @@ def test_cli_add_list_export_stats(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["exports"] == 2
     assert main(["store", "list", "--db", db, "--gdi-weights", "speed=1"]) == 2
     assert "GDI weights" in capsys.readouterr().err
+
+
+# --- issue #43: the hash `store list` prints names a trajectory; only `store add` makes a store ----------------
+
+
+def one_line_error(code, err, *expected):
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    for part in expected:
+        assert part in err, err
+
+
+def rehash(store, old, new):
+    """Give a stored row a chosen hash: sha256 prefixes shared by two trajectories are too rare to
+    make by search."""
+    with store._transaction() as cur:
+        cur.execute("UPDATE trajectories SET hash = ? WHERE hash = ?", (new, old))
+
+
+def test_a_unique_prefix_of_a_hash_names_the_trajectory(store):
+    a, b, c = make("a", output="1"), make("b", output="2"), make("c", output="3")
+    full = content_hash(a)
+    store.add([a, b, c])
+    assert store.resolve(full) == full and store.resolve(full[:12]) == full and store.resolve(full[:8]) == full
+    assert store.resolve(full[:12].upper()) == full
+    assert store.get(full[:12]).task.id == "a"
+    assert store.mark_feedback(full[:12], 0.9) == full
+    assert {r.trajectory.task.id: r.feedback for r in store.query()} == {"a": 0.9, "b": 0.5, "c": 0.5}
+    # two stored hashes sharing their first 8 digits (and a third sharing 7 of them)
+    rehash(store, content_hash(b), "abcdef01" + "0" * 56)
+    rehash(store, content_hash(c), "abcdef01" + "1" * 56)
+    rehash(store, full, "abcdef02" + "2" * 56)
+    with pytest.raises(StoreError, match=r"^hash 'abcdef01' is ambiguous: 2 stored trajectories start with it"):
+        store.resolve("abcdef01")
+    with pytest.raises(StoreError, match="is ambiguous: 2 stored"):
+        store.mark_feedback("abcdef01", 0.1)
+    assert store.get("abcdef011").task.id == "c" and store.resolve("abcdef02") == "abcdef02" + "2" * 56
+    with pytest.raises(StoreError, match=r"^no trajectory with hash 'abcdef03' in the store$"):
+        store.resolve("abcdef03")
+    # too short, or not hex (SQL pattern characters among them): not a hash at all
+    for bad in ("abcdef0", "abcdef0%", "abcdef0_", "abcdef0*", "abcdefgh", "", "a" * 65):
+        with pytest.raises(
+            StoreError, match=r"is not a trajectory hash: give its 64 hex digits or at least its first 8"
+        ):
+            store.resolve(bad)
+    assert [r.feedback for r in store.query(order_by="time")].count(0.5) == 2  # nothing else was rated
+
+
+def test_cli_feedback_takes_the_hash_store_list_prints(store, tmp_path, capsys):
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(make(f"t{i}", i / 4, True, output=str(i)).model_dump_json() + "\n" for i in range(3)))
+    assert main(["store", "add", str(runs), "--db", store.url]) == 0
+    capsys.readouterr()
+    assert main(["store", "list", "--db", store.url, "--order", "reward"]) == 0
+    listed = {line.split()[-1]: line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert sorted(listed) == ["t0", "t1", "t2"] and all(len(h) == 12 for h in listed.values())
+    assert main(["store", "feedback", listed["t1"], "0.9", "--db", store.url]) == 0
+    assert capsys.readouterr().err == f"feedback 0.9 -> {listed['t1']}\n"
+    assert {r.trajectory.task.id: r.feedback for r in store.query()} == {"t0": 0.5, "t1": 0.9, "t2": 0.5}
+    assert main(["store", "feedback", content_hash(make("t2", output="2")), "0.1", "--db", store.url]) == 0
+    capsys.readouterr()
+    assert main(["store", "feedback", "0123", "0.1", "--db", store.url]) == 2
+    one_line_error(2, capsys.readouterr().err, "error: '0123' is not a trajectory hash")
+    missing = next(p for p in ("00000000", "ffffffff") if not any(h.startswith(p) for h in listed.values()))
+    assert main(["store", "feedback", missing, "0.1", "--db", store.url]) == 2
+    one_line_error(2, capsys.readouterr().err, f"error: no trajectory with hash '{missing}' in the store")
+    rehash(store, content_hash(make("t0", 0.0, True, output="0")), "abcdef01" + "0" * 56)
+    rehash(store, content_hash(make("t2", output="2")), "abcdef01" + "1" * 56)
+    assert main(["store", "feedback", "abcdef01", "0.1", "--db", store.url]) == 2
+    one_line_error(2, capsys.readouterr().err, "error: hash 'abcdef01' is ambiguous: 2 stored trajectories")
+    assert {r.feedback for r in store.query()} == {0.5, 0.9, 0.1}  # the refused ones changed nothing
+
+
+@pytest.fixture
+def no_env_store(monkeypatch, tmp_path):
+    monkeypatch.delenv("KNOWLYR_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+READS = {
+    "list": ["store", "list"],
+    "export": ["store", "export", "--order", "gdi", "--limit", "500", "-o", "top.parquet"],
+    "export-jsonl": ["store", "export", "-o", "top.jsonl"],
+    "stats": ["store", "stats"],
+    "feedback": ["store", "feedback", "0123456789ab", "0.9"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(READS))
+def test_reading_a_store_that_is_not_there_is_one_line_and_makes_no_file(no_env_store, capsys, command):
+    # the README's sequence: the store was added with --db store.db, the next command forgot --db
+    runs = no_env_store / "runs.jsonl"
+    runs.write_text(make("t", 0.9, True).model_dump_json() + "\n")
+    assert main(["store", "add", "runs.jsonl", "--db", "store.db"]) == 0
+    capsys.readouterr()
+    before = sorted(p.name for p in no_env_store.iterdir())
+    one_line_error(
+        main(READS[command]),
+        capsys.readouterr().err,
+        "error: trajectories.db: no trajectory store there (no such file); pass --db",
+        "or run `knowlyr-hub store add FILE --db trajectories.db` first",
+    )
+    assert sorted(p.name for p in no_env_store.iterdir()) == before  # no trajectories.db, no output file
+    one_line_error(main([*READS[command], "--db", "sub/x.db"]), capsys.readouterr().err, "sub/x.db: no trajectory")
+    assert sorted(p.name for p in no_env_store.iterdir()) == before  # not even the folder
+    assert main([*READS[command], "--db", "store.db"]) in (0, 2)  # the store that is there answers
+    if command != "feedback":  # (feedback: that hash is not in it)
+        assert "no trajectory store" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["list", "stats", "feedback"])
+def test_an_sqlite_file_without_a_store_is_refused_and_left_as_it_was(no_env_store, capsys, command):
+    empty = no_env_store / "empty.db"
+    empty.write_bytes(b"")
+    other = no_env_store / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    conn.close()
+    for path in (empty, other):
+        before = path.read_bytes()
+        one_line_error(
+            main([*READS[command], "--db", str(path)]),
+            capsys.readouterr().err,
+            f"error: {path}: no trajectory store there (no table 'trajectories': nothing was ever added to it)",
+        )
+        assert path.read_bytes() == before
+    assert sorted(p.name for p in no_env_store.iterdir()) == ["empty.db", "other.db"]  # no -wal, no -shm
+
+
+def test_the_library_opens_without_creating_only_when_asked(tmp_path):
+    with pytest.raises(NoStoreError, match=r"new\.db: no trajectory store there \(no such file\)"):
+        TrajectoryStore(tmp_path / "new.db", create=False)
+    assert not (tmp_path / "new.db").exists()
+    with TrajectoryStore(tmp_path / "new.db") as store:  # the default makes it
+        store.add(make())
+    with TrajectoryStore(tmp_path / "new.db", create=False) as store:
+        assert len(store) == 1
+
+
+@pytest.mark.parametrize("command", ["list", "export", "stats", "feedback"])
+def test_reading_a_postgres_database_without_a_store_is_one_line_and_creates_no_table(
+    postgres, no_env_store, capsys, command
+):
+    import psycopg
+
+    url = postgres.fresh_database(f"empty_{uuid.uuid4().hex[:8]}")
+    name = url.rpartition("/")[2]
+    one_line_error(
+        main([*READS[command], "--db", url]),
+        capsys.readouterr().err,
+        f"/{name}: no trajectory store there (no table 'trajectories'",
+        f"run `knowlyr-hub store add FILE --db {url}` first",
+    )
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('trajectories')").fetchone() == (None,)
+    assert list(no_env_store.iterdir()) == []  # no export written

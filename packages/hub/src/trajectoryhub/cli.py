@@ -11,6 +11,7 @@ knowlyr-hub collect ENV_ID --endpoint URL --model NAME -n 20 -o trajectories.jso
 knowlyr-hub store add runs.jsonl [--db trajectories.db | --db postgresql://...]
 knowlyr-hub store list [--domain D --agent A --success --min-reward R --order gdi|reward|time --limit N]
 knowlyr-hub store export -o top.jsonl|top.parquet [filters]
+knowlyr-hub store feedback HASH 0.9     (HASH: the 12 characters store list prints, or any unique 8+)
 knowlyr-hub store stats
 knowlyr-hub tasks --list
 knowlyr-hub tasks retail --split test --n 50 --seed 0 -o tasks.jsonl
@@ -790,7 +791,8 @@ def collect_command(**options: Any) -> None:
 def store_group() -> None:
     """A trajectory database (SQLite by default, or PostgreSQL) with GDI ranking.
 
-    --db (or KNOWLYR_STORE): a file path for SQLite, or postgresql://user@host:port/db."""
+    --db (or KNOWLYR_STORE): a file path for SQLite, or postgresql://user@host:port/db. Only
+    `store add` creates a store; the other commands refuse one that is not there."""
 
 
 def store_options(fn: Any) -> Any:
@@ -826,10 +828,19 @@ def query_options(fn: Any) -> Any:
     return fn
 
 
-def _open_store(db: str, gdi_weights: str | None):
-    from trajectoryhub.store import GDIWeights, TrajectoryStore
+def _open_store(db: str, gdi_weights: str | None, *, create: bool = False):
+    """The store at ``db``; only ``store add`` passes ``create``: reading (or rating) a store that
+    is not there is one line saying where to find one, and makes no file."""
+    from trajectoryhub.store import GDIWeights, NoStoreError, TrajectoryStore
 
-    return TrajectoryStore(db, weights=GDIWeights.parse(gdi_weights) if gdi_weights else None)
+    weights = GDIWeights.parse(gdi_weights) if gdi_weights else None
+    try:
+        return TrajectoryStore(db, weights=weights, create=create)
+    except NoStoreError as exc:
+        raise InputError(
+            f"{exc}; pass --db (or set KNOWLYR_STORE) to the store `store add` wrote, "
+            f"or run `knowlyr-hub store add FILE --db {exc.where}` first"
+        ) from None
 
 
 @store_group.command("add")
@@ -842,7 +853,7 @@ def store_add_command(files: tuple[str, ...], db: str, gdi_weights: str | None) 
     from trajectoryhub.store import text_problem
 
     items = _read_all(list(files), check=text_problem)
-    with _open_store(db, gdi_weights) as store:
+    with _open_store(db, gdi_weights, create=True) as store:
         report = store.add(items)
         total = len(store)
     click.echo(f"{db}: {report.added} new, {report.duplicates} already stored, {total} in the store", err=True)
@@ -891,14 +902,17 @@ def store_stats_command(db: str, gdi_weights: str | None) -> None:
 
 
 @store_group.command("feedback")
-@click.argument("hash_")
+@click.argument("hash_", metavar="HASH")
 @click.argument("value", type=click.FloatRange(0, 1))
 @store_options
 def store_feedback_command(hash_: str, value: float, db: str, gdi_weights: str | None) -> None:
-    """Record the training effect of a trajectory (0 harmful .. 1 helpful; GDI feedback)."""
+    """Record the training effect of a trajectory (0 harmful .. 1 helpful; GDI feedback).
+
+    HASH: the trajectory's hash as `store list` prints it (12 characters), or any prefix of it
+    of at least 8 hex digits that no other stored trajectory shares, or the whole hash."""
     with _open_store(db, gdi_weights) as store:
-        store.mark_feedback(hash_, value)
-    click.echo(f"feedback {value} -> {hash_[:12]}", err=True)
+        full = store.mark_feedback(hash_, value)
+    click.echo(f"feedback {value} -> {full[:12]}", err=True)
 
 
 cli.add_command(mcp_command("knowlyr-hub", "trajectoryhub.mcp_server"))

@@ -17,6 +17,13 @@ a NUL character in a field the store keeps as its own column (id, task.id, task.
 model — PostgreSQL text cannot hold NUL; elsewhere the trajectory's JSON escapes it as
 ``\\u0000``), and a lone UTF-16 surrogate anywhere (it is not Unicode text).
 
+Only a store opened to be written to (``create=True``, the default; ``knowlyr-hub store add``)
+is created; one opened with ``create=False`` must exist already — an SQLite file that is not
+there, or a database without the ``trajectories`` table, is ``NoStoreError``, and no file is
+made. A stored trajectory is named by its hash or by any prefix of it at least
+``MIN_HASH_PREFIX`` (8) hex digits long that no other stored hash shares (``resolve``), such as
+the 12 digits ``store list`` prints.
+
 Several processes may open a new PostgreSQL store at once: the schema is created under a
 transaction-scoped advisory lock, and a creation that still collides with another is retried.
 A store file that is damaged, not SQLite, or holds a foreign ``trajectories`` table is refused
@@ -66,12 +73,23 @@ from trajectoryhub.dedup import content_hash
 FRESHNESS_DECAY = 0.05  # per day, as in seed 004's GDI
 DEFAULT_FEEDBACK = 0.5
 ORDERS = ("gdi", "reward", "time")
+MIN_HASH_PREFIX = 8  # hex digits of a hash that name a stored trajectory (store list prints 12)
+_HEX = re.compile(r"[0-9a-f]+")
 _SECONDS_PER_DAY = 86400.0
 
 
 class StoreError(InputError):
     """A bad store URL, query or weight, a hash that is not in the store, a damaged or foreign
     store file, or text no store can hold."""
+
+
+class NoStoreError(StoreError):
+    """A store opened with ``create=False`` is not there: no SQLite file, or no ``trajectories``
+    table in the file or database. ``where`` names it (a PostgreSQL URL without its password)."""
+
+    def __init__(self, where: str, why: str):
+        super().__init__(f"{where}: no trajectory store there ({why})")
+        self.where = where
 
 
 class StoreBusyError(KnowlyrError):
@@ -243,10 +261,18 @@ def text_problem(trajectory: Trajectory) -> tuple[str, str] | None:
 class TrajectoryStore:
     """Trajectories in SQLite (default) or PostgreSQL, deduplicated and ranked by GDI.
 
-    ``url``: a file path or ``sqlite:///path`` (SQLite), or ``postgresql://...``.
+    ``url``: a file path or ``sqlite:///path`` (SQLite), or ``postgresql://...``. ``create``:
+    make the store (file, table, indexes) when it is not there; with False a store that is not
+    there is ``NoStoreError`` and nothing is created or written while opening.
     """
 
-    def __init__(self, url: str | os.PathLike = "trajectories.db", *, weights: GDIWeights | None = None):
+    def __init__(
+        self,
+        url: str | os.PathLike = "trajectories.db",
+        *,
+        weights: GDIWeights | None = None,
+        create: bool = True,
+    ):
         self.url = str(url)
         self.weights = weights or GDIWeights()
         self._transient: tuple[type[Exception], ...] = ()  # schema-creation errors worth another try
@@ -255,9 +281,14 @@ class TrajectoryStore:
             self._connect_postgres()
         else:
             self.name = self.url.removeprefix("sqlite:///").removeprefix("sqlite://")
-            self._connect_sqlite(self.name)
+            if not create and self.name != ":memory:" and not Path(self.name).exists():
+                raise NoStoreError(self.name, "no such file")
+            self._connect_sqlite(self.name, create=create)
         try:
-            self._create_schema()
+            if create:
+                self._create_schema()
+            elif self.dialect == "postgres":  # SQLite checked it on connecting, before setting WAL mode
+                self._require_schema()
         except BaseException:
             self._conn.close()
             raise
@@ -271,7 +302,8 @@ class TrajectoryStore:
                         # duplicate key in pg_type; the lock is released at commit
                         cur.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
                     cur.execute(_TABLE)
-                    self._check_columns(cur)
+                    cur.execute(self._columns_query())
+                    self._check_columns(cur.fetchall())
                     for statement in _INDEXES:
                         cur.execute(statement)
                 return
@@ -280,16 +312,27 @@ class TrajectoryStore:
                 if attempt == _SCHEMA_ATTEMPTS:
                     raise
 
-    def _check_columns(self, cur: _Cursor) -> None:
-        """Refuse a ``trajectories`` table someone else made: CREATE ... IF NOT EXISTS kept it."""
+    def _require_schema(self) -> None:
+        """A store opened without ``create``: its table must be there (nothing is created)."""
         if self.dialect == "sqlite":
-            cur.execute("SELECT name FROM pragma_table_info('trajectories')")
+            found = self._select("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'trajectories'", ())
         else:
-            cur.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = 'trajectories'::regclass "
-                "AND attnum > 0 AND NOT attisdropped"
-            )
-        missing = sorted(set(_COLUMNS) - {row[0] for row in cur.fetchall()})
+            found = self._select("SELECT 1 WHERE to_regclass('trajectories') IS NOT NULL", ())
+        if not found:
+            raise NoStoreError(self.name, "no table 'trajectories': nothing was ever added to it")
+        self._check_columns(self._select(self._columns_query(), ()))
+
+    def _columns_query(self) -> str:
+        if self.dialect == "sqlite":
+            return "SELECT name FROM pragma_table_info('trajectories')"
+        return (
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'trajectories'::regclass "
+            "AND attnum > 0 AND NOT attisdropped"
+        )
+
+    def _check_columns(self, rows: Sequence[tuple]) -> None:
+        """Refuse a ``trajectories`` table someone else made: CREATE ... IF NOT EXISTS kept it."""
+        missing = sorted(set(_COLUMNS) - {row[0] for row in rows})
         if missing:
             raise StoreError(
                 f"{self.name}: its table 'trajectories' is not a trajectory store's (no column {', '.join(missing)})"
@@ -297,17 +340,26 @@ class TrajectoryStore:
 
     # --- connections ---------------------------------------------------------------------------
 
-    def _connect_sqlite(self, path: str) -> None:
+    def _connect_sqlite(self, path: str, *, create: bool) -> None:
         self.dialect = "sqlite"
-        if path != ":memory:":
+        if create and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
             # autocommit off by hand (isolation_level=None): transactions are explicit BEGIN IMMEDIATE
             self._conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not a usable SQLite database ({exc})") from None
+        try:
+            if not create:  # before the journal mode is set: a file that holds no store is left as it was
+                self._require_schema()
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at each commit's checkpoint
         except sqlite3.DatabaseError as exc:
+            self._conn.close()
             raise StoreError(f"{path}: not a usable SQLite database ({exc})") from None
+        except BaseException:
+            self._conn.close()
+            raise
         # SQLite builds without the math functions exist; GDI needs the natural log
         self._conn.create_function("ln", 1, math.log, deterministic=True)
 
@@ -432,22 +484,54 @@ class TrajectoryStore:
             for key in hashes:
                 cur.execute("UPDATE trajectories SET exports = exports + 1 WHERE hash = ?", (key,))
 
-    def mark_feedback(self, key: str, value: float) -> None:
-        """Set the training-effect feedback of a trajectory (0 harmful .. 1 helpful)."""
+    def mark_feedback(self, key: str, value: float) -> str:
+        """Set the training-effect feedback of a trajectory (0 harmful .. 1 helpful). ``key``: its
+        hash or a unique prefix of it (``resolve``). Returns the full hash."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise StoreError(f"feedback must be a number in [0, 1], got {value!r}")
+        full = self.resolve(key)
         with self._transaction() as cur:
-            cur.execute("UPDATE trajectories SET feedback = ? WHERE hash = ?", (float(value), key))
+            cur.execute("UPDATE trajectories SET feedback = ? WHERE hash = ?", (float(value), full))
             if cur.rowcount == 0:
                 raise StoreError(f"no trajectory with hash {key[:80]!r} in the store")
+        return full
 
     # --- reading -------------------------------------------------------------------------------
 
+    def resolve(self, key: str) -> str:
+        """The full hash of the one stored trajectory whose hash starts with ``key``: the whole hash,
+        or a prefix of at least ``MIN_HASH_PREFIX`` hex digits (the 12 ``store list`` prints).
+        Not found, too short and shared by several trajectories are each a one-line ``StoreError``."""
+        prefix = str(key).strip().lower()
+        if not (MIN_HASH_PREFIX <= len(prefix) <= 64 and _HEX.fullmatch(prefix)):
+            raise StoreError(
+                f"{str(key)[:80]!r} is not a trajectory hash: give its 64 hex digits or at least "
+                f"its first {MIN_HASH_PREFIX} (store list prints 12)"
+            )
+        if len(prefix) == 64:
+            rows = self._select("SELECT COUNT(*), MIN(hash) FROM trajectories WHERE hash = ?", (prefix,))
+        else:
+            # the prefix is hex digits only, so it holds no pattern characters; SQLite's GLOB is
+            # case-sensitive and answered from the hash index, PostgreSQL's LIKE is case-sensitive
+            match = "hash GLOB ?" if self.dialect == "sqlite" else "hash LIKE ?"
+            pattern = prefix + ("*" if self.dialect == "sqlite" else "%")
+            rows = self._select(f"SELECT COUNT(*), MIN(hash) FROM trajectories WHERE {match}", (pattern,))
+        count, full = int(rows[0][0]), rows[0][1]
+        if count == 0:
+            raise StoreError(f"no trajectory with hash {str(key)[:80]!r} in the store")
+        if count > 1:
+            raise StoreError(
+                f"hash {prefix!r} is ambiguous: {count} stored trajectories start with it; give more of its digits"
+            )
+        return str(full)
+
     def get(self, key: str) -> Trajectory:
-        rows = self._select("SELECT record FROM trajectories WHERE hash = ?", (key,))
+        """The stored trajectory of a hash or a unique prefix of it (``resolve``)."""
+        full = self.resolve(key)
+        rows = self._select("SELECT record FROM trajectories WHERE hash = ?", (full,))
         if not rows:
             raise StoreError(f"no trajectory with hash {key[:80]!r} in the store")
-        return self._load(key, rows[0][0])
+        return self._load(full, rows[0][0])
 
     def __len__(self) -> int:
         return int(self._select("SELECT COUNT(*) FROM trajectories", ())[0][0])
