@@ -16,8 +16,13 @@ long_context=...)`` as BFCL does (MathAPI has no state to load). ``Backends.call
 in, and refuses, as an error result rather than an exception: a function that is not offered now
 (private methods such as ``_load_scenario`` or ``__class__`` never are), unknown or missing
 parameters, arguments of the wrong type, values no JSON document holds (lone surrogates, integers
-past 2**53, non-finite floats, nesting past 64 levels) and the few arguments that would make a
-backend compute without bound (``_too_costly``). Calls that run return their result as JSON text.
+past 2**53, non-finite floats, nesting past 64 levels), the few arguments that would make a
+backend compute without bound (``_too_costly``) and those past the bounds of ``agentsandbox.bfcl.bounds``
+(arguments' size, names, paths; ``cp``/``mv`` of a directory into itself; MessageAPI's id space).
+Calls that run return their result as JSON text, cut at ``bounds.MAX_RESULT_CHARS``. After each call
+the instance's state is measured (``bounds.state_problem``): past a bound, the ``Backends`` is
+broken and every call after is an error marked ``fatal`` (the environment ends the episode). A
+task's ``initial_config`` is checked against the bounds before any backend sees it.
 
 Ground truth: each call string is parsed with ``ast`` and accepted only as a call of a plain
 name with literal JSON arguments (``parse_call``); nothing is evaluated. Positional arguments are
@@ -49,6 +54,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentsandbox.bfcl.bounds import call_problem, capped, config_problem, instance_problem, state_problem
 from agentsandbox.bfcl.checker import show_value
 from agentsandbox.bfcl.data import INSTALL_STEP, ROLES, BFCLError, data_dir, resource_records, schema_problem
 from knowlyrcore.domain import ToolSpec
@@ -234,6 +240,8 @@ def _entry_problem(entry: dict[str, Any]) -> tuple[str, str] | None:
     config = entry.get("initial_config", {})
     if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
         return "initial_config", "expected {class name: {state}}"
+    if problem := config_problem(config):  # before any backend sees it: bfcl-eval bounds nothing
+        return problem[0], f"{problem[1]} (entry {entry['id']!r})"
     question = entry.get("question")
     if not isinstance(question, list) or not question:
         return "question", "expected a non-empty list of turns"
@@ -359,12 +367,19 @@ def result_text(value: Any) -> str:
 
 
 _RUN_LOCK = threading.Lock()  # mpmath's precision is process-wide: one call at a time sets and reads it
+#: The classes that set process-wide state (MathAPI: mpmath's precision), so whose calls hold ``_RUN_LOCK``.
+#: No other class's call holds it: a long call of one episode must not stall every other episode.
+PROCESS_WIDE = frozenset({"MathAPI"})
 
 
-def _run(method: Any, arguments: dict[str, Any]) -> str:
+def _run(method: Any, arguments: dict[str, Any], class_name: str) -> str:
     """Run a backend method and render its result, leaking nothing into the process: MathAPI sets
     decimal's context precision and mpmath's global one, which are restored afterwards (its numbers
-    are rendered before, as they print at the precision of the call)."""
+    are rendered before, as they print at the precision of the call). Only MathAPI's calls hold
+    ``_RUN_LOCK``."""
+    if class_name not in PROCESS_WIDE:
+        with decimal.localcontext():  # decimal's context is per thread: nothing to lock
+            return result_text(method(**arguments))
     with _RUN_LOCK:
         mpmath = sys.modules.get("mpmath")
         dps = mpmath.mp.dps if mpmath else None
@@ -401,6 +416,8 @@ def refusal(tool: str, params: dict[str, Any], offered: dict[str, ToolSpec], own
         return problem
     if problem := _too_costly(class_name, tool, params):
         return f"{tool}: {problem}"
+    if problem := call_problem(class_name, tool, params):
+        return f"{tool}: {problem}"
     return None
 
 
@@ -411,12 +428,16 @@ class CallResult:
     tool: str
     text: str
     error: str | None = None
+    #: the call left the backend past a bound (or the backend was already): the episode must end
+    fatal: bool = False
 
 
 class Backends:
     """The backend instances of one episode (or of its ground-truth replay), fresh from the initial config."""
 
     def __init__(self, involved_classes: list[str], initial_config: dict[str, Any], long_context: bool) -> None:
+        if problem := config_problem(initial_config):  # before any backend sees it
+            raise ScenarioError(f"{problem[0]}: {problem[1]}")
         self.instances: dict[str, Any] = {}
         for name in involved_classes:
             instance = backend_class(name)()
@@ -427,20 +448,38 @@ class Backends:
                     raise ScenarioError(
                         f"initial_config.{name}: BFCL's backend cannot load it: {type(exc).__name__}: {show_value(exc)}"
                     ) from None
+                if problem := _measured(name, instance):  # the long-context extras come with the load
+                    raise ScenarioError(f"initial_config.{name}: once loaded, {problem}")
             self.instances[name] = instance
         self.owners = function_owners(involved_classes)
+        #: why the state went past a bound (None while it has not): every call after is refused
+        self.broken: str | None = None
 
     def call(self, tool: str, params: dict[str, Any], offered: dict[str, ToolSpec]) -> CallResult:
-        """Run ``tool(**params)`` if it is offered now and its arguments fit its document; never raises."""
+        """Run ``tool(**params)`` if it is offered now and its arguments fit its document and the bounds;
+        never raises. A call that leaves its instance past a bound breaks the ``Backends``: its result
+        and every later one are ``fatal`` errors."""
+        if self.broken is not None:
+            return CallResult(tool, f"[error] {_one_line(self.broken)}", _one_line(self.broken), fatal=True)
         error = refusal(tool, params, offered, self.owners)
         if error is None:
             class_name = self.owners[tool]
-            method = getattr(self.instances[class_name], tool)
-            try:
-                return CallResult(tool, _run(method, copy.deepcopy(params)))
-            except Exception as exc:  # the backend failed: the model's call was wrong, or the backend is
-                error = f"{tool} failed: {type(exc).__name__}: {exc}"
-        error = " ".join(error.split())[:500].encode("utf-8", "backslashreplace").decode("utf-8")  # one line
+            instance = self.instances[class_name]
+            if problem := instance_problem(class_name, instance, tool, params):
+                error = f"{tool}: {problem}"
+            else:
+                text = None
+                try:
+                    text = _run(getattr(instance, tool), copy.deepcopy(params), class_name)
+                except Exception as exc:  # the backend failed: the model's call was wrong, or the backend is
+                    error = f"{tool} failed: {type(exc).__name__}: {exc}"
+                # measured after a failed call too: a backend can fail half way through a change
+                if problem := _measured(class_name, instance):
+                    self.broken = f"{tool} left {class_name} past its bounds: {problem}; the episode ends"
+                    return CallResult(tool, f"[error] {_one_line(self.broken)}", _one_line(self.broken), fatal=True)
+                if text is not None:
+                    return CallResult(tool, capped(text))
+        error = _one_line(error)
         return CallResult(tool, f"[error] {error}", error)
 
     def state_differences(self, other: Backends) -> list[str]:
@@ -461,6 +500,18 @@ class Backends:
 
 
 _MISSING = object()
+
+
+def _one_line(error: str) -> str:
+    return " ".join(error.split())[:500].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _measured(class_name: str, instance: Any) -> str | None:
+    """``bounds.state_problem``; a state that cannot even be measured is past the bounds."""
+    try:
+        return state_problem(class_name, instance)
+    except Exception as exc:
+        return f"its state cannot be measured ({type(exc).__name__})"
 
 
 # --------------------------------------------------------------------------- judgement

@@ -16,7 +16,12 @@ The protocol, one action per step as every knowlyr policy acts:
   user turn is the observation. The turn that brings withheld functions (miss_func) shows BFCL's
   words for it and the added functions' documents, and the episode's tools grow;
 * after the last turn's reply the episode ends: success when every checked turn passed (reward
-  1, else 0), with each turn's verdict in ``info["turns"]``.
+  1, else 0), with each turn's verdict in ``info["turns"]``;
+* a call (the policy's, or the ground truth's replay) that leaves a backend past the bounds of
+  ``agentsandbox.bfcl.bounds`` (a file system of more than 10,000 entries, say) ends the episode at
+  once: an ``[error] ...`` observation, reward 0, ``info["exit_status"] == "error"``. The process
+  and the other episodes go on. A task whose ``initial_config`` breaks a bound is refused by
+  ``reset`` with one line naming the task and the field.
 
 Each set of offered functions is a domain profile registered as ``bfcl-multi-turn/<digest>``;
 ``env.domain`` names the current one, so ``tool_schemas(env.available_tools, env.domain)`` gives
@@ -34,6 +39,7 @@ import hashlib
 import json
 from typing import Any
 
+from agentsandbox.bfcl.bounds import config_problem
 from agentsandbox.bfcl.checker import show_value
 from agentsandbox.bfcl.data import data_dir
 from agentsandbox.bfcl.env import RESPOND, printable_name, tool_specs
@@ -108,6 +114,8 @@ def _episode(info: TaskInfo) -> dict[str, Any]:
     config, missed = m.get("initial_config", {}), m.get("missed_function") or {}
     if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
         raise bad("initial_config", "expected {class name: {state}}")
+    if problem := config_problem(config):  # before any backend sees it: bfcl-eval bounds nothing
+        raise bad(*problem)
     if not isinstance(missed, dict) or not all(
         isinstance(k, str) and k.isdigit() and isinstance(v, list) for k, v in missed.items()
     ):
@@ -200,12 +208,31 @@ class BFCLMultiTurnEnv(AgentEnv):
         self._turn_calls.append(result)
         if result.error:
             info["error"] = result.error
+        if result.fatal:  # the backend is past its bounds: nothing may read it again
+            return self._end_broken(result.text, str(result.error), info)
         return TimeStep(observation=result.text, info=info)
+
+    def _end_broken(self, observation: str, reason: str, info: dict[str, Any]) -> TimeStep:
+        """End the episode because a backend went past its bounds: reward 0, the error as the observation."""
+        self._done = True
+        info = {
+            **info,
+            "success": False,
+            "score": 0.0,
+            "exit_status": "error",
+            "reason": reason,
+            "turns": [v.as_info() for v in self._verdicts],
+            "calls": sum(v.calls for v in self._verdicts) + len(self._turn_calls),
+        }
+        return TimeStep(observation=observation, reward=0.0, terminated=True, info=info)
 
     def _end_turn(self) -> TimeStep:
         assert self._model is not None and self._truth is not None
         turn = self._turn
         expected = [self._truth.call(name, params, self._offered) for name, params in self._episode["truth"][turn]]
+        if broken := next((c for c in expected if c.fatal), None):  # the task's own ground truth broke a bound
+            error = f"the ground truth's {printable_name(broken.tool)}: {broken.error}"
+            return self._end_broken(f"[error] {error}", error, {"tool": RESPOND.name, "turn": turn, "error": error})
         self._results.extend(call.text for call in self._turn_calls)
         differences = self._model.state_differences(self._truth) if expected else []
         self._verdicts.append(judge_turn(turn, self._turn_calls, self._results, expected, differences))
