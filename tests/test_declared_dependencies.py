@@ -37,6 +37,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from knowlyrcore.origin import install_command
+
 ROOT = Path(__file__).resolve().parents[1]
 #: folder -> (distribution, import name)
 PACKAGES = {
@@ -428,7 +430,7 @@ def test_each_extra_missing_raises_the_one_error(folder):
     assert ran.returncode == 0, ran.stderr[-3000:]
     results = json.loads(ran.stdout.strip().splitlines()[-1])
     for extra, (_, feature, how) in cases.items():
-        line = f"{feature} needs the '{extra}' extra: pip install '{dist}[{extra}]'"
+        line = f"{feature} needs the '{extra}' extra: {install_command(dist, extra)}"
         got = results[extra]
         if isinstance(how, list):  # the command: that line, exit 2, nothing else
             assert got["exit"] == 2, (extra, got)

@@ -6,6 +6,7 @@ import pytest
 
 from knowlyrcore import register
 from knowlyrcore.cli import main
+from knowlyrcore.registry import builtin_envs_hint
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
@@ -78,7 +79,7 @@ def test_check_reports_violations(capsys):
 def test_check_unknown_env(capsys):
     code, _, err = run(capsys, "check", "nope/nope")
     assert code == 2 and "unknown environment 'nope/nope'" in err
-    assert "pip install knowlyr-sandbox" not in err  # not a built-in id
+    assert "./packages/sandbox" not in err  # not a built-in id
 
 
 def test_without_the_builtin_envs_envs_and_check_name_the_same_install(capsys):
@@ -88,7 +89,8 @@ def test_without_the_builtin_envs_envs_and_check_name_the_same_install(capsys):
 
     registry._REGISTRY.clear()
     registry._PLUGINS_LOADED = True
-    hint = "pip install knowlyr-sandbox for the built-in knowlyr/* environments"
+    hint = builtin_envs_hint()
+    assert "pip install ./packages/sandbox" in hint and "knowlyr/* environments" in hint
     code, out, _ = run(capsys, "envs")
     assert (code, out) == (0, f"no environments registered ({hint})\n")
     code, out, err = run(capsys, "check", "knowlyr/sandbox")

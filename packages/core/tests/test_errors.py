@@ -10,6 +10,10 @@ import pytest
 
 from knowlyrcore.clikit import run
 from knowlyrcore.errors import InputError, KnowlyrError, MissingExtraError, require_extra
+from knowlyrcore.origin import install_command
+
+#: the checkout and wheelhouse forms (the knowlyr-* names on PyPI are another project's)
+REPORT = install_command("knowlyr-hub", "report")
 
 
 def test_require_extra_returns_the_module_when_it_is_installed():
@@ -21,9 +25,9 @@ def test_require_extra_without_the_module_raises_one_line_ending_in_the_install_
     with pytest.raises(MissingExtraError) as raised:
         require_extra("knowlyr_plots", "knowlyr-hub", "report", "drawing report plots")
     error = raised.value
-    assert str(error) == "drawing report plots needs the 'report' extra: pip install 'knowlyr-hub[report]'"
+    assert str(error) == f"drawing report plots needs the 'report' extra: {REPORT}"
     assert (error.feature, error.package, error.extra) == ("drawing report plots", "knowlyr-hub", "report")
-    assert error.install == "pip install 'knowlyr-hub[report]'"
+    assert error.install == REPORT
     assert error.name == "knowlyr_plots"  # as ImportError.name: the module that could not be imported
     assert isinstance(error.__cause__, ModuleNotFoundError)  # the real failure, for a traceback
     # old handlers keep working: `except ImportError`, and every deliberate knowlyr error
@@ -35,7 +39,7 @@ def test_the_feature_defaults_to_the_module_and_a_hint_follows_in_parentheses(mo
     with pytest.raises(MissingExtraError, match=r"^knowlyr_plots needs the 'report' extra: pip install"):
         require_extra("knowlyr_plots", "knowlyr-hub", "report")
     error = MissingExtraError("--policy 'x'", "knowlyr-hub", "trainer", hint="or pass an endpoint")
-    assert str(error).endswith("pip install 'knowlyr-hub[trainer]' (or pass an endpoint)")
+    assert str(error).endswith(f"{install_command('knowlyr-hub', 'trainer')} (or pass an endpoint)")
 
 
 def test_a_command_prints_it_as_one_line_and_exits_2(capsys):
@@ -44,10 +48,7 @@ def test_a_command_prints_it_as_one_line_and_exits_2(capsys):
         raise MissingExtraError("drawing report plots", "knowlyr-hub", "report")
 
     assert run(plot, []) == 2
-    assert (
-        capsys.readouterr().err
-        == "error: drawing report plots needs the 'report' extra: pip install 'knowlyr-hub[report]'\n"
-    )
+    assert capsys.readouterr().err == f"error: drawing report plots needs the 'report' extra: {REPORT}\n"
 
 
 def test_a_real_import_failure_in_a_fresh_interpreter():
@@ -71,5 +72,7 @@ except MissingExtraError as exc:
 """
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
-    expected = "ModuleNotFoundError to_gymnasium needs the 'gymnasium' extra: pip install 'knowlyr-core[gymnasium]'"
+    expected = (
+        f"ModuleNotFoundError to_gymnasium needs the 'gymnasium' extra: {install_command('knowlyr-core', 'gymnasium')}"
+    )
     assert ran.stdout.strip() == expected

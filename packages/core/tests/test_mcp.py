@@ -11,6 +11,7 @@ import pytest
 
 from knowlyrcore import Trajectory
 from knowlyrcore.builtin_domains import BUILTIN_DOMAINS
+from knowlyrcore.origin import install_command
 from knowlyrcore.testing import require_module
 
 pytestmark = pytest.mark.integration
@@ -129,7 +130,7 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert hidden.returncode == 2, hidden.stderr
-    assert hidden.stderr == "error: knowlyr-core mcp needs the 'mcp' extra: pip install 'knowlyr-core[mcp]'\n"
+    assert hidden.stderr == f"error: knowlyr-core mcp needs the 'mcp' extra: {install_command('knowlyr-core', 'mcp')}\n"
 
 
 def test_search_tools_over_stdio_inside_the_roots_only(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from knowlyrcore import AgentEnv, InvalidActionError, TaskInfo, TimeStep, read_trajectories, register, unregister
 from knowlyrcore.actions import parse_action
+from knowlyrcore.origin import install_command
 from knowlyrcore.testing import require
 from trajectoryhub.cli import main
 from trajectoryhub.evaluate import compare_stages, evaluate_policy
@@ -147,7 +148,7 @@ def test_evaluate_errors(plan_env, tasks_file, tmp_path, capsys, monkeypatch):
         assert "knowlyr-hub[report]" in error([*argv, "--report-dir", str(tmp_path / "r")])
         assert not out.exists()
     monkeypatch.setitem(sys.modules, "agenttrainer.batch_policy", None)  # as if knowlyr-trainer were absent
-    assert "pip install 'knowlyr-hub[trainer]'" in error(["evaluate", "--policy", "./ckpt", "--tasks", str(tasks_file),
+    assert install_command("knowlyr-hub", "trainer") in error(["evaluate", "--policy", "./ckpt", "--tasks", str(tasks_file),
                                              "--env", plan_env])  # fmt: skip
     # -t and --policy are two different evaluations
     assert "either --policy" in error(["evaluate", "-t", str(tasks_file), "--policy", "expert"])

@@ -15,6 +15,7 @@ from agentreward.cli import main
 from agentreward.errors import TrajectoryFormatError
 from agentreward.trajectories import read_trajectory_dicts
 from knowlyrcore.errors import no_such_file
+from knowlyrcore.origin import install_command
 
 GOOD = {"id": "t", "task": {"id": "a", "description": "d"}, "steps": [{"tool_call": {"name": "bash"}}]}
 
@@ -146,4 +147,7 @@ def test_mcp_without_the_sdk_is_cores_one_line(tmp_path):
     hidden = subprocess.run([sys.executable, "-m", "agentreward.cli", "mcp"], capture_output=True, text=True,
                             timeout=60, env={**os.environ, "PYTHONPATH": path})  # fmt: skip
     assert hidden.returncode == 2, hidden.stderr
-    assert hidden.stderr == "error: knowlyr-reward mcp needs the 'mcp' extra: pip install 'knowlyr-reward[mcp]'\n"
+    assert (
+        hidden.stderr
+        == f"error: knowlyr-reward mcp needs the 'mcp' extra: {install_command('knowlyr-reward', 'mcp')}\n"
+    )

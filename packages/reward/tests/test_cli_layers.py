@@ -8,6 +8,7 @@ import pytest
 
 from agentreward import RewardEngine, evaluate
 from agentreward.cli import main
+from knowlyrcore.origin import install_command
 
 
 def traj(tid, outputs, success):
@@ -99,5 +100,5 @@ def test_missing_extra_is_the_install_line(labelled, prm):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == (
-        "error: the learned reward layer needs the 'learned' extra: pip install 'knowlyr-reward[learned]'"
+        f"error: the learned reward layer needs the 'learned' extra: {install_command('knowlyr-reward', 'learned')}"
     )

@@ -10,6 +10,7 @@ from agentreward import Judge, RewardEngine
 from agentreward.errors import JudgeError, RewardError, TrajectoryFormatError
 from knowlyrcore.clikit import exit_code_of
 from knowlyrcore.errors import DataFormatError, KnowlyrError, MissingExtraError
+from knowlyrcore.origin import install_command
 
 
 def test_reward_errors_are_knowlyr_errors_with_their_exit_codes():
@@ -27,5 +28,7 @@ def test_a_judge_without_its_sdk_stops_the_scoring_with_the_missing_extra_line(m
     judge = Judge(model="m", provider=provider, max_retries=0)
     with pytest.raises(MissingExtraError) as raised:
         RewardEngine(judge=judge).score_record({"task": {}, "steps": [{"tool_call": {"name": "ls"}}]})
-    assert str(raised.value) == f"the {provider} judge needs the 'llm' extra: pip install 'knowlyr-reward[llm]'"
+    assert (
+        str(raised.value) == f"the {provider} judge needs the 'llm' extra: {install_command('knowlyr-reward', 'llm')}"
+    )
     assert exit_code_of(raised.value) == 2 and judge.failures == []

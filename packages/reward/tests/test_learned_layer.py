@@ -14,6 +14,7 @@ import pytest
 from agentreward import Calibrator, Judge, RewardEngine, RewardError
 from agentreward.signals import SIGNALS
 from knowlyrcore import Trajectory
+from knowlyrcore.origin import install_command
 from knowlyrcore.prefix_text import step_prefixes
 from knowlyrcore.testing import require_module
 
@@ -276,7 +277,7 @@ def test_the_package_imports_and_scores_without_torch(blocked):
     if blocked:  # named before the checkpoint is read
         assert result["learned"] == [
             "MissingExtraError",
-            "the learned reward layer needs the 'learned' extra: pip install 'knowlyr-reward[learned]'",
+            f"the learned reward layer needs the 'learned' extra: {install_command('knowlyr-reward', 'learned')}",
         ]
     else:  # installed: the path is read, and it is not a checkpoint
         assert (

@@ -10,6 +10,7 @@ import pytest
 from sandbox_tasks import CALC_TASK
 
 from agentsandbox.testing import require_backend
+from knowlyrcore.origin import install_command
 from knowlyrcore.testing import require_module
 
 mcp = require_module("mcp", "the MCP server needs mcp (knowlyr-sandbox[mcp], in [dev])")
@@ -112,4 +113,7 @@ def test_without_the_sdk_every_launch_is_one_error_line(tmp_path, command):
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
                                  os.environ.get("PYTHONPATH")]))})  # fmt: skip
     assert hidden.returncode == 2, hidden.stderr
-    assert hidden.stderr == "error: knowlyr-sandbox mcp needs the 'mcp' extra: pip install 'knowlyr-sandbox[mcp]'\n"
+    assert (
+        hidden.stderr
+        == f"error: knowlyr-sandbox mcp needs the 'mcp' extra: {install_command('knowlyr-sandbox', 'mcp')}\n"
+    )

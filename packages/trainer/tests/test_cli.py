@@ -8,6 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from agenttrainer.cli import cli
+from knowlyrcore.origin import install_command
 
 
 def _run(args):
@@ -108,7 +109,10 @@ def test_plain_install_without_the_serve_extra_runs_the_cli():
     served = subprocess.run([sys.executable, "-c", blocked + run.format(args="['serve', 'smollm2-135m']")],
                             capture_output=True, text=True)  # fmt: skip
     assert served.returncode == 2 and "Traceback" not in served.stderr
-    assert served.stderr.strip() == "error: serving needs the 'serve' extra: pip install 'knowlyr-trainer[serve]'"
+    assert (
+        served.stderr.strip()
+        == f"error: serving needs the 'serve' extra: {install_command('knowlyr-trainer', 'serve')}"
+    )
 
 
 @pytest.mark.parametrize("command", ["sft", "dpo", "grpo"])

@@ -17,6 +17,7 @@ from agenttrainer.models import build_tiny_model, load_model_and_tokenizer, save
 from agenttrainer.trainers.dpo import DPOTrainer
 from agenttrainer.trainers.output_dir import RUN_FILE
 from agenttrainer.trainers.sft import SFTTrainer
+from knowlyrcore.origin import install_command
 
 FAST = {
     "num_epochs": 1,
@@ -123,7 +124,10 @@ def test_lora_without_peft_names_the_extra_before_loading_anything(tmp_path, mon
     code = main(["sft", "--model", str(tmp_path / "no-such-model"), "--train-file", sft_file, "--use-lora",
                  "--output-dir", str(tmp_path / "o")])  # fmt: skip
     assert code == 2
-    assert capsys.readouterr().err == "error: use_lora needs the 'peft' extra: pip install 'knowlyr-trainer[peft]'\n"
+    assert (
+        capsys.readouterr().err
+        == f"error: use_lora needs the 'peft' extra: {install_command('knowlyr-trainer', 'peft')}\n"
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")

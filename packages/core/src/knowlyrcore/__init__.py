@@ -33,6 +33,7 @@ from knowlyrcore.errors import (
     KnowlyrError,
     MissingExtraError,
     RegistryError,
+    TaskRequiredError,
     require_extra,
 )
 from knowlyrcore.jsonl import read_jsonl, read_trajectories, write_jsonl, write_trajectories
@@ -167,6 +168,7 @@ __all__ = [
     "PathOutsideRootsError",
     "PathRefusedError",
     "RegistryError",
+    "TaskRequiredError",
     "TooManyFilesError",
     "require_extra",
     # untrusted numbers (tool parameters, request fields)

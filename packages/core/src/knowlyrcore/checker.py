@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from knowlyrcore.env import AgentEnv
-from knowlyrcore.errors import EnvCheckError, KnowlyrError
+from knowlyrcore.errors import EnvCheckError, KnowlyrError, TaskRequiredError
 from knowlyrcore.timestep import TimeStep
 
 UNKNOWN_TOOL = "__knowlyr_check_unknown_tool__"
@@ -63,6 +63,10 @@ def check_env(
 ) -> list[str]:
     """Check ``env``; return the list of warnings, raise ``EnvCheckError`` on violations.
 
+    An environment whose ``reset`` cannot start without a task (of its kind, as a suite makes
+    them) raises ``TaskRequiredError`` when ``task`` is missing or wrong; that is passed on as it
+    is, not reported as a violation: check it again with one of its tasks.
+
     ``actions`` are steps to take after reset (default: the first available tool with no
     parameters, once). ``check_determinism`` resets twice with the same seed and compares the
     first observations. ``make_env`` lets the checker build a second instance to verify that
@@ -91,6 +95,9 @@ def check_env(
 
     try:
         first = env.reset(task=task, seed=seed)
+    except TaskRequiredError:  # the environment needs a task (of its kind): the caller's to give, not a fault
+        env.close()
+        raise
     except Exception as exc:
         problems.append(f"reset(task=..., seed=...) raised {type(exc).__name__}: {exc}")
         env.close()

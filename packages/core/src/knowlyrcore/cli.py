@@ -3,7 +3,7 @@
 knowlyr-core envs [--domain D]      registered environment ids
 knowlyr-core domains                built-in and registered domain profiles
 knowlyr-core domain show NAME       a profile's tools, terminal tools, rubric weights
-knowlyr-core check ENV_ID           run check_env on an environment
+knowlyr-core check ENV_ID [--task T] run check_env on an environment (T: a task, for one that needs it)
 knowlyr-core schema trajectory      the JSON Schema of a trajectory record
 knowlyr-core validate FILE.jsonl    validate a trajectory file
 knowlyr-core tools index SOURCES... -o library.jsonl   one tool library from JSONL / OpenAI / MCP files
@@ -30,11 +30,11 @@ def cli() -> None:
 @click.option("--domain", help="Only environments of this domain.")
 def envs_command(domain: str | None) -> None:
     """List registered environments."""
-    from knowlyrcore.registry import BUILTIN_ENVS_HINT, list_envs, spec
+    from knowlyrcore.registry import builtin_envs_hint, list_envs, spec
 
     ids = list_envs(domain=domain)
     if not ids:
-        click.echo(f"no environments registered ({BUILTIN_ENVS_HINT})")
+        click.echo(f"no environments registered ({builtin_envs_hint()})")
         return
     for env_id in ids:
         s = spec(env_id)
@@ -84,16 +84,58 @@ def domain_show_command(name: str, as_json: bool) -> None:
         click.echo(f"  {t.name}({params})  [{t.category.value}]\n      {t.description}")
 
 
+SUITES_ENTRY_POINTS = "knowlyr.task_suites"
+
+
+def suites_of(env_id: str) -> list[str]:
+    """The installed task suites (``knowlyr.task_suites`` entry points) whose tasks run in ``env_id``."""
+    from importlib.metadata import entry_points
+
+    found = []
+    for ep in entry_points(group=SUITES_ENTRY_POINTS):
+        try:
+            suite = ep.load()
+        except Exception:  # a broken plugin only loses its suggestion
+            continue
+        if getattr(suite, "env_id", None) == env_id:
+            found.append(ep.name)
+    return sorted(found)
+
+
+def task_needed(env_id: str) -> str:
+    """The line ``check`` ends with when ``env_id``'s reset needs a task and none was given: it
+    names ``--task`` and, where a suite makes this environment's tasks, a command that works."""
+    suites = suites_of(env_id)
+    if not suites:
+        return f"{env_id} needs a task to reset: give one with --task (a description, or a task as a JSON object)"
+    return (
+        f"{env_id} needs a task to reset: pass one with --task, e.g. one of the {suites[0]} suite's: "
+        f"knowlyr-hub tasks {suites[0]} -n 1 -o task.jsonl && "
+        f'knowlyr-core check {env_id} --task "$(head -n 1 task.jsonl)"'
+    )
+
+
 @cli.command("check")
 @click.argument("env_id")
-@click.option("--task", help="Task description, or a JSON object, passed to reset().")
+@click.option(
+    "--task",
+    help="Task description, or a JSON object (a line of `knowlyr-hub tasks SUITE -o FILE`), passed to "
+    "reset(); needed by an environment that cannot reset without one (retail, bfcl).",
+)
 def check_command(env_id: str, task: str | None) -> None:
-    """Check that an environment follows the AgentEnv protocol (exit 1 if it does not)."""
+    """Check that an environment follows the AgentEnv protocol (exit 1 if it does not; exit 2 if it
+    needs a task and --task gives none)."""
     from knowlyrcore.checker import check_env
+    from knowlyrcore.errors import TaskRequiredError
     from knowlyrcore.registry import make
 
     given = json_argument(task, "--task") if task and task.lstrip().startswith("{") else task
-    notes = check_env(make(env_id), task=given, make_env=lambda: make(env_id))
+    try:
+        notes = check_env(make(env_id), task=given, make_env=lambda: make(env_id))
+    except TaskRequiredError as exc:
+        if given is not None:
+            raise  # a task the environment cannot use: its own message says why
+        raise TaskRequiredError(task_needed(env_id)) from exc
     for note in notes:
         click.echo(f"note: {note}")
     click.echo(f"{env_id}: OK — follows the AgentEnv protocol")

@@ -103,19 +103,23 @@ class MissingExtraError(InputError, ImportError):
     """A feature needs an optional extra that is not installed.
 
     The one type every knowlyr package raises for this, with a one-line message that ends in the
-    command installing the extra (``install``). An ``ImportError`` too, so ``except ImportError``
-    keeps working; exit code 2, like any problem the user fixes before running again.
+    commands installing the extra (``install``, from ``knowlyrcore.origin.install_command``: the
+    checkout and wheelhouse forms, since the ``knowlyr-*`` names on PyPI are another project's).
+    An ``ImportError`` too, so ``except ImportError`` keeps working; exit code 2, like any problem
+    the user fixes before running again.
 
     Example:
-        >>> print(MissingExtraError("LoRA", "knowlyr-trainer", "peft"))
-        LoRA needs the 'peft' extra: pip install 'knowlyr-trainer[peft]'
-        >>> print(MissingExtraError("--policy 'ckpt'", "knowlyr-hub", "trainer", hint="or pass an endpoint"))
-        --policy 'ckpt' needs the 'trainer' extra: pip install 'knowlyr-hub[trainer]' (or pass an endpoint)
+        >>> print(MissingExtraError("LoRA", "knowlyr-trainer", "peft"))  # doctest: +ELLIPSIS
+        LoRA needs the 'peft' extra: pip install './packages/trainer[peft]' from the knowlyr checkout, or pip install --find-links WHEELHOUSE 'knowlyr-trainer[peft]==...' (docs/install.md)
+        >>> print(MissingExtraError("--policy 'ckpt'", "knowlyr-hub", "trainer", hint="or pass an endpoint"))  # doctest: +ELLIPSIS
+        --policy 'ckpt' needs the 'trainer' extra: pip install ...'./packages/hub[trainer]' from ... (or pass an endpoint)
     """
 
     def __init__(self, feature: str, package: str, extra: str, *, hint: str | None = None, module: str | None = None):
+        from knowlyrcore.origin import install_command  # origin imports nothing of knowlyr's: no cycle
+
         self.feature, self.package, self.extra = feature, package, extra
-        self.install = f"pip install '{package}[{extra}]'"
+        self.install = install_command(package, extra)
         message = f"{feature} needs the '{extra}' extra: {self.install}"
         super().__init__(f"{message} ({hint})" if hint else message, name=module)
 
@@ -127,14 +131,24 @@ def require_extra(
     imported, raise ``MissingExtraError`` saying that ``feature`` (default: the module) needs it.
 
     Example:
-        >>> require_extra("knowlyr_no_such_module", "knowlyr-hub", "report", "plots")
+        >>> require_extra("knowlyr_no_such_module", "knowlyr-hub", "report", "plots")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        knowlyrcore.errors.MissingExtraError: plots needs the 'report' extra: pip install 'knowlyr-hub[report]'
+        knowlyrcore.errors.MissingExtraError: plots needs the 'report' extra: pip install './packages/hub[report]' from ...
     """
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(feature or module, package, extra, hint=hint, module=module) from exc
+
+
+class TaskRequiredError(InputError, ValueError):
+    """An environment cannot start an episode without a task (of its own kind): ``reset`` was given
+    none, or one without what the environment reads from it (a suite's ``metadata``).
+
+    Raised by ``reset``; ``check_env`` passes it on rather than calling it a protocol fault, and
+    ``knowlyr-core check`` answers it by asking for ``--task``. A ``ValueError`` too, as such
+    environments raised before; exit code 2.
+    """
 
 
 class EnvCheckError(KnowlyrError, AssertionError):

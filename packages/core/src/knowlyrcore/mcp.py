@@ -12,6 +12,9 @@
 - ``run_module(dist, module, argv)`` is ``knowlyr-<pkg> mcp``: it starts the same server as
   ``python -m <module>``; without the SDK it prints ``missing_sdk(dist)``, one ``error: ...``
   line naming the extra, and returns 2.
+- ``run_as_main(dist, module)`` is ``python -m <module>``: ``run_module`` with the command line,
+  then exit. A server module calls it first thing when run as ``__main__``, before its imports
+  that need the extra (the SDK, anyio), so that run ends in the same one line without the SDK.
 
 A server module then reads::
 
@@ -27,6 +30,13 @@ A server module then reads::
 
     def main(argv=None) -> int:
         return run_server(server, argv, prog="knowlyr-x mcp")
+
+and, for ``python -m x.mcp_server``, above those imports::
+
+    if __name__ == "__main__":
+        from knowlyrcore.mcp import run_as_main
+
+        run_as_main("knowlyr-x", "x.mcp_server")
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from knowlyrcore.errors import KnowlyrError, MissingExtraError
 from knowlyrcore.roots import AllowedRoots, parse_server_args
@@ -134,6 +144,15 @@ def run_module(dist: str, module: str, argv: Sequence[str]) -> int:
     return server_module.main(list(argv)) or 0
 
 
+def run_as_main(dist: str, module: str) -> NoReturn:
+    """``python -m <module>``: ``run_module(dist, module, sys.argv[1:])``, then exit with its code.
+
+    ``module`` is imported afresh under its own name (the ``__main__`` copy stops here), so
+    without the mcp SDK the run ends in ``missing_sdk(dist)``, exit code 2, no traceback.
+    """
+    sys.exit(run_module(dist, module, sys.argv[1:]))
+
+
 __all__ = [
     "Context",
     "MCPServer",
@@ -142,6 +161,7 @@ __all__ = [
     "missing_sdk",
     "new_server",
     "refresh_roots",
+    "run_as_main",
     "run_module",
     "run_server",
 ]

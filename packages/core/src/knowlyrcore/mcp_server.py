@@ -17,6 +17,12 @@ Run it with ``knowlyr-core mcp`` or ``python -m knowlyrcore.mcp_server`` (extra 
 importing this module needs no SDK.
 """
 
+# First, before the imports that need the mcp extra (the SDK, anyio):
+if __name__ == "__main__":  # python -m knowlyrcore.mcp_server: without the SDK, one error line, no traceback
+    from knowlyrcore.mcp import run_as_main
+
+    run_as_main("knowlyr-core", "knowlyrcore.mcp_server")
+
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -133,7 +139,3 @@ def _search_tools(query: str, library: str, k: int) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_server(build_server(), argv, prog="knowlyr-core mcp")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

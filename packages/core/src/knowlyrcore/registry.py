@@ -36,10 +36,15 @@ from knowlyrcore.env import AgentEnv
 from knowlyrcore.errors import RegistryError
 
 ENTRY_POINT_GROUP = "knowlyr.envs"
-#: What to install when the built-in ``knowlyr/*`` environments are missing (``knowlyr-core envs``
-#: and an unknown ``knowlyr/*`` id both say it).
-BUILTIN_ENVS_HINT = "pip install knowlyr-sandbox for the built-in knowlyr/* environments"
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
+
+
+def builtin_envs_hint() -> str:
+    """What to install when the built-in ``knowlyr/*`` environments are missing (``knowlyr-core envs``
+    and an unknown ``knowlyr/*`` id both say it): knowlyr-sandbox, from the checkout or a wheelhouse."""
+    from knowlyrcore.origin import install_command
+
+    return f"knowlyr-sandbox provides the built-in knowlyr/* environments: {install_command('knowlyr-sandbox')}"
 
 
 @dataclass
@@ -151,7 +156,7 @@ def spec(env_id: str) -> EnvSpec:
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         known = ", ".join(sorted(_REGISTRY)) or "none"
         if env_id.startswith("knowlyr/") and not any(i.startswith("knowlyr/") for i in _REGISTRY):
-            known += f"; {BUILTIN_ENVS_HINT}"  # the package that provides them is not installed
+            known += f"; {builtin_envs_hint()}"  # the package that provides them is not installed
         raise RegistryError(f"unknown environment {env_id!r}{hint} (registered: {known})") from None
 
 

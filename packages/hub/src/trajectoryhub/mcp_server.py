@@ -12,6 +12,12 @@ so far, and an output never replaces a file this server did not write.
 
 from __future__ import annotations
 
+# First, before the imports that need the mcp extra (the SDK, anyio):
+if __name__ == "__main__":  # python -m trajectoryhub.mcp_server: without the SDK, one error line, no traceback
+    from knowlyrcore.mcp import run_as_main
+
+    run_as_main("knowlyr-hub", "trajectoryhub.mcp_server")
+
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,7 +122,3 @@ def _compare(runs: dict[str, str]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_server(server, argv, prog="knowlyr-hub mcp")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

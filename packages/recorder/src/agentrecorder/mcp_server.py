@@ -14,6 +14,12 @@ write.
 
 from __future__ import annotations
 
+# First, before the imports that need the mcp extra (the SDK, anyio):
+if __name__ == "__main__":  # python -m agentrecorder.mcp_server: without the SDK, one error line, no traceback
+    from knowlyrcore.mcp import run_as_main
+
+    run_as_main("knowlyr-recorder", "agentrecorder.mcp_server")
+
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -147,7 +153,3 @@ def _stats(path: str, format: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_server(server, argv, prog="knowlyr-recorder mcp")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

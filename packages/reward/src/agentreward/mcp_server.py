@@ -12,6 +12,12 @@ did not write.
 
 from __future__ import annotations
 
+# First, before the imports that need the mcp extra (the SDK, anyio):
+if __name__ == "__main__":  # python -m agentreward.mcp_server: without the SDK, one error line, no traceback
+    from knowlyrcore.mcp import run_as_main
+
+    run_as_main("knowlyr-reward", "agentreward.mcp_server")
+
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -85,7 +91,3 @@ def rubrics(domain: str = "generic") -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_server(server, argv, prog="knowlyr-reward mcp")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,6 +22,12 @@ needs the ``mcp`` extra (the SDK shim, error rule and launcher are ``knowlyrcore
 
 from __future__ import annotations
 
+# First, before the imports that need the mcp extra (the SDK, anyio):
+if __name__ == "__main__":  # python -m agenttrainer.mcp_server: without the SDK, one error line, no traceback
+    from knowlyrcore.mcp import run_as_main
+
+    run_as_main("knowlyr-trainer", "agenttrainer.mcp_server")
+
 import argparse
 import functools
 import json
@@ -393,7 +399,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         MAX_RUNS, MAX_RUN_SECONDS = args.max_runs, args.max_run_seconds
 
     return run_server(server, argv, prog=parser.prog, parser=parser, configure=configure)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -61,7 +61,7 @@ from knowlyrcore.domain import (
     tool_spec,
 )
 from knowlyrcore.env import AgentEnv
-from knowlyrcore.errors import InvalidActionError
+from knowlyrcore.errors import InvalidActionError, TaskRequiredError
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
 from knowlyrcore.tool_parsing import CLOSING_TOOLS
@@ -187,7 +187,7 @@ class BFCLEnv(AgentEnv):
         info = TaskInfo.coerce(task)
         functions, answer = info.metadata.get("functions"), info.metadata.get("possible_answer")
         if not isinstance(functions, list) or not isinstance(answer, list):
-            raise ValueError(
+            raise TaskRequiredError(
                 f"BFCL task {info.id!r} has no metadata.functions and metadata.possible_answer "
                 "(generate tasks with the bfcl suite)"
             )

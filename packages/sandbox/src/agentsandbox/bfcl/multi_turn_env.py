@@ -60,7 +60,7 @@ from agentsandbox.envkit import episode_over, error_step, register_once
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolSpec, get_domain_profile, register_domain_profile
 from knowlyrcore.env import AgentEnv
-from knowlyrcore.errors import InvalidActionError
+from knowlyrcore.errors import InvalidActionError, TaskRequiredError
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
 
@@ -163,6 +163,10 @@ class BFCLMultiTurnEnv(AgentEnv):
     def reset(self, *, task: TaskInfo | dict | str | None = None, seed: int | None = None) -> TimeStep:
         data_dir()  # the tasks are BFCL's: without bfcl-eval, one line naming the install step
         info = TaskInfo.coerce(task)
+        if "turns" not in info.metadata:  # no task, or not one of this suite's
+            raise TaskRequiredError(
+                f"BFCL multi-turn task {info.id!r} has no metadata.turns (generate tasks with the bfcl-multi-turn suite)"
+            )
         episode = _episode(info)
         args = (episode["classes"], episode["config"], episode["long_context"])
         try:

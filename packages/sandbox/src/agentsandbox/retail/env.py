@@ -56,7 +56,7 @@ from agentsandbox.retail.db import CANCEL_REASONS, call_tool, clip_message, open
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import DomainProfile, OutcomeSpec, ToolCategory, tool_spec
 from knowlyrcore.env import AgentEnv
-from knowlyrcore.errors import DomainError, InvalidActionError
+from knowlyrcore.errors import DomainError, InvalidActionError, TaskRequiredError
 from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
 
@@ -226,7 +226,9 @@ class RetailEnv(AgentEnv):
         info = TaskInfo.coerce(task)
         world = info.metadata.get("world")
         if not isinstance(world, dict):
-            raise ValueError(f"retail task {info.id!r} has no metadata.world (generate tasks with the retail suite)")
+            raise TaskRequiredError(
+                f"retail task {info.id!r} has no metadata.world (generate tasks with the retail suite)"
+            )
         self.close()
         self._task = info
         self._expected = self._replay_solution(world, info.metadata.get("solution") or [])

@@ -45,6 +45,7 @@ from typing import Any
 from agenttrainer.config import ConfigError
 from agenttrainer.models import create_lora_config
 from agenttrainer.wrapper import GRPOTrainerWrapper, SFTTrainerWrapper
+from knowlyrcore.origin import install_command
 from knowlyrcore.tool_parsing import parse_reply
 
 __all__ = [
@@ -65,7 +66,7 @@ def _suite(name: str) -> Any:
         if ep.name == name:
             return ep.load()
     known = sorted(ep.name for ep in entry_points(group=SUITE_ENTRY_POINTS))
-    hint = f"known: {', '.join(known)}" if known else "none installed: pip install knowlyr-sandbox"
+    hint = f"known: {', '.join(known)}" if known else f"none installed: {install_command('knowlyr-sandbox')}"
     raise ConfigError(f"unknown task suite {name!r} ({hint}); or pass data_file= a JSONL file")
 
 
