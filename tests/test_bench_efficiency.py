@@ -64,10 +64,17 @@ def test_grpo_with_gradient_accumulation_times_each_optimizer_step(bench, tmp_pa
     originals = loop.RunStart.steps, loop.RunStart.optimizer_step
     model, tokenizer = build_tiny_model(seed=0)
     config = GRPOConfig(
-        train_file=_write_jsonl(tmp_path / "grpo.jsonl", _grpo_rows()), output_dir=str(tmp_path / "out"),
-        batch_size=1, group_size=4, gradient_accumulation_steps=2, max_optimizer_steps=2, save_steps=0,
-        bf16=False, progress_bar=False, share_prefix=share_prefix,
-    )  # fmt: skip
+        train_file=_write_jsonl(tmp_path / "grpo.jsonl", _grpo_rows()),
+        output_dir=str(tmp_path / "out"),
+        batch_size=1,
+        group_size=4,
+        gradient_accumulation_steps=2,
+        max_optimizer_steps=2,
+        save_steps=0,
+        bf16=False,
+        progress_bar=False,
+        share_prefix=share_prefix,
+    )
     with bench.StepClock() as clock:
         GRPOTrainer(config, model=model, tokenizer=tokenizer).train()
     _check(clock.result(), steps=2)
@@ -81,10 +88,15 @@ def test_sft_with_gradient_accumulation_times_each_optimizer_step(bench, tmp_pat
 
     model, tokenizer = build_tiny_model(seed=0)
     config = SFTConfig(
-        train_file=_write_jsonl(tmp_path / "sft.jsonl", _sft_rows()), output_dir=str(tmp_path / "out"),
-        batch_size=2, gradient_accumulation_steps=2, max_optimizer_steps=2, save_steps=0, bf16=False,
+        train_file=_write_jsonl(tmp_path / "sft.jsonl", _sft_rows()),
+        output_dir=str(tmp_path / "out"),
+        batch_size=2,
+        gradient_accumulation_steps=2,
+        max_optimizer_steps=2,
+        save_steps=0,
+        bf16=False,
         progress_bar=False,
-    )  # fmt: skip
+    )
     with bench.StepClock() as clock:
         SFTTrainer(config, model=model, tokenizer=tokenizer).train()
     _check(clock.result(), steps=2)

@@ -45,9 +45,15 @@ def test_the_roles_table_puts_each_arm_on_each_role_with_its_interval(demo):
     def stage(name, split, wins, n):
         return {"name": name, "split": split, "n": n, "success_rate": wins / n, "ci95": [0.1, 0.9]}
 
-    stages = [stage("sft", "test", 14, 50), stage("sft", "test-verifier-only", 0, 48),
-              stage("rl", "test", 15, 50), stage("rl", "test-verifier-only", 6, 48)]  # fmt: skip
+    stages = [
+        stage("sft", "test", 14, 50),
+        stage("sft", "test-verifier-only", 0, 48),
+        stage("rl", "test", 15, 50),
+        stage("rl", "test-verifier-only", 6, 48),
+    ]
     table = demo.roles_table(stages)
     assert table["header"] == ["arm", "demonstrated (test)", "verifier-only (test-verifier-only)"]
-    assert table["rows"] == [["sft", "28% [10%, 90%] (14/50)", "0% [10%, 90%] (0/48)"],
-                             ["rl", "30% [10%, 90%] (15/50)", "12% [10%, 90%] (6/48)"]]  # fmt: skip
+    assert table["rows"] == [
+        ["sft", "28% [10%, 90%] (14/50)", "0% [10%, 90%] (0/48)"],
+        ["rl", "30% [10%, 90%] (15/50)", "12% [10%, 90%] (6/48)"],
+    ]

@@ -175,8 +175,13 @@ def test_a_run_keeps_each_files_time_and_the_next_collection_starts_with_the_lon
     cached = folder / ".pytest_cache" / "v" / "knowlyr" / "file-seconds"
 
     def session(*args):
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=folder,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:randomly", *args],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 

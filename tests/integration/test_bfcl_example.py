@@ -35,8 +35,12 @@ def test_category_counts_parse_and_bad_ones_are_one_line(example):
     for bad in ("simple_python", "simple_python=0", "simple_python=x", ""):
         with pytest.raises(Exception, match="category=count|no category"):
             example.per_category(bad)
-    out = subprocess.run([sys.executable, str(EXAMPLE), "--per-category", "simple_python=-1"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--per-category", "simple_python=-1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "category=count" in out.stderr.strip().splitlines()[-1]
 
 
@@ -56,8 +60,9 @@ def test_train_and_rl_pools_are_disjoint_live_and_fit_the_prompt_bound(example, 
     from agentsandbox.suites import get_suite
 
     suite = get_suite("bfcl")
-    sft, rl, _ = example.sample_train(suite, tokenizer, {"live_simple": 6, "live_multiple": 3},
-                                      {"live_simple": 4}, max_tokens=600, seed=0)  # fmt: skip
+    sft, rl, _ = example.sample_train(
+        suite, tokenizer, {"live_simple": 6, "live_multiple": 3}, {"live_simple": 4}, max_tokens=600, seed=0
+    )
     assert sorted(t["metadata"]["category"] for t in sft) == ["live_multiple"] * 3 + ["live_simple"] * 6
     assert [t["metadata"]["category"] for t in rl] == ["live_simple"] * 4
     assert not {t["id"] for t in sft} & {t["id"] for t in rl}
@@ -68,21 +73,48 @@ def test_train_and_rl_pools_are_disjoint_live_and_fit_the_prompt_bound(example, 
 
 @pytest.mark.slow
 def test_reduced_bfcl_bench_runs_and_reports_base_sft_rl(tmp_path):
-    command = [sys.executable, str(EXAMPLE), "--workdir", str(tmp_path),
-               "--per-category", "simple_python=3,multiple=2,irrelevance=1",
-               "--train-per-category", "live_simple=4,live_irrelevance=1", "--rl-per-category", "live_simple=2",
-               "--max-optimizer-steps", "1", "--rl-iterations", "1", "--rl-tasks-per-iteration", "1", "--rl-group-size", "2",
-               "--max-new-tokens", "32", "--multi-turn-tasks", "1"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(EXAMPLE),
+        "--workdir",
+        str(tmp_path),
+        "--per-category",
+        "simple_python=3,multiple=2,irrelevance=1",
+        "--train-per-category",
+        "live_simple=4,live_irrelevance=1",
+        "--rl-per-category",
+        "live_simple=2",
+        "--max-optimizer-steps",
+        "1",
+        "--rl-iterations",
+        "1",
+        "--rl-tasks-per-iteration",
+        "1",
+        "--rl-group-size",
+        "2",
+        "--max-new-tokens",
+        "32",
+        "--multi-turn-tasks",
+        "1",
+    ]
     out = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     stages = {(s["name"], s["split"]): s for s in report["stages"]}
-    assert {("base", "test"), ("sft", "test"), ("rl", "test"), ("base", "multi-turn-test"), ("sft", "multi-turn-test")} == set(stages)  # fmt: skip
+    assert {
+        ("base", "test"),
+        ("sft", "test"),
+        ("rl", "test"),
+        ("base", "multi-turn-test"),
+        ("sft", "multi-turn-test"),
+    } == set(stages)
     assert all(stages[name, "test"]["n"] == 6 for name in ("base", "sft", "rl"))
     assert report["test_per_category"] == {"simple_python": 3, "multiple": 2, "irrelevance": 1}
     assert {(c["a"], c["b"], c["split"]) for c in report["comparisons"]} >= {
-        ("base", "sft", "test:simple_python+multiple"), ("sft", "rl", "test:simple_python+multiple"),
-        ("base", "sft", "multi-turn-test")}  # fmt: skip
+        ("base", "sft", "test:simple_python+multiple"),
+        ("sft", "rl", "test:simple_python+multiple"),
+        ("base", "sft", "multi-turn-test"),
+    }
     assert set(report["targets"]) >= {"sft_minus_base", "sft_minus_base_p", "sft_target_met", "rl_minus_sft"}
     table = report["tables"][0]
     assert table["header"][:2] == ["split", "category"]

@@ -17,9 +17,30 @@ def test_reduced_demo_trained_model_beats_the_base_model(tmp_path):
     """The demo's recipe on fewer tasks (30 test, 6 test-verifier-only, 6 test-unseen) and one
     iteration of each arm; the command the report gives for the SFT figure, run as a user would,
     gives the same figure."""
-    command = [sys.executable, str(EXAMPLES / "demo.py"), "--workdir", str(tmp_path), "--train-tasks", "160",
-               "--test-tasks", "30", "--verifier-tasks", "6", "--unseen-tasks", "6", "--rl-iterations", "1",
-               "--rl-tasks-per-iteration", "2", "--eval-samples", "2", "--pass-k", "2", "--pass-k-tasks", "3"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(EXAMPLES / "demo.py"),
+        "--workdir",
+        str(tmp_path),
+        "--train-tasks",
+        "160",
+        "--test-tasks",
+        "30",
+        "--verifier-tasks",
+        "6",
+        "--unseen-tasks",
+        "6",
+        "--rl-iterations",
+        "1",
+        "--rl-tasks-per-iteration",
+        "2",
+        "--eval-samples",
+        "2",
+        "--pass-k",
+        "2",
+        "--pass-k-tasks",
+        "3",
+    ]
     out = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
@@ -45,8 +66,13 @@ def test_reduced_demo_trained_model_beats_the_base_model(tmp_path):
     assert comparison["diff"] > 0 and comparison["p_value"] < 0.05
     # sampled evaluation, per-template table, and what each stage cost
     assert [s["name"] for s in report["sampled"]] == ["sft", "sft-more", "rft", "rl"] and report["sampled"][0]["k"] == 2
-    assert {row["stage"] for row in report["pipeline"]} >= {"train sft", "train sft-more", "train rft", "train rl",
-                                                              "evaluate sft"}  # fmt: skip
+    assert {row["stage"] for row in report["pipeline"]} >= {
+        "train sft",
+        "train sft-more",
+        "train rft",
+        "train rl",
+        "evaluate sft",
+    }
     assert all(row["peak_rss_mb"] > 100 for row in report["pipeline"])
     titles = [t["title"] for t in report["tables"]]
     assert titles[0].startswith("Greedy success by template role") and titles[1].startswith("Before RL")
@@ -58,16 +84,21 @@ def test_reduced_demo_trained_model_beats_the_base_model(tmp_path):
     # the report's command for the SFT figure on test, typed by a user, gives that figure
     argv = shlex.split(stages["sft", "test"]["command"])
     assert argv[0] == "knowlyr-hub"
-    again = subprocess.run([str(Path(sys.executable).parent / "knowlyr-hub"), *argv[1:]], capture_output=True,
-                           text=True, timeout=1800)  # fmt: skip
+    again = subprocess.run(
+        [str(Path(sys.executable).parent / "knowlyr-hub"), *argv[1:]], capture_output=True, text=True, timeout=1800
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     row = next(line.split() for line in again.stdout.splitlines() if line.startswith("sft "))
     assert row[3] == f"{stages['sft', 'test']['success_rate']:.1%}"
 
 
 def test_online_loop_example(tmp_path):
-    out = subprocess.run([sys.executable, str(EXAMPLES / "online_loop.py"), "--workdir", str(tmp_path),
-                          "--sft-steps", "1"], capture_output=True, text=True, timeout=1800)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "online_loop.py"), "--workdir", str(tmp_path), "--sft-steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "expert  6 episodes" in out.stdout and "solved 6/6" in out.stdout
     assert (tmp_path / "sft" / "final").is_dir()

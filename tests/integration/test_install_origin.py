@@ -104,8 +104,19 @@ def foreign_core_version() -> str:
 def wheelhouse(tmp_path_factory, foreign_core_version) -> Path:
     """The six packages built once, without their dependencies."""
     folder = tmp_path_factory.mktemp("wheelhouse")
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(folder),
-         *(str(PACKAGES / dist.removeprefix("knowlyr-")) for dist in IMPORT_NAMES)])  # fmt: skip
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(folder),
+            *(str(PACKAGES / dist.removeprefix("knowlyr-")) for dist in IMPORT_NAMES),
+        ]
+    )
     return folder
 
 
@@ -160,8 +171,20 @@ def check_another_projects_core_is_refused(python: Path, foreign: str) -> None:
 def test_trainer_resolves_its_siblings_from_the_wheelhouse(wheelhouse, tmp_path):
     report = tmp_path / "report.json"
     requirement = f"knowlyr-trainer[online]=={OURS}"
-    run(pip(sys.executable, "install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report),
-            "--find-links", str(wheelhouse), requirement))  # fmt: skip
+    run(
+        pip(
+            sys.executable,
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            "--find-links",
+            str(wheelhouse),
+            requirement,
+        )
+    )
     resolved = {
         item["metadata"]["name"]: (item["metadata"]["version"], item["download_info"]["url"])
         for item in json.loads(report.read_text())["install"]

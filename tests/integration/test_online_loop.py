@@ -74,18 +74,34 @@ class Flailer:
         return {"tool": "submit", "params": {"answer": "lost"}, "thought": "guess"}
 
 
-TASKS = [{"id": "t17", "description": "status of order-17", "metadata": {"key": "order-17"}},
-         {"id": "t42", "description": "status of order-42", "metadata": {"key": "order-42"}}]  # fmt: skip
+TASKS = [
+    {"id": "t17", "description": "status of order-17", "metadata": {"key": "order-17"}},
+    {"id": "t42", "description": "status of order-42", "metadata": {"key": "order-42"}},
+]
 
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
     root = tmp_path_factory.mktemp("loop")
     reward_fn = make_reward_fn("conversation")
-    good = collect(LookupEnv, agent_factory=Expert, tasks=TASKS, n_episodes=4, reward_fn=reward_fn,
-                   agent_name="expert", progress=False)  # fmt: skip
-    bad = collect(LookupEnv, agent_factory=Flailer, tasks=TASKS, n_episodes=2, reward_fn=reward_fn,
-                  agent_name="flailer", progress=False)  # fmt: skip
+    good = collect(
+        LookupEnv,
+        agent_factory=Expert,
+        tasks=TASKS,
+        n_episodes=4,
+        reward_fn=reward_fn,
+        agent_name="expert",
+        progress=False,
+    )
+    bad = collect(
+        LookupEnv,
+        agent_factory=Flailer,
+        tasks=TASKS,
+        n_episodes=2,
+        reward_fn=reward_fn,
+        agent_name="flailer",
+        progress=False,
+    )
     engine = RewardEngine(domain="conversation")
     scored = [engine.score(t) for t in good + bad]
     write_trajectories(root / "scored.jsonl", scored)
@@ -121,7 +137,9 @@ def test_exports_feed_the_trainer_readers(datasets):
     assert all(len(dpo_pair(r, w)) == 2 for w, r in trainer_read(root / "dpo.jsonl"))
     assert all(len(grpo_group(r, w)) == 3 for w, r in trainer_read(root / "grpo.jsonl"))
     assert next(iter(read_jsonl(root / "sft.jsonl")))["steps"][0]["action"] == {
-        "name": "lookup", "parameters": {"key": "order-17"}}  # fmt: skip
+        "name": "lookup",
+        "parameters": {"key": "order-17"},
+    }
 
 
 def test_train_then_roll_out_the_checkpoint(datasets, tmp_path):
@@ -134,17 +152,48 @@ def test_train_then_roll_out_the_checkpoint(datasets, tmp_path):
     root, _, _ = datasets
     model, tokenizer = build_tiny_model(hidden_size=32, num_layers=1, seed=0)
     save_model(model, tokenizer, tmp_path / "base")
-    common = {"num_epochs": 1, "max_optimizer_steps": 2, "batch_size": 2, "learning_rate": 1e-3, "bf16": False,
-              "max_length": 256, "progress_bar": False}  # fmt: skip
-    sft = SFTTrainer(SFTConfig(model_name_or_path=str(tmp_path / "base"), train_file=str(root / "sft.jsonl"),
-                               output_dir=str(tmp_path / "sft"), **common)).train()  # fmt: skip
-    dpo = DPOTrainer(DPOConfig(model_name_or_path=sft["output_dir"], train_file=str(root / "dpo.jsonl"),
-                               output_dir=str(tmp_path / "dpo"), **common)).train()  # fmt: skip
-    grpo = GRPOTrainer(GRPOConfig(model_name_or_path=dpo["output_dir"], train_file=str(root / "grpo.jsonl"),
-                                  output_dir=str(tmp_path / "grpo"), **common)).train()  # fmt: skip
+    common = {
+        "num_epochs": 1,
+        "max_optimizer_steps": 2,
+        "batch_size": 2,
+        "learning_rate": 1e-3,
+        "bf16": False,
+        "max_length": 256,
+        "progress_bar": False,
+    }
+    sft = SFTTrainer(
+        SFTConfig(
+            model_name_or_path=str(tmp_path / "base"),
+            train_file=str(root / "sft.jsonl"),
+            output_dir=str(tmp_path / "sft"),
+            **common,
+        )
+    ).train()
+    dpo = DPOTrainer(
+        DPOConfig(
+            model_name_or_path=sft["output_dir"],
+            train_file=str(root / "dpo.jsonl"),
+            output_dir=str(tmp_path / "dpo"),
+            **common,
+        )
+    ).train()
+    grpo = GRPOTrainer(
+        GRPOConfig(
+            model_name_or_path=dpo["output_dir"],
+            train_file=str(root / "grpo.jsonl"),
+            output_dir=str(tmp_path / "grpo"),
+            **common,
+        )
+    ).train()
 
     inference = AgentInference.from_pretrained(grpo["output_dir"], max_new_tokens=24)
-    (trajectory,) = collect(LookupEnv, agent_factory=lambda: inference.create_agent(system_prompt="Answer."),
-                            tasks=TASKS[:1], max_steps=2, progress=False, agent_name="trained")  # fmt: skip
+    (trajectory,) = collect(
+        LookupEnv,
+        agent_factory=lambda: inference.create_agent(system_prompt="Answer."),
+        tasks=TASKS[:1],
+        max_steps=2,
+        progress=False,
+        agent_name="trained",
+    )
     assert 1 <= len(trajectory.steps) <= 2 and trajectory.agent == "trained"
     Trajectory.model_validate_json(trajectory.model_dump_json())

@@ -54,8 +54,11 @@ def test_real_logs_to_datasets(real_logs_folder, tmp_path, capsys):
     assert sft["written"] == sum(s["outcome"]["success"] is True for s in scored)
 
     agenttrainer = require_module("agenttrainer.data.readers", "the exports are read with knowlyr-trainer's readers")
-    for name, reader in (("sft", agenttrainer.sft_conversation), ("dpo", agenttrainer.dpo_pair),
-                         ("grpo", agenttrainer.grpo_group)):  # fmt: skip
+    for name, reader in (
+        ("sft", agenttrainer.sft_conversation),
+        ("dpo", agenttrainer.dpo_pair),
+        ("grpo", agenttrainer.grpo_group),
+    ):
         records = list(agenttrainer.read_located_records(tmp_path / "out" / "latest" / f"{name}.jsonl"))
         assert records, name
         for where, record in records:

@@ -54,8 +54,16 @@ def comparable(trajectory):
 def test_ray_trajectories_equal_the_thread_executor():
     suite = get_suite("retail")
     tasks = suite.generate("test", 6, 0)
-    options = dict(agent_factory=suite.expert, tasks=tasks, n_episodes=8, max_steps=suite.max_steps,
-                   env_kwargs=suite.env_kwargs, seed=11, concurrency=2, progress=False)  # fmt: skip
+    options = dict(
+        agent_factory=suite.expert,
+        tasks=tasks,
+        n_episodes=8,
+        max_steps=suite.max_steps,
+        env_kwargs=suite.env_kwargs,
+        seed=11,
+        concurrency=2,
+        progress=False,
+    )
     threads = collect(suite.env_id, executor="thread", **options)
     on_ray = collect(suite.env_id, executor="ray", **options)
     assert [comparable(t) for t in on_ray] == [comparable(t) for t in threads]
@@ -121,8 +129,15 @@ class CrashOnce:
 
 def test_a_dead_worker_is_retried_once(tmp_path):
     marker = str(tmp_path / "crashed-once")
-    runs = collect(CountingEnv, agent_factory=lambda: CrashOnce(marker, 2), n_episodes=5, concurrency=2, seed=0,
-                   executor="ray", progress=False)  # fmt: skip
+    runs = collect(
+        CountingEnv,
+        agent_factory=lambda: CrashOnce(marker, 2),
+        n_episodes=5,
+        concurrency=2,
+        seed=0,
+        executor="ray",
+        progress=False,
+    )
     assert Path(marker).exists()  # the crash happened
     assert [t.outcome.success for t in runs] == [True] * 5
     assert seeds_of(runs) == [0, 1, 2, 3, 4]
@@ -130,8 +145,16 @@ def test_a_dead_worker_is_retried_once(tmp_path):
 
 def test_a_worker_that_keeps_dying_is_an_infrastructure_failure(tmp_path):
     marker = str(tmp_path / "crash")
-    runs = collect(CountingEnv, agent_factory=lambda: CrashOnce(marker, 1, always=True), n_episodes=4,
-                   concurrency=2, seed=0, executor="ray", progress=False, agent_name="crashy")  # fmt: skip
+    runs = collect(
+        CountingEnv,
+        agent_factory=lambda: CrashOnce(marker, 1, always=True),
+        n_episodes=4,
+        concurrency=2,
+        seed=0,
+        executor="ray",
+        progress=False,
+        agent_name="crashy",
+    )
     assert [t.outcome.success for t in runs] == [True, False, True, True]
     failed = runs[1]
     assert failed.steps == [] and failed.agent == "crashy"
@@ -162,8 +185,26 @@ def test_cli_collect_on_ray_against_a_real_http_policy(tmp_path):
     tasks.write_text("".join(__import__("json").dumps(t) + "\n" for t in suite.generate("test", 2, 0)))
     with ScriptedChatServer() as server:
         server.replies += [{"content": "Sorry, I cannot look that up."}] * 2
-        code = main(["collect", suite.env_id, "--endpoint", server.base_url, "--model", "m", "--tasks", str(tasks),
-                     "-n", "2", "--concurrency", "2", "--executor", "ray", "-o", str(tmp_path / "out.jsonl")])  # fmt: skip
+        code = main(
+            [
+                "collect",
+                suite.env_id,
+                "--endpoint",
+                server.base_url,
+                "--model",
+                "m",
+                "--tasks",
+                str(tasks),
+                "-n",
+                "2",
+                "--concurrency",
+                "2",
+                "--executor",
+                "ray",
+                "-o",
+                str(tmp_path / "out.jsonl"),
+            ]
+        )
         assert code == 0 and len(server.requests) == 2
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all('"respond"' in line for line in lines)
@@ -236,8 +277,18 @@ def test_the_local_runtime_listens_on_loopback_only_and_runs_workers_at_our_prio
         seen.extend(listening(me))
         priorities.extend(ray_priorities(me))
 
-    runs = run_on_ray(CountingEnv, agent=finish, agent_factory=None, tasks=[None] * 3, seeds=[0, 1, 2], env_kwargs={},
-                      options={}, concurrency=2, address=None, on_done=sample)  # fmt: skip
+    runs = run_on_ray(
+        CountingEnv,
+        agent=finish,
+        agent_factory=None,
+        tasks=[None] * 3,
+        seeds=[0, 1, 2],
+        env_kwargs={},
+        options={},
+        concurrency=2,
+        address=None,
+        on_done=sample,
+    )
     assert [t.outcome.success for t in runs] == [True] * 3 and not ray.is_initialized()  # started and stopped here
     names = {name for name, _ in seen}
     assert {"gcs_server", "raylet"} <= names and any(name.startswith("ray::") for name in names), names
@@ -254,7 +305,14 @@ def test_evaluate_on_ray_records_an_env_error_as_a_failed_episode():
     def policy():  # the second task's episode makes the environment raise
         return lambda observation: {"tool": "bug" if observation.endswith(":1") else "finish", "params": {}}
 
-    summary, runs = evaluate_policy(policy, [{"id": f"t{i}"} for i in range(3)], env=CountingEnv, seed=0,
-                                    executor="ray", concurrency=2, progress=False)  # fmt: skip
+    summary, runs = evaluate_policy(
+        policy,
+        [{"id": f"t{i}"} for i in range(3)],
+        env=CountingEnv,
+        seed=0,
+        executor="ray",
+        concurrency=2,
+        progress=False,
+    )
     assert [t.outcome.success for t in runs] == [True, False, True] and summary["env_errors"] == 1
     assert runs[1].metadata["env_error"] == "RuntimeError: a bug in the environment"

@@ -59,10 +59,23 @@ class Served:
         self.port = free_port()
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agenttrainer.cli", "serve", checkpoint, "--port", str(self.port),
-             "--model-name", name, "--max-tokens", "64"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "agenttrainer.cli",
+                "serve",
+                checkpoint,
+                "--port",
+                str(self.port),
+                "--model-name",
+                name,
+                "--max-tokens",
+                "64",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.monotonic() + 180
         while True:
             if self.proc.poll() is not None:
@@ -97,10 +110,15 @@ def test_judge_scores_come_from_a_served_model(tmp_path):
 
     model, tokenizer = build_tiny_model(hidden_size=64, num_layers=2, seed=0)
     examples = [
-        {"messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": build_prompt(TRAJ, i)}],
-         "answer": ANSWERS[i]}
+        {
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": build_prompt(TRAJ, i)},
+            ],
+            "answer": ANSWERS[i],
+        }
         for i in range(2)
-    ]  # fmt: skip
+    ]
     overfit_tiny_model(model, tokenizer, examples, max_optimizer_steps=400)
     save_model(model, tokenizer, tmp_path / "judge")
     server = Served(str(tmp_path / "judge"), "tiny-judge")

@@ -39,8 +39,15 @@ def sampled_runs(path: Path, n: int) -> None:
     runs = []
     for agent in ("expert", *KINDS[:3]):
         factory = suite.expert if agent == "expert" else (lambda a=agent: CorruptedExpert(a, random.Random(3)))
-        runs += collect_batched(suite.env_id, factory, tasks, max_steps=suite.max_steps, env_kwargs=suite.env_kwargs,
-                                progress=False, agent_name=agent)  # fmt: skip
+        runs += collect_batched(
+            suite.env_id,
+            factory,
+            tasks,
+            max_steps=suite.max_steps,
+            env_kwargs=suite.env_kwargs,
+            progress=False,
+            agent_name=agent,
+        )
     write_trajectories(path, runs)
 
 
@@ -50,9 +57,25 @@ def test_the_learned_layer_is_reported_beside_the_rules(tmp_path, tiny_text_mode
 
     samples = tmp_path / "sampled.jsonl"
     sampled_runs(samples, 6)
-    code = reward_quality.main(["--n", "9", "--learned", "--train-n", "14", "--prm-model", str(tiny_text_model),
-                                "--prm-epochs", "1", "--prm-max-length", "128", "--samples", str(samples),
-                                "--workdir", str(tmp_path / "work")])  # fmt: skip
+    code = reward_quality.main(
+        [
+            "--n",
+            "9",
+            "--learned",
+            "--train-n",
+            "14",
+            "--prm-model",
+            str(tiny_text_model),
+            "--prm-epochs",
+            "1",
+            "--prm-max-length",
+            "128",
+            "--samples",
+            str(samples),
+            "--workdir",
+            str(tmp_path / "work"),
+        ]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1  # one JSON line

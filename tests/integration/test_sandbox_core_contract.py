@@ -27,9 +27,14 @@ def _task(tmp_path: Path) -> dict:
     repo.mkdir()
     (repo / "greet.py").write_text("def greet():\n    return 'helo'\n")
     (repo / "test_greet.py").write_text("from greet import greet\nassert greet() == 'hello', greet()\n")
-    return {"id": "greet", "description": "Fix the typo in greet().", "domain": "coding", "repo": str(repo),
-            "setup_commands": ["git init -q && git add -A && git commit -qm init"],
-            "test_command": "python3 test_greet.py"}  # fmt: skip
+    return {
+        "id": "greet",
+        "description": "Fix the typo in greet().",
+        "domain": "coding",
+        "repo": str(repo),
+        "setup_commands": ["git init -q && git add -A && git commit -qm init"],
+        "test_command": "python3 test_greet.py",
+    }
 
 
 SCRIPT = [
@@ -57,8 +62,9 @@ def test_recorded_episode_validates_and_replays(backend, tmp_path):
     assert "+    return 'hello'" in trajectory.outcome.patch
     validate = subprocess.run([BIN / "knowlyr-core", "validate", str(out)], capture_output=True, text=True)
     assert validate.returncode == 0, validate.stdout + validate.stderr
-    replayed = subprocess.run([BIN / "knowlyr-sandbox", "replay", str(out), "--backend", backend],
-                              capture_output=True, text=True)  # fmt: skip
+    replayed = subprocess.run(
+        [BIN / "knowlyr-sandbox", "replay", str(out), "--backend", backend], capture_output=True, text=True
+    )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert json.loads(replayed.stdout)["ok"] is True
 
@@ -72,7 +78,14 @@ def test_hub_collects_sandbox_episodes_concurrently(tmp_path):
         actions = iter(SCRIPT)
         return lambda observation: next(actions)
 
-    trajectories = hub.collect("knowlyr/sandbox", agent_factory=agent_factory, tasks=[task], n_episodes=4,
-                               concurrency=2, env_kwargs={"backend": "local"}, progress=False)  # fmt: skip
+    trajectories = hub.collect(
+        "knowlyr/sandbox",
+        agent_factory=agent_factory,
+        tasks=[task],
+        n_episodes=4,
+        concurrency=2,
+        env_kwargs={"backend": "local"},
+        progress=False,
+    )
     assert len(trajectories) == 4
     assert all(t.outcome.success for t in trajectories)

@@ -48,8 +48,9 @@ def vllm(tmp_path_factory):
         require(False, str(exc))
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     # fp32: the answers are compared with transformers'; eager: no compilation, which adds ~100 s to the start
-    with VLLMServer(MODEL, dtype="float32", allow_weight_updates=True, seed=0, log_path=log,
-                    extra_args=["--enforce-eager"]) as server:  # fmt: skip
+    with VLLMServer(
+        MODEL, dtype="float32", allow_weight_updates=True, seed=0, log_path=log, extra_args=["--enforce-eager"]
+    ) as server:
         print(f"vLLM ready in {server.start_seconds:.0f} s at {server.base_url}", file=sys.stderr)
         yield server
 
@@ -86,10 +87,28 @@ def test_knowlyr_hub_evaluate_plays_50_retail_tasks(vllm, tmp_path):
     out = tmp_path / "trajectories.jsonl"
     started = time.perf_counter()
     result = subprocess.run(
-        [hub, "evaluate", "--policy", vllm.base_url, "--model", vllm.model_name, "--tasks", str(tasks),
-         "--max-new-tokens", "128", "--executor", "ray", "--concurrency", "16", "-o", str(out)],
-        capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        [
+            hub,
+            "evaluate",
+            "--policy",
+            vllm.base_url,
+            "--model",
+            vllm.model_name,
+            "--tasks",
+            str(tasks),
+            "--max-new-tokens",
+            "128",
+            "--executor",
+            "ray",
+            "--concurrency",
+            "16",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     seconds = time.perf_counter() - started
     assert result.returncode == 0, result.stderr[-3000:]
     trajectories = [json.loads(line) for line in out.read_text().splitlines()]
@@ -112,13 +131,31 @@ def test_online_rl_iteration_pushes_its_weights_into_the_server(vllm, base_model
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in suite.generate("train", 4, seed=0)))
     config = OnlineRLConfig(
-        model_name_or_path=MODEL, env_id=suite.env_id, env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"},
-        tasks_file=str(tasks), output_dir=str(tmp_path / "out"), system_prompt=suite.system_prompt,
-        include_tools=False, group_size=4, tasks_per_iteration=4, num_iterations=1, max_steps=3,
-        max_new_tokens=48, max_episode_tokens=1024, learning_rate=1e-4, warmup_ratio=0.0, temperature=1.0,
-        process_reward="rules", batch_size=8, bf16=False, progress_bar=False, seed=0,
-        generation_url=vllm.base_url, served_model_name=vllm.model_name, push_weights="vllm",
-    )  # fmt: skip
+        model_name_or_path=MODEL,
+        env_id=suite.env_id,
+        env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"},
+        tasks_file=str(tasks),
+        output_dir=str(tmp_path / "out"),
+        system_prompt=suite.system_prompt,
+        include_tools=False,
+        group_size=4,
+        tasks_per_iteration=4,
+        num_iterations=1,
+        max_steps=3,
+        max_new_tokens=48,
+        max_episode_tokens=1024,
+        learning_rate=1e-4,
+        warmup_ratio=0.0,
+        temperature=1.0,
+        process_reward="rules",
+        batch_size=8,
+        bf16=False,
+        progress_bar=False,
+        seed=0,
+        generation_url=vllm.base_url,
+        served_model_name=vllm.model_name,
+        push_weights="vllm",
+    )
     trainer = OnlineRLTrainer(config)
     assert isinstance(trainer.generator, ServerGenerator)
     _, tokenizer = base_model

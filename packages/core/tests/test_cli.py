@@ -165,8 +165,15 @@ def test_tools_index_and_search(tmp_path, capsys):
     from knowlyrcore.cli import main
 
     mcp_listing = tmp_path / "mcp.json"
-    mcp_listing.write_text(_json.dumps({"tools": [{"name": "read_file", "description": "Read a file from disk",
-                                                   "inputSchema": {"type": "object"}}]}))  # fmt: skip
+    mcp_listing.write_text(
+        _json.dumps(
+            {
+                "tools": [
+                    {"name": "read_file", "description": "Read a file from disk", "inputSchema": {"type": "object"}}
+                ]
+            }
+        )
+    )
     assert main(["tools", "index", "generated", str(mcp_listing), "-o", str(tmp_path / "lib.jsonl")]) == 0
     assert "1241 tools" in capsys.readouterr().err
     assert main(["tools", "search", str(tmp_path / "lib.jsonl"), "read the file config.yaml", "-k", "2"]) == 0

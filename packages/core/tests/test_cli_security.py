@@ -14,14 +14,29 @@ import pytest
 
 from knowlyrcore import DataFormatError, Trajectory, read_jsonl, write_jsonl, write_trajectories
 
-GOOD = {"schema_version": "1.0", "id": "t1", "task": {"description": "read a.py", "domain": "coding"},
-        "steps": [{"index": 0, "tool_call": {"name": "read_file", "parameters": {"path": "a.py"}},
-                   "observation": {"output": "x = 1"}, "reward": 0.5}], "reward": 0.5}  # fmt: skip
+GOOD = {
+    "schema_version": "1.0",
+    "id": "t1",
+    "task": {"description": "read a.py", "domain": "coding"},
+    "steps": [
+        {
+            "index": 0,
+            "tool_call": {"name": "read_file", "parameters": {"path": "a.py"}},
+            "observation": {"output": "x = 1"},
+            "reward": 0.5,
+        }
+    ],
+    "reward": 0.5,
+}
 
 
 def validate(*paths):
-    done = subprocess.run([sys.executable, "-m", "knowlyrcore.cli", "validate", *map(str, paths)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "knowlyrcore.cli", "validate", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
@@ -102,8 +117,14 @@ def test_security_writers_refuse_non_finite_numbers_and_keep_the_old_file(tmp_pa
 
 def test_security_reader_reports_bad_lines_and_goes_on(tmp_path):
     path = tmp_path / "mixed.jsonl"
-    path.write_text(json.dumps(GOOD) + '\n{"broken\n' + json.dumps({**GOOD, "reward": 2}).replace("2}", "NaN}")
-                    + "\n" + json.dumps(GOOD) + "\n")  # fmt: skip
+    path.write_text(
+        json.dumps(GOOD)
+        + '\n{"broken\n'
+        + json.dumps({**GOOD, "reward": 2}).replace("2}", "NaN}")
+        + "\n"
+        + json.dumps(GOOD)
+        + "\n"
+    )
     errors = []
     kept = list(read_jsonl(path, Trajectory, on_error=lambda exc: errors.append(str(exc))))
     assert len(kept) == 2

@@ -170,8 +170,12 @@ def test_pairing_options_parse_pair_preferences_choices_in_order():
 
 
 def test_console_script_exit_code_is_the_processes():
-    done = subprocess.run([sys.executable, "-m", "knowlyrcore.cli", "domain", "show", "astrology"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "knowlyrcore.cli", "domain", "show", "astrology"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error: unknown domain 'astrology'")
     assert done.stderr.count("\n") == 1 and done.stdout == ""
 

@@ -125,27 +125,51 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path):
     (tmp_path / "mcp").mkdir()
     (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mcp'\", name='mcp')\n")
     hidden = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from knowlyrcore.cli import main; "
-         "sys.exit(main(['mcp', '--root', sys.argv[1]]))", str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); from knowlyrcore.cli import main; "
+            "sys.exit(main(['mcp', '--root', sys.argv[1]]))",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert hidden.returncode == 2, hidden.stderr
     assert hidden.stderr == f"error: knowlyr-core mcp needs the 'mcp' extra: {install_command('knowlyr-core', 'mcp')}\n"
 
 
 def test_search_tools_over_stdio_inside_the_roots_only(tmp_path):
     library = tmp_path / "tools.json"
-    library.write_text(json.dumps([{"type": "function", "function": {"name": "refund_payment",
-                                    "description": "Refund a card payment", "parameters": {"type": "object"}}},
-                                   {"name": "get_forecast", "description": "Weather forecast for a city"}]))  # fmt: skip
+    library.write_text(
+        json.dumps(
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "refund_payment",
+                        "description": "Refund a card payment",
+                        "parameters": {"type": "object"},
+                    },
+                },
+                {"name": "get_forecast", "description": "Weather forecast for a city"},
+            ]
+        )
+    )
     outside = tmp_path.parent / f"{tmp_path.name}-outside.json"
     outside.write_text(library.read_text())
-    _, (generated, own, refused, bad_k) = asyncio.run(_session_calls([
-        ("search_tools", {"query": "please cancel my shop order", "k": 2}),
-        ("search_tools", {"query": "refund my card payment", "library": str(library), "k": 1}),
-        ("search_tools", {"query": "refund", "library": str(outside)}),
-        ("search_tools", {"query": "refund", "k": 500}),
-    ], roots=[tmp_path]))  # fmt: skip
+    _, (generated, own, refused, bad_k) = asyncio.run(
+        _session_calls(
+            [
+                ("search_tools", {"query": "please cancel my shop order", "k": 2}),
+                ("search_tools", {"query": "refund my card payment", "library": str(library), "k": 1}),
+                ("search_tools", {"query": "refund", "library": str(outside)}),
+                ("search_tools", {"query": "refund", "k": 500}),
+            ],
+            roots=[tmp_path],
+        )
+    )
     assert _payload(generated)["tools"][0]["name"] == "shop_cancel_order"
     assert [t["name"] for t in _payload(own)["tools"]] == ["refund_payment"]
     assert _is_error(refused) and "outside" in refused.content[0].text.lower()

@@ -52,8 +52,16 @@ def test_library_refuses_duplicates_and_emptiness():
 
 
 def test_loads_jsonl_openai_arrays_and_mcp_listings(tmp_path):
-    openai = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
-                                                "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+    openai = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather now",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
     mcp = {"tools": [{"name": "read_file", "description": "Read a file", "inputSchema": {"type": "object"}}]}
     (tmp_path / "openai.json").write_text(json.dumps(openai))
     (tmp_path / "mcp.json").write_text(json.dumps(mcp))
@@ -94,10 +102,21 @@ def test_tools_are_harvested_from_real_agent_runs():
 
     tau = {t.name: t for t in tools_in_data(real_data("tau-bench_gpt-4o-airline_tasks0-4.json"))}
     # read off the file: the 11 distinct tools gpt-4o called in tasks 0-4, none with a schema there
-    assert sorted(tau) == sorted(["book_reservation", "calculate", "cancel_reservation", "get_reservation_details",
-                                  "get_user_details", "search_direct_flight", "search_onestop_flight", "think",
-                                  "transfer_to_human_agents", "update_reservation_baggages",
-                                  "update_reservation_flights"])  # fmt: skip
+    assert sorted(tau) == sorted(
+        [
+            "book_reservation",
+            "calculate",
+            "cancel_reservation",
+            "get_reservation_details",
+            "get_user_details",
+            "search_direct_flight",
+            "search_onestop_flight",
+            "think",
+            "transfer_to_human_agents",
+            "update_reservation_baggages",
+            "update_reservation_flights",
+        ]
+    )
     assert tau["get_user_details"].description.startswith("Get user details")
     swe_gym = {t.name: t for t in tools_in_data(real_data("interop", "swe-gym_openhands_messages_5rows.json"))}
     assert set(swe_gym) == {"execute_bash", "str_replace_editor", "finish"}

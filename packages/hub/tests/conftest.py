@@ -78,12 +78,25 @@ def counting_agent():
 
 
 def make_trajectory(tid, task, reward=None, success=None, steps=1, agent="a", score=None):
-    return Trajectory.model_validate({
-        "id": tid, "agent": agent, "task": {"id": task, "description": f"solve {task}", "domain": "coding"},
-        "steps": [{"index": i, "thought": f"t{i}", "tool_call": {"name": "bash", "parameters": {"command": f"echo {i}"}},
-                   "observation": {"output": str(i), "exit_code": 0}, "reward": 0.5} for i in range(steps)],
-        "outcome": {"success": success, "score": score}, "reward": reward,
-    })  # fmt: skip
+    return Trajectory.model_validate(
+        {
+            "id": tid,
+            "agent": agent,
+            "task": {"id": task, "description": f"solve {task}", "domain": "coding"},
+            "steps": [
+                {
+                    "index": i,
+                    "thought": f"t{i}",
+                    "tool_call": {"name": "bash", "parameters": {"command": f"echo {i}"}},
+                    "observation": {"output": str(i), "exit_code": 0},
+                    "reward": 0.5,
+                }
+                for i in range(steps)
+            ],
+            "outcome": {"success": success, "score": score},
+            "reward": reward,
+        }
+    )
 
 
 @pytest.fixture

@@ -133,8 +133,15 @@ def test_registry_ids_env_kwargs_and_output_path(guess_env, tmp_path):
     register("hubtest/guess-batched", guess_env)
     out_path = tmp_path / "run.jsonl"
     try:
-        out = collect_batched("hubtest/guess-batched", CountingBatch(), [{}, {}, {}], env_kwargs={"default": 2},
-                              batch_size=2, output_path=out_path, progress=False)  # fmt: skip
+        out = collect_batched(
+            "hubtest/guess-batched",
+            CountingBatch(),
+            [{}, {}, {}],
+            env_kwargs={"default": 2},
+            batch_size=2,
+            output_path=out_path,
+            progress=False,
+        )
     finally:
         unregister("hubtest/guess-batched")
     assert [len(t.steps) for t in out] == [2, 2, 2] and out[0].source == "env:hubtest/guess-batched"
@@ -145,8 +152,14 @@ def test_finished_chunks_are_kept_when_a_later_chunk_fails(guess_env, tmp_path):
     out_path = tmp_path / "run.jsonl"
     with pytest.raises(RuntimeError, match="model crashed"):
         # turn 1 is chunk 1's only turn (target 1); turn 2 is chunk 2's first
-        collect_batched(guess_env, CountingBatch(fail_on_turn=2), guess_tasks([1, 1]), batch_size=1,
-                        output_path=out_path, progress=False)  # fmt: skip
+        collect_batched(
+            guess_env,
+            CountingBatch(fail_on_turn=2),
+            guess_tasks([1, 1]),
+            batch_size=1,
+            output_path=out_path,
+            progress=False,
+        )
     assert [t.task.id for t in read_trajectories(out_path)] == ["t0"]
 
 

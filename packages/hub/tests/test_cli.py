@@ -7,13 +7,21 @@ from trajectoryhub.cli import main
 def test_export_dedup_evaluate_compare(traj, tmp_path, capsys):
     a = tmp_path / "a.jsonl"
     b = tmp_path / "b.jsonl"
-    write_trajectories(a, [traj("a1", "x", reward=0.9, agent="alpha"), traj("a2", "y", reward=0.8, agent="alpha"),
-                           traj("a3", "x", reward=0.1, agent="alpha")])  # fmt: skip
+    write_trajectories(
+        a,
+        [
+            traj("a1", "x", reward=0.9, agent="alpha"),
+            traj("a2", "y", reward=0.8, agent="alpha"),
+            traj("a3", "x", reward=0.1, agent="alpha"),
+        ],
+    )
     write_trajectories(b, [traj("b1", "x", reward=0.2, agent="beta"), traj("b2", "y", reward=0.3, agent="beta")])
     assert main(["export", "--format", "sft", "-t", str(a), "-o", str(tmp_path / "sft.jsonl")]) == 0
     assert not list(read_jsonl(tmp_path / "sft.jsonl"))  # nobody judged these runs a success
-    assert capsys.readouterr().err == (f"sft: wrote 0 records to {tmp_path / 'sft.jsonl'}; left out 3: 3 not successful "
-                                       "(failed or not judged; --include-failures keeps them)\n")  # fmt: skip
+    assert capsys.readouterr().err == (
+        f"sft: wrote 0 records to {tmp_path / 'sft.jsonl'}; left out 3: 3 not successful "
+        "(failed or not judged; --include-failures keeps them)\n"
+    )
     argv = ["export", "--format", "sft", "-t", str(a), "-o", str(tmp_path / "sft.jsonl"), "--min-reward", "0.5"]
     assert main([*argv, "--include-failures"]) == 0
     assert len(list(read_jsonl(tmp_path / "sft.jsonl"))) == 2

@@ -23,8 +23,9 @@ LOGS = ["swe-agent_test-repo-i1.traj", "openhands_basic.json", "mini-swe-agent_l
 
 
 def hub(*args, timeout=300):
-    done = subprocess.run([sys.executable, "-m", "trajectoryhub.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "trajectoryhub.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
@@ -96,10 +97,19 @@ def test_security_pipeline_skip_invalid_keeps_good_records(tmp_path, trajectorie
 
 def test_security_pipeline_skip_invalid_per_record_in_a_jsonl_log(tmp_path, stages):
     """A framework log in JSONL (OpenAI chats, one per line): a bad line costs only that line."""
-    chat = {"messages": [{"role": "user", "content": "list files"},
-                         {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
-                          "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
-                         {"role": "tool", "tool_call_id": "c1", "content": "a.py"}]}  # fmt: skip
+    chat = {
+        "messages": [
+            {"role": "user", "content": "list files"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        ]
+    }
     other = json.loads(json.dumps(chat).replace("list files", "list all files"))
     log = tmp_path / "chats.jsonl"
     log.write_text("\n".join([json.dumps(chat), "{not json", json.dumps(other)]) + "\n")
@@ -129,19 +139,30 @@ def test_security_pipeline_rerun_cleans_what_a_killed_run_left(tmp_path, traject
     assert names == sorted([".pipeline.lock", "latest", "notes.txt", first_run.name, second_run.name])
     for run in (first_run, second_run):  # each run complete and on its own
         manifest = json.loads((run / "manifest.json").read_text())
-        assert sorted(p.name for p in run.iterdir()) == sorted(["trajectories.jsonl", "scored.jsonl", "manifest.json",
-                                                               *(v["path"] for v in manifest["exports"].values())])  # fmt: skip
+        assert sorted(p.name for p in run.iterdir()) == sorted(
+            ["trajectories.jsonl", "scored.jsonl", "manifest.json", *(v["path"] for v in manifest["exports"].values())]
+        )
 
 
 def test_security_pipeline_killed_mid_run_leaves_no_mix(tmp_path, trajectories):
     """A real ``kill -9`` at some point of a run: a rerun finds no partial or temp file left."""
     lines = trajectories.read_text().splitlines()
     big = tmp_path / "big.jsonl"
-    big.write_text("".join(json.dumps({**json.loads(lines[i % 3]), "id": f"t{i}"}).replace(
-        '"description": "', f'"description": "#{i} ', 1) + "\n" for i in range(600)))  # fmt: skip
+    big.write_text(
+        "".join(
+            json.dumps({**json.loads(lines[i % 3]), "id": f"t{i}"}).replace(
+                '"description": "', f'"description": "#{i} ', 1
+            )
+            + "\n"
+            for i in range(600)
+        )
+    )
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "trajectoryhub.cli", "pipeline", str(big), "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajectoryhub.cli", "pipeline", str(big), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(out.glob(".run-*.partial/scored.jsonl")) and proc.poll() is None:
         time.sleep(0.01)
@@ -166,8 +187,10 @@ def test_security_pipeline_killed_mid_run_leaves_no_mix(tmp_path, trajectories):
         ["compare", "-t", "{f}", "-t", "{f}"],
     ],
 )
-@pytest.mark.parametrize(("content", "problem"), [("", "no trajectories (empty file)"),
-                                                  ("[" * 100_000 + "]" * 100_000, "nested deeper than 100 levels")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [("", "no trajectories (empty file)"), ("[" * 100_000 + "]" * 100_000, "nested deeper than 100 levels")],
+)
 def test_security_hub_commands_refuse_empty_and_deep_inputs(tmp_path, command, content, problem):
     path = tmp_path / "in.jsonl"
     path.write_text(content + "\n")

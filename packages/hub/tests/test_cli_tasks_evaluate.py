@@ -53,8 +53,15 @@ def plan_env():
 
 
 def plan_tasks():
-    return [{"id": tid, "description": f"do {' then '.join(tools)}", "domain": "hubtest",
-             "metadata": {"solution": [{"tool": t, "params": {}} for t in tools]}} for tid, tools in PLANS.items()]  # fmt: skip
+    return [
+        {
+            "id": tid,
+            "description": f"do {' then '.join(tools)}",
+            "domain": "hubtest",
+            "metadata": {"solution": [{"tool": t, "params": {}} for t in tools]},
+        }
+        for tid, tools in PLANS.items()
+    ]
 
 
 @pytest.fixture
@@ -96,8 +103,25 @@ def test_evaluate_policy_scripted_policies(plan_env):
 
 def test_evaluate_expert_cli_writes_report_and_trajectories(plan_env, tasks_file, tmp_path, capsys):
     out, report_dir = tmp_path / "run.jsonl", tmp_path / "report"
-    code = main(["evaluate", "--policy", "expert", "--tasks", str(tasks_file), "--env", plan_env, "--split", "dev",
-                 "--report-dir", str(report_dir), "-o", str(out), "--batch-size", "3"])  # fmt: skip
+    code = main(
+        [
+            "evaluate",
+            "--policy",
+            "expert",
+            "--tasks",
+            str(tasks_file),
+            "--env",
+            plan_env,
+            "--split",
+            "dev",
+            "--report-dir",
+            str(report_dir),
+            "-o",
+            str(out),
+            "--batch-size",
+            "3",
+        ]
+    )
     assert code == 0
     header, row = capsys.readouterr().out.splitlines()
     assert header.split()[:4] == ["stage", "split", "n", "success"]
@@ -131,8 +155,9 @@ def test_evaluate_errors(plan_env, tasks_file, tmp_path, capsys, monkeypatch):
     assert error(["evaluate", "--policy", "expert", "--tasks", str(bad), "--env", plan_env]).startswith(
         f"error: {bad}:2: max_steps:"
     )
-    assert "needs --model" in error(["evaluate", "--policy", "http://127.0.0.1:9/v1", "--tasks", str(tasks_file),
-                                     "--env", plan_env])  # fmt: skip
+    assert "needs --model" in error(
+        ["evaluate", "--policy", "http://127.0.0.1:9/v1", "--tasks", str(tasks_file), "--env", plan_env]
+    )
     if find_spec("agenttrainer") is not None:
         missing = str(tmp_path / "no-such-checkpoint")
         assert "does not exist" in error(
@@ -148,8 +173,9 @@ def test_evaluate_errors(plan_env, tasks_file, tmp_path, capsys, monkeypatch):
         assert "knowlyr-hub[report]" in error([*argv, "--report-dir", str(tmp_path / "r")])
         assert not out.exists()
     monkeypatch.setitem(sys.modules, "agenttrainer.batch_policy", None)  # as if knowlyr-trainer were absent
-    assert install_command("knowlyr-hub", "trainer") in error(["evaluate", "--policy", "./ckpt", "--tasks", str(tasks_file),
-                                             "--env", plan_env])  # fmt: skip
+    assert install_command("knowlyr-hub", "trainer") in error(
+        ["evaluate", "--policy", "./ckpt", "--tasks", str(tasks_file), "--env", plan_env]
+    )
     # -t and --policy are two different evaluations
     assert "either --policy" in error(["evaluate", "-t", str(tasks_file), "--policy", "expert"])
     assert "either --policy" in error(["evaluate"])
@@ -161,8 +187,25 @@ def test_evaluate_local_model(plan_env, tasks_file, tmp_path, capsys):
     is recorded and scored against the expert's plan."""
     require(find_spec("agenttrainer") is not None, "local model policies need knowlyr-trainer")
     out = tmp_path / "smol.jsonl"
-    code = main(["evaluate", "--policy", "smollm2-135m", "--tasks", str(tasks_file), "--env", plan_env,
-                 "--max-steps", "3", "--max-new-tokens", "32", "-o", str(out), "--report-dir", str(tmp_path / "r")])  # fmt: skip
+    code = main(
+        [
+            "evaluate",
+            "--policy",
+            "smollm2-135m",
+            "--tasks",
+            str(tasks_file),
+            "--env",
+            plan_env,
+            "--max-steps",
+            "3",
+            "--max-new-tokens",
+            "32",
+            "-o",
+            str(out),
+            "--report-dir",
+            str(tmp_path / "r"),
+        ]
+    )
     assert code == 0
     trajectories = list(read_trajectories(out))
     assert [t.task.id for t in trajectories] == list(PLANS) and all(1 <= len(t.steps) <= 3 for t in trajectories)
@@ -180,9 +223,29 @@ def test_evaluate_sampled_local_model_repeats_with_its_seed(plan_env, tasks_file
     runs = []
     for n in range(2):
         out = tmp_path / f"s{n}.jsonl"
-        code = main(["evaluate", "--policy", "smollm2-135m", "--tasks", str(tasks_file), "--env", plan_env,
-                     "--max-steps", "2", "--max-new-tokens", "16", "--samples", "2", "--seed", "3",
-                     "--dtype", "float32", "-o", str(out)])  # fmt: skip
+        code = main(
+            [
+                "evaluate",
+                "--policy",
+                "smollm2-135m",
+                "--tasks",
+                str(tasks_file),
+                "--env",
+                plan_env,
+                "--max-steps",
+                "2",
+                "--max-new-tokens",
+                "16",
+                "--samples",
+                "2",
+                "--seed",
+                "3",
+                "--dtype",
+                "float32",
+                "-o",
+                str(out),
+            ]
+        )
         assert code == 0
         runs.append(list(read_trajectories(out)))
         printed = capsys.readouterr().out
@@ -199,12 +262,22 @@ class ChatCompletions(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(body)
         call = {"id": "call_1", "type": "function", "function": {"name": "respond", "arguments": '{"message": "ok"}'}}
-        reply = json.dumps({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "tool_calls",
-                         "message": {"role": "assistant", "content": "", "tool_calls": [call]}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }).encode()  # fmt: skip
+        reply = json.dumps(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": "", "tool_calls": [call]},
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
@@ -225,8 +298,21 @@ def test_evaluate_endpoint_policy(plan_env, tasks_file, capsys):
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        code = main(["evaluate", "--policy", url, "--model", "served", "--tasks", str(tasks_file), "--env", plan_env,
-                     "--system-prompt", "Be brief."])  # fmt: skip
+        code = main(
+            [
+                "evaluate",
+                "--policy",
+                url,
+                "--model",
+                "served",
+                "--tasks",
+                str(tasks_file),
+                "--env",
+                plan_env,
+                "--system-prompt",
+                "Be brief.",
+            ]
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -264,9 +350,11 @@ def test_tasks_are_byte_identical_across_runs(tmp_path, capsys):
 
 def test_tasks_errors_exit_2(tmp_path, capsys):
     require_retail()
-    for argv in (["tasks", "no-such-suite", "-o", str(tmp_path / "x.jsonl")],
-                 ["tasks", "retail", "--split", "validation", "-o", str(tmp_path / "x.jsonl")],
-                 ["tasks", "retail"]):  # fmt: skip
+    for argv in (
+        ["tasks", "no-such-suite", "-o", str(tmp_path / "x.jsonl")],
+        ["tasks", "retail", "--split", "validation", "-o", str(tmp_path / "x.jsonl")],
+        ["tasks", "retail"],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -300,8 +388,17 @@ def test_evaluate_prompts_a_checkpoint_by_its_prompt_contract(plan_env, tasks_fi
     checkpoint = str(save_model(model, tokenizer, tmp_path / "ckpt"))
 
     def policy(**flags):
-        defaults = dict(policy=checkpoint, system_prompt=None, include_tools=None, model=None, api_key=None,
-                        max_new_tokens=8, samples=1, temperature=None, dtype="float32")  # fmt: skip
+        defaults = dict(
+            policy=checkpoint,
+            system_prompt=None,
+            include_tools=None,
+            model=None,
+            api_key=None,
+            max_new_tokens=8,
+            samples=1,
+            temperature=None,
+            dtype="float32",
+        )
         args = SimpleNamespace(**{**defaults, **flags})
         return _policy(args, None, plan_env, {})[0]
 
@@ -310,6 +407,19 @@ def test_evaluate_prompts_a_checkpoint_by_its_prompt_contract(plan_env, tasks_fi
     overridden = policy(system_prompt="Mine.", include_tools=True)
     assert overridden.system_prompt == "Mine." and overridden.tools
     assert "by its prompt contract (a 22-character system prompt, tool schemas not shown)" in capsys.readouterr().err
-    code = main(["evaluate", "--policy", checkpoint, "--tasks", str(tasks_file), "--env", plan_env,
-                 "--max-steps", "2", "--max-new-tokens", "8"])  # fmt: skip
+    code = main(
+        [
+            "evaluate",
+            "--policy",
+            checkpoint,
+            "--tasks",
+            str(tasks_file),
+            "--env",
+            plan_env,
+            "--max-steps",
+            "2",
+            "--max-new-tokens",
+            "8",
+        ]
+    )
     assert code == 0 and "prompting" in capsys.readouterr().err

@@ -12,9 +12,12 @@ def run(agent, rewards, tasks=None):
     from knowlyrcore import Trajectory
 
     tasks = tasks or [f"t{i}" for i in range(len(rewards))]
-    return [Trajectory.model_validate({"id": f"{agent}{i}", "agent": agent, "task": {"id": task},
-                                       "outcome": {"success": r >= 0.5}, "reward": r})
-            for i, (r, task) in enumerate(zip(rewards, tasks))]  # fmt: skip
+    return [
+        Trajectory.model_validate(
+            {"id": f"{agent}{i}", "agent": agent, "task": {"id": task}, "outcome": {"success": r >= 0.5}, "reward": r}
+        )
+        for i, (r, task) in enumerate(zip(rewards, tasks))
+    ]
 
 
 def test_evaluate_agent_summary():
@@ -92,8 +95,12 @@ class FragileEnv(AgentEnv):
 
 
 def fragile_task(tid, by):
-    return {"id": tid, "description": f"divide by {by}", "domain": "hubtest",
-            "metadata": {"solution": [{"tool": "divide", "params": {"by": by}}, {"tool": "respond", "params": {}}]}}  # fmt: skip
+    return {
+        "id": tid,
+        "description": f"divide by {by}",
+        "domain": "hubtest",
+        "metadata": {"solution": [{"tool": "divide", "params": {"by": by}}, {"tool": "respond", "params": {}}]},
+    }
 
 
 def test_cli_evaluate_records_an_episode_whose_env_raised_and_goes_on(tmp_path, capsys):
@@ -103,8 +110,23 @@ def test_cli_evaluate_records_an_episode_whose_env_raised_and_goes_on(tmp_path, 
     tasks.write_text("".join(json.dumps(fragile_task(tid, by)) + "\n" for tid, by in [("t0", 2), ("t1", 0), ("t2", 5)]))
     register(FRAGILE_ENV, FragileEnv)
     try:
-        code = main(["evaluate", "--policy", "expert", "--tasks", str(tasks), "--env", FRAGILE_ENV, "-o", str(out),
-                     "--report-dir", str(report_dir), "--batch-size", "3"])  # fmt: skip
+        code = main(
+            [
+                "evaluate",
+                "--policy",
+                "expert",
+                "--tasks",
+                str(tasks),
+                "--env",
+                FRAGILE_ENV,
+                "-o",
+                str(out),
+                "--report-dir",
+                str(report_dir),
+                "--batch-size",
+                "3",
+            ]
+        )
     finally:
         unregister(FRAGILE_ENV)
     err = capsys.readouterr().err

@@ -22,8 +22,12 @@ def test_sft_steps_format(traj, tmp_path):
     assert report.written == 1
     assert record["instruction"] == "solve t1" and record["task_id"] == "t1" and record["reward"] == 0.9
     assert json.loads(record["input"]) == {"domain": "coding"}
-    assert record["steps"][1] == {"thought": "t1", "action": {"name": "bash", "parameters": {"command": "echo 1"}},
-                                  "observation": "1", "reward": 0.5}  # fmt: skip
+    assert record["steps"][1] == {
+        "thought": "t1",
+        "action": {"name": "bash", "parameters": {"command": "echo 1"}},
+        "observation": "1",
+        "reward": 0.5,
+    }
     assert record["schema_version"] == "1.0" and record["metadata"]["trajectory_id"] == "a"
 
 
@@ -72,8 +76,15 @@ def test_sft_keeps_only_successes_by_default(traj, tmp_path):
 
 
 def test_dpo_pairs_best_against_worst(traj, tmp_path):
-    items = [traj("a", "x", reward=0.9), traj("b", "x", reward=0.1), traj("c", "x", reward=0.5),
-             traj("d", "y", reward=0.5), traj("e", "y", reward=0.45), traj("f", "z", reward=1.0), traj("g", "", reward=1)]  # fmt: skip
+    items = [
+        traj("a", "x", reward=0.9),
+        traj("b", "x", reward=0.1),
+        traj("c", "x", reward=0.5),
+        traj("d", "y", reward=0.5),
+        traj("e", "y", reward=0.45),
+        traj("f", "z", reward=1.0),
+        traj("g", "", reward=1),
+    ]
     report = DatasetExporter(trajectories=items).export_dpo(tmp_path / "dpo.jsonl")
     (pair,) = read_jsonl(tmp_path / "dpo.jsonl")
     assert (pair["metadata"]["chosen_id"], pair["metadata"]["rejected_id"]) == ("a", "b")
@@ -83,8 +94,12 @@ def test_dpo_pairs_best_against_worst(traj, tmp_path):
 
 
 def test_dpo_keeps_failures_as_rejected_never_as_chosen(traj, tmp_path):
-    items = [traj("a", "x", reward=0.9, success=True), traj("b", "x", reward=0.1, success=False),
-             traj("c", "y", reward=0.6, success=False), traj("d", "y", reward=0.1, success=False)]  # fmt: skip
+    items = [
+        traj("a", "x", reward=0.9, success=True),
+        traj("b", "x", reward=0.1, success=False),
+        traj("c", "y", reward=0.6, success=False),
+        traj("d", "y", reward=0.1, success=False),
+    ]
     report = DatasetExporter(trajectories=items).export_dpo(tmp_path / "dpo.jsonl")
     (pair,) = read_jsonl(tmp_path / "dpo.jsonl")
     assert (pair["metadata"]["chosen_id"], pair["metadata"]["rejected_id"]) == ("a", "b")
@@ -95,15 +110,29 @@ def test_dpo_keeps_failures_as_rejected_never_as_chosen(traj, tmp_path):
 def test_dpo_from_preferences_file(traj, tmp_path):
     prefs = tmp_path / "prefs.jsonl"
     chosen, rejected = traj("a", "x", reward=0.9), traj("b", "x", reward=0.1)
-    prefs.write_text(json.dumps({"task_id": "x", "chosen": chosen.model_dump(mode="json"),
-                                 "rejected": rejected.model_dump(mode="json"), "margin": 0.8}) + "\n")  # fmt: skip
+    prefs.write_text(
+        json.dumps(
+            {
+                "task_id": "x",
+                "chosen": chosen.model_dump(mode="json"),
+                "rejected": rejected.model_dump(mode="json"),
+                "margin": 0.8,
+            }
+        )
+        + "\n"
+    )
     report = DatasetExporter(trajectories=[]).export_dpo(tmp_path / "d.jsonl", preferences=prefs)
     assert report.written == 1
 
 
 def test_grpo_groups(traj, tmp_path):
-    items = [traj("a", "x", reward=0.9, steps=2), traj("b", "x", reward=0.1), traj("c", "y", reward=0.5),
-             traj("d", "z", reward=0.5), traj("e", "z", reward=0.5)]  # fmt: skip
+    items = [
+        traj("a", "x", reward=0.9, steps=2),
+        traj("b", "x", reward=0.1),
+        traj("c", "y", reward=0.5),
+        traj("d", "z", reward=0.5),
+        traj("e", "z", reward=0.5),
+    ]
     report = DatasetExporter(trajectories=items).export_grpo(tmp_path / "g.jsonl")
     (group,) = read_jsonl(tmp_path / "g.jsonl")
     assert group["task_id"] == "x" and [t["reward"] for t in group["trajectories"]] == [0.9, 0.1]

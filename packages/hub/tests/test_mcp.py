@@ -27,14 +27,23 @@ def test_export_dedup_evaluate_compare_over_stdio(traj, tmp_path):
         [traj("a1", "x", reward=0.9, success=True), traj("a2", "y", reward=0.7, steps=2), traj("a3", "x", reward=0.2)],
     )
     write_trajectories(b, [traj("b1", "x", reward=0.1, agent="b"), traj("b2", "y", reward=0.3, agent="b")])
-    tools, (sft, dpo, unique, report, comparison, bad) = asyncio.run(mcp_session_calls(SERVER, [
-        ("export", {"format": "sft", "trajectories": [str(a)], "output": str(tmp_path / "sft.jsonl")}),
-        ("export", {"format": "dpo", "trajectories": [str(a)], "output": str(tmp_path / "dpo.jsonl")}),
-        ("deduplicate", {"trajectories": [str(a), str(a)], "output": str(tmp_path / "u.jsonl")}),
-        ("evaluate", {"trajectories": str(a)}),
-        ("compare", {"runs": {"a": str(a), "b": str(b)}}),
-        ("export", {"format": "sft", "trajectories": [str(tmp_path / "missing.jsonl")], "output": str(tmp_path / "o")}),
-    ], roots=[tmp_path]))  # fmt: skip
+    tools, (sft, dpo, unique, report, comparison, bad) = asyncio.run(
+        mcp_session_calls(
+            SERVER,
+            [
+                ("export", {"format": "sft", "trajectories": [str(a)], "output": str(tmp_path / "sft.jsonl")}),
+                ("export", {"format": "dpo", "trajectories": [str(a)], "output": str(tmp_path / "dpo.jsonl")}),
+                ("deduplicate", {"trajectories": [str(a), str(a)], "output": str(tmp_path / "u.jsonl")}),
+                ("evaluate", {"trajectories": str(a)}),
+                ("compare", {"runs": {"a": str(a), "b": str(b)}}),
+                (
+                    "export",
+                    {"format": "sft", "trajectories": [str(tmp_path / "missing.jsonl")], "output": str(tmp_path / "o")},
+                ),
+            ],
+            roots=[tmp_path],
+        )
+    )
     assert tools >= {"export", "deduplicate", "evaluate", "compare"}
     assert payload(sft)["written"] == 1 and payload(sft)["skipped"] == {"not_successful": 2}  # SFT: successes only
     assert payload(dpo)["written"] == 1
@@ -57,19 +66,25 @@ def test_security_paths_outside_the_roots_and_overwrites_are_refused(traj, tmp_p
     (root / "link.jsonl").symlink_to(outside / "host.jsonl")
     (root / "notes.jsonl").write_text("precious\n")
     host, link, mine = str(outside / "host.jsonl"), str(root / "link.jsonl"), [str(a)]
-    _, results = asyncio.run(mcp_session_calls(SERVER, [
-        ("export", {"format": "sft", "trajectories": [host], "output": str(root / "o.jsonl")}),
-        ("export", {"format": "sft", "trajectories": [str(outside)], "output": str(root / "o.jsonl")}),
-        ("deduplicate", {"trajectories": [link], "output": str(root / "o.jsonl")}),
-        ("evaluate", {"trajectories": host}),
-        ("compare", {"runs": {"a": str(a), "b": str(root / ".." / "host" / "host.jsonl")}}),
-        ("export", {"format": "sft", "trajectories": mine, "output": str(outside / "o.jsonl")}),
-        ("deduplicate", {"trajectories": mine, "output": str(root / ".." / "host" / "o.jsonl")}),
-        ("export", {"format": "dpo", "trajectories": mine, "output": str(root / "notes.jsonl")}),
-        ("deduplicate", {"trajectories": mine, "output": str(root / "notes.jsonl")}),
-        ("deduplicate", {"trajectories": mine, "output": str(root / "u.jsonl")}),
-        ("deduplicate", {"trajectories": mine, "output": str(root / "u.jsonl")}),  # its own file: replaced
-    ], roots=[root]))  # fmt: skip
+    _, results = asyncio.run(
+        mcp_session_calls(
+            SERVER,
+            [
+                ("export", {"format": "sft", "trajectories": [host], "output": str(root / "o.jsonl")}),
+                ("export", {"format": "sft", "trajectories": [str(outside)], "output": str(root / "o.jsonl")}),
+                ("deduplicate", {"trajectories": [link], "output": str(root / "o.jsonl")}),
+                ("evaluate", {"trajectories": host}),
+                ("compare", {"runs": {"a": str(a), "b": str(root / ".." / "host" / "host.jsonl")}}),
+                ("export", {"format": "sft", "trajectories": mine, "output": str(outside / "o.jsonl")}),
+                ("deduplicate", {"trajectories": mine, "output": str(root / ".." / "host" / "o.jsonl")}),
+                ("export", {"format": "dpo", "trajectories": mine, "output": str(root / "notes.jsonl")}),
+                ("deduplicate", {"trajectories": mine, "output": str(root / "notes.jsonl")}),
+                ("deduplicate", {"trajectories": mine, "output": str(root / "u.jsonl")}),
+                ("deduplicate", {"trajectories": mine, "output": str(root / "u.jsonl")}),  # its own file: replaced
+            ],
+            roots=[root],
+        )
+    )
     *refused, first, again = results
     check_mcp_path_refusals(refused, outside=7, secret="SHADOW-HASH")
     assert not (outside / "o.jsonl").exists() and not (root / "o.jsonl").exists()
@@ -83,10 +98,16 @@ def test_knowlyr_hub_mcp_starts_the_same_server_with_its_roots(traj, tmp_path):
     root.mkdir()
     write_trajectories(root / "a.jsonl", [traj("a1", "x", reward=0.9)])
     write_trajectories(tmp_path / "b.jsonl", [traj("b1", "x", reward=0.1)])
-    tools, (inside, outside) = asyncio.run(mcp_session_calls(("-m", "trajectoryhub.cli", "mcp"), [
-        ("evaluate", {"trajectories": str(root / "a.jsonl")}),
-        ("evaluate", {"trajectories": str(tmp_path / "b.jsonl")}),
-    ], roots=[root]))  # fmt: skip
+    tools, (inside, outside) = asyncio.run(
+        mcp_session_calls(
+            ("-m", "trajectoryhub.cli", "mcp"),
+            [
+                ("evaluate", {"trajectories": str(root / "a.jsonl")}),
+                ("evaluate", {"trajectories": str(tmp_path / "b.jsonl")}),
+            ],
+            roots=[root],
+        )
+    )
     assert tools == {"export", "deduplicate", "evaluate", "compare"}
     assert payload(inside)["episodes"] == 1
     assert mcp_is_error(outside) and "outside the allowed roots" in outside.content[0].text

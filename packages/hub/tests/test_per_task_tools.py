@@ -49,8 +49,10 @@ def reply(action):
     if action["tool"] == "respond":
         return {"content": action["params"]["message"]}
     arguments = json.dumps(action["params"])
-    return {"content": "", "tool_calls": [{"id": "c1", "type": "function",
-                                           "function": {"name": action["tool"], "arguments": arguments}}]}  # fmt: skip
+    return {
+        "content": "",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": action["tool"], "arguments": arguments}}],
+    }
 
 
 def names(request):

@@ -29,8 +29,15 @@ def retail():
 
 def play(retail, factory, name):
     suite, tasks = retail
-    runs = collect_batched(suite.env_id, factory, tasks, max_steps=suite.max_steps, env_kwargs=suite.env_kwargs,
-                           progress=False, agent_name=name)  # fmt: skip
+    runs = collect_batched(
+        suite.env_id,
+        factory,
+        tasks,
+        max_steps=suite.max_steps,
+        env_kwargs=suite.env_kwargs,
+        progress=False,
+        agent_name=name,
+    )
     return [run.model_dump(mode="json") for run in runs]
 
 
@@ -131,7 +138,9 @@ def test_cli_writes_prm_records_and_refuses_a_run_without_a_solution(retail, tmp
     del broken["task"]["metadata"]["solution"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(runs[0]) + "\n" + json.dumps(broken) + "\n")
-    refused = subprocess.run([*cli, "-t", str(bad), "-o", str(tmp_path / "none.jsonl")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    refused = subprocess.run(
+        [*cli, "-t", str(bad), "-o", str(tmp_path / "none.jsonl")], capture_output=True, text=True, timeout=120
+    )
     assert refused.returncode == 2 and not (tmp_path / "none.jsonl").exists()
     assert refused.stderr.strip().splitlines()[-1].startswith(f"error: {bad}:2: task.metadata.solution: missing")
 
@@ -140,8 +149,11 @@ def test_own_outcome_labels_give_every_step_its_runs_outcome(retail):
     """A run that skipped its write fails: all its steps 0, though the expert could still repair
     the early ones; a solved run's steps all 1. No environment is touched."""
     suite, _ = retail
-    failed = [r for r in play(retail, lambda: CorruptedExpert("skip_write", random.Random(0)), "skip")
-              if not r["outcome"]["success"] and len(r["steps"]) > 1][:2]  # fmt: skip
+    failed = [
+        r
+        for r in play(retail, lambda: CorruptedExpert("skip_write", random.Random(0)), "skip")
+        if not r["outcome"]["success"] and len(r["steps"]) > 1
+    ][:2]
     solved = play(retail, suite.expert, "expert")[:2]
     labelled = outcome_values(failed + solved + [{"task": {"id": "empty"}, "steps": [], "outcome": {}}])
     assert [run.values for run in labelled[:2]] == [[0.0] * len(r["steps"]) for r in failed]

@@ -21,27 +21,56 @@ HEADLINE_RGB = (0xF4, 0xF7, 0xFC)  # the headline box's background
 
 
 def run(agent, outcomes):
-    return [Trajectory.model_validate({
-        "id": f"{agent}{i}", "agent": agent,
-        "task": {"id": f"t{i}", "description": f"refund order #{i} <b>now</b>",
-                 "metadata": {"solution": [{"tool": "get_order", "params": {}}, {"tool": "respond", "params": {}}]}},
-        "steps": [{"index": 0, "thought": "<script>alert('x')</script> look it up",
-                   "tool_call": {"name": "get_order", "parameters": {"id": f"#{i}&"}},
-                   "observation": {"output": "status: <delivered>", "error": "a & b"}, "duration_s": 0.25},
-                  {"index": 1, "tool_call": {"name": "respond", "parameters": {"message": "done.\nAnything else?"}},
-                   "observation": {"output": "x" * 5000}, "reward": 1.0 if ok else 0.0}],
-        "outcome": {"success": ok}, "reward": 1.0 if ok else 0.0,
-    }) for i, ok in enumerate(outcomes)]  # fmt: skip
+    return [
+        Trajectory.model_validate(
+            {
+                "id": f"{agent}{i}",
+                "agent": agent,
+                "task": {
+                    "id": f"t{i}",
+                    "description": f"refund order #{i} <b>now</b>",
+                    "metadata": {"solution": [{"tool": "get_order", "params": {}}, {"tool": "respond", "params": {}}]},
+                },
+                "steps": [
+                    {
+                        "index": 0,
+                        "thought": "<script>alert('x')</script> look it up",
+                        "tool_call": {"name": "get_order", "parameters": {"id": f"#{i}&"}},
+                        "observation": {"output": "status: <delivered>", "error": "a & b"},
+                        "duration_s": 0.25,
+                    },
+                    {
+                        "index": 1,
+                        "tool_call": {"name": "respond", "parameters": {"message": "done.\nAnything else?"}},
+                        "observation": {"output": "x" * 5000},
+                        "reward": 1.0 if ok else 0.0,
+                    },
+                ],
+                "outcome": {"success": ok},
+                "reward": 1.0 if ok else 0.0,
+            }
+        )
+        for i, ok in enumerate(outcomes)
+    ]
 
 
 @pytest.fixture
 def written(tmp_path):
-    runs = {"base": run("base", [True, False, False, False, True, False]),
-            "sft": run("sft", [True, True, True, False, True, True])}  # fmt: skip
-    report = {"stages": [summarize_stage(ts, name=name, split="test") for name, ts in runs.items()],
-              "comparisons": compare_stages(runs, split="test"), "seconds": 12.5, "policy": "smollm2-135m"}  # fmt: skip
-    curves = {"sft/loss": [(1, 2.0), (2, 1.5), (3, 1.1)], "dpo/loss": [(1, 0.69), (2, 0.6)],
-              "grpo/reward": [(0, 0.2), (10, 0.5)]}  # fmt: skip
+    runs = {
+        "base": run("base", [True, False, False, False, True, False]),
+        "sft": run("sft", [True, True, True, False, True, True]),
+    }
+    report = {
+        "stages": [summarize_stage(ts, name=name, split="test") for name, ts in runs.items()],
+        "comparisons": compare_stages(runs, split="test"),
+        "seconds": 12.5,
+        "policy": "smollm2-135m",
+    }
+    curves = {
+        "sft/loss": [(1, 2.0), (2, 1.5), (3, 1.1)],
+        "dpo/loss": [(1, 0.69), (2, 0.6)],
+        "grpo/reward": [(0, 0.2), (10, 0.5)],
+    }
     files = write_report(report, tmp_path / "out", trajectories_by_stage=runs, curves=curves)
     return tmp_path / "out", files, report
 
@@ -49,7 +78,13 @@ def written(tmp_path):
 def test_files_and_json_shape(written):
     out, files, _ = written
     assert sorted(p.name for p in out.iterdir()) == [
-        "curve_loss.png", "curve_reward.png", "report.html", "report.json", "report.md", "success.png"]  # fmt: skip
+        "curve_loss.png",
+        "curve_reward.png",
+        "report.html",
+        "report.json",
+        "report.md",
+        "success.png",
+    ]
     assert set(files) == {"plot-success", "plot-curve-loss", "plot-curve-reward", "json", "markdown", "html"}
     for name in ("success.png", "curve_loss.png", "curve_reward.png"):
         data = (out / name).read_bytes()
@@ -59,8 +94,11 @@ def test_files_and_json_shape(written):
     assert [s["name"] for s in saved["stages"]] == ["base", "sft"]
     assert saved["stages"][1]["success_rate"] == pytest.approx(5 / 6)
     assert saved["comparisons"][0]["test"] == "mcnemar" and saved["comparisons"][0]["n_pairs"] == 6
-    assert saved["plots"] == {"plot-success": "success.png", "plot-curve-loss": "curve_loss.png",
-                              "plot-curve-reward": "curve_reward.png"}  # fmt: skip
+    assert saved["plots"] == {
+        "plot-success": "success.png",
+        "plot-curve-loss": "curve_loss.png",
+        "plot-curve-reward": "curve_reward.png",
+    }
     assert saved["curves"]["sft/loss"] == [[1.0, 2.0], [2.0, 1.5], [3.0, 1.1]]
 
 
@@ -92,8 +130,10 @@ def test_html_is_self_contained_and_escaped(written):
 
 def test_headline_opens_both_reports(written):
     out, _, report = written
-    expected = ("sft is ahead of base by +50.0 points (33.3% → 83.3%) on 6 paired test tasks, but the difference "
-                "is not significant (McNemar p = 0.25; 3 tasks only sft solved, 0 only base): it may be chance.")  # fmt: skip
+    expected = (
+        "sft is ahead of base by +50.0 points (33.3% → 83.3%) on 6 paired test tasks, but the difference "
+        "is not significant (McNemar p = 0.25; 3 tasks only sft solved, 0 only base): it may be chance."
+    )
     assert headline(report) == expected
     assert (out / "report.md").read_text().startswith(f"# Evaluation report\n\n**{expected}**\n")
     page = (out / "report.html").read_text()
@@ -102,8 +142,10 @@ def test_headline_opens_both_reports(written):
 
 def comparison(a_outcomes, b_outcomes, *, split="test"):
     runs = {"base": run("base", a_outcomes), "sft": run("sft", b_outcomes)}
-    return {"stages": [summarize_stage(ts, name=name, split=split) for name, ts in runs.items()],
-            "comparisons": compare_stages(runs, split=split)}  # fmt: skip
+    return {
+        "stages": [summarize_stage(ts, name=name, split=split) for name, ts in runs.items()],
+        "comparisons": compare_stages(runs, split=split),
+    }
 
 
 def test_headline_words_win_loss_tie_and_no_comparison():
@@ -114,12 +156,16 @@ def test_headline_words_win_loss_tie_and_no_comparison():
     loss = comparison([True] * 10 + [False] * 2, [False] * 12)
     assert headline(loss).startswith("sft is worse than base by -83.3 points (83.3% → 0.0%) on 12 paired test tasks")
     behind = comparison([True, True, False], [True, False, False], split="")
-    assert headline(behind) == ("sft is behind base by -33.3 points (66.7% → 33.3%) on 3 paired tasks, but the "
-                                "difference is not significant (McNemar p = 1; 0 tasks only sft solved, 1 only base): "
-                                "it may be chance.")  # fmt: skip
+    assert headline(behind) == (
+        "sft is behind base by -33.3 points (66.7% → 33.3%) on 3 paired tasks, but the "
+        "difference is not significant (McNemar p = 1; 0 tasks only sft solved, 1 only base): "
+        "it may be chance."
+    )
     tie = comparison([True, False, True, False], [False, True, True, False])
-    assert headline(tie) == ("sft and base tie at 50.0% success on 4 paired test tasks "
-                             "(McNemar p = 1; 1 tasks only sft solved, 1 only base).")  # fmt: skip
+    assert headline(tie) == (
+        "sft and base tie at 50.0% success on 4 paired test tasks "
+        "(McNemar p = 1; 1 tasks only sft solved, 1 only base)."
+    )
     alone = {"stages": tie["stages"][:1], "comparisons": []}
     assert headline(alone) == "base solves 2 of 4 test tasks (50.0%, 95% CI 15.0%–85.0%); no comparison was run."
 
@@ -169,8 +215,17 @@ def test_glossary_explains_what_the_report_shows(written, tmp_path):
     out, _, _ = written
     md = (out / "report.md").read_text()
     glossary = md[md.index("## Glossary") :]
-    for term in ("success rate", "95% CI", "mean reward", "tool selection", "McNemar p", "t-test p", "Wilcoxon p",
-                 "Bonferroni", "significant"):  # fmt: skip
+    for term in (
+        "success rate",
+        "95% CI",
+        "mean reward",
+        "tool selection",
+        "McNemar p",
+        "t-test p",
+        "Wilcoxon p",
+        "Bonferroni",
+        "significant",
+    ):
         assert f"- **{term}**: " in glossary, term
     assert "Wilson score interval" in glossary and "pass@k" not in glossary  # no sampled table in this report
     page = (out / "report.html").read_text()
@@ -203,8 +258,12 @@ def test_invalid_reports(tmp_path):
 
 def test_extra_tables_are_rendered_and_escaped(tmp_path):
     stage = {"name": "a", "n": 1, "success_rate": 1.0, "ci95": [0.2, 1.0]}
-    extra = {"title": "Per template", "header": ["template", "a"], "rows": [["<b>cancel|two</b>", "3/5"], ["x", None]],
-             "note": "seen & unseen"}  # fmt: skip
+    extra = {
+        "title": "Per template",
+        "header": ["template", "a"],
+        "rows": [["<b>cancel|two</b>", "3/5"], ["x", None]],
+        "note": "seen & unseen",
+    }
     write_report({"stages": [stage], "tables": [extra]}, tmp_path)
     md = (tmp_path / "report.md").read_text()
     assert "## Per template" in md and "| <b>cancel\\|two</b> | 3/5 |" in md and "| x | – |" in md
@@ -225,10 +284,20 @@ def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
 
 def _chromium(*args, profile):
     return subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}", *args],
-        capture_output=True, timeout=120,
-    )  # fmt: skip
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.integration

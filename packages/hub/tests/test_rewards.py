@@ -33,8 +33,14 @@ def test_repeated_guesses_lose_goal_progress_and_non_redundancy(guess_env):
     steps 2, 3: exact repeats ("guess" changes no state): goal 0, non_redundancy 0 -> 0.2 * 3 = 0.6
     """
     agent = lambda obs: {"tool": "guess", "params": {"n": 1}}  # noqa: E731 - always the same guess
-    (t,) = collect(guess_env, agent, tasks=[{"metadata": {"target": 5}}], max_steps=3, progress=False,
-                   reward_fn=make_reward_fn("generic"))  # fmt: skip
+    (t,) = collect(
+        guess_env,
+        agent,
+        tasks=[{"metadata": {"target": 5}}],
+        max_steps=3,
+        progress=False,
+        reward_fn=make_reward_fn("generic"),
+    )
     assert t.step_rewards == pytest.approx([0.98, 0.6, 0.6])
 
 
@@ -45,8 +51,14 @@ def test_known_success_on_the_last_step_sets_goal_progress_to_one(guess_env, cou
     step 2: done with info["success"] = True -> goal 1.0, the rest 1.0 -> 1.0
             (without the outcome it would be 0.98: "correct" is new, goal 0.9)
     """
-    (t,) = collect(guess_env, counting_agent(), tasks=[{"metadata": {"target": 2}}], max_steps=5, progress=False,
-                   reward_fn=make_reward_fn("generic"))  # fmt: skip
+    (t,) = collect(
+        guess_env,
+        counting_agent(),
+        tasks=[{"metadata": {"target": 2}}],
+        max_steps=5,
+        progress=False,
+        reward_fn=make_reward_fn("generic"),
+    )
     assert t.step_rewards == pytest.approx([0.98, 1.0])
 
 

@@ -36,8 +36,14 @@ def test_concurrent_episodes_use_fresh_agents(guess_env, counting_agent):
         made.append(counting_agent())
         return made[-1]
 
-    out = collect(guess_env, agent_factory=factory, n_episodes=6, concurrency=3,
-                  tasks=[{"metadata": {"target": k}} for k in (1, 2, 3)], progress=False)  # fmt: skip
+    out = collect(
+        guess_env,
+        agent_factory=factory,
+        n_episodes=6,
+        concurrency=3,
+        tasks=[{"metadata": {"target": k}} for k in (1, 2, 3)],
+        progress=False,
+    )
     assert [len(t.steps) for t in out] == [1, 2, 3, 1, 2, 3]
     assert len(made) == 6
 
@@ -49,8 +55,14 @@ def test_stateful_agent_cannot_be_shared_across_threads(guess_env, counting_agen
 
 def test_reward_fn_and_output_path(guess_env, counting_agent, tmp_path):
     out_path = tmp_path / "run.jsonl"
-    out = collect(guess_env, counting_agent(), n_episodes=2, reward_fn=lambda a, ts, h: -len(h), output_path=out_path,
-                  progress=False)  # fmt: skip
+    out = collect(
+        guess_env,
+        counting_agent(),
+        n_episodes=2,
+        reward_fn=lambda a, ts, h: -len(h),
+        output_path=out_path,
+        progress=False,
+    )
     assert out[0].step_rewards == [0.0, -1.0, -2.0]
     assert [t.id for t in read_trajectories(out_path)] == [t.id for t in out]
 
@@ -92,8 +104,15 @@ def test_record_env_errors_ends_only_the_episode_whose_env_raised(guess_env, cou
 
     tasks = [{"id": f"t{n}", "metadata": {"target": n}} for n in (2, 1, 3)]
     for concurrency in (1, 3):
-        out = collect(guess_env, agent_factory=NoNumberOnTask1, n_episodes=3, tasks=tasks, concurrency=concurrency,
-                      record_env_errors=True, progress=False)  # fmt: skip
+        out = collect(
+            guess_env,
+            agent_factory=NoNumberOnTask1,
+            n_episodes=3,
+            tasks=tasks,
+            concurrency=concurrency,
+            record_env_errors=True,
+            progress=False,
+        )
         assert [t.outcome.success for t in out] == [True, False, True]
         assert out[1].outcome.exit_status == "env_error" and out[1].metadata["env_error"] == "KeyError: 'n'"
         assert out[1].reward == 0.0 and [s.tool_call.parameters for s in out[1].steps] == [{}]

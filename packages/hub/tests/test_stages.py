@@ -25,13 +25,19 @@ from trajectoryhub.evaluate import (
 def episode(task_id, tools, *, solution=None, success=None, durations=None, reward=None, agent="a"):
     durations = durations or [None] * len(tools)
     metadata = {} if solution is None else {"solution": [{"tool": t, "params": {}} for t in solution]}
-    return Trajectory.model_validate({
-        "id": f"{agent}-{task_id}", "agent": agent,
-        "task": {"id": task_id, "description": f"task {task_id}", "metadata": metadata},
-        "steps": [{"index": i, "tool_call": {"name": tool, "parameters": {}}, "duration_s": d}
-                  for i, (tool, d) in enumerate(zip(tools, durations))],
-        "outcome": {"success": success}, "reward": reward,
-    })  # fmt: skip
+    return Trajectory.model_validate(
+        {
+            "id": f"{agent}-{task_id}",
+            "agent": agent,
+            "task": {"id": task_id, "description": f"task {task_id}", "metadata": metadata},
+            "steps": [
+                {"index": i, "tool_call": {"name": tool, "parameters": {}}, "duration_s": d}
+                for i, (tool, d) in enumerate(zip(tools, durations))
+            ],
+            "outcome": {"success": success},
+            "reward": reward,
+        }
+    )
 
 
 def test_tool_selection_f1_uses_multisets():
@@ -60,11 +66,16 @@ def test_stage_metrics_hand_computed():
     So tool selection mean (0.8889 + 1)/2 = 0.9444, std 0.0556 over 2; plan 0.5 over 2;
     efficiency 0.8 over 1; time (2.5 + 1.0)/2 = 1.75 over 2; end-to-end 2/3 over 3."""
     run = [
-        episode("e1", ["find", "find", "get", "cancel", "respond"], solution=["find", "get", "cancel", "respond"],
-                success=True, durations=[0.5] * 5),
+        episode(
+            "e1",
+            ["find", "find", "get", "cancel", "respond"],
+            solution=["find", "get", "cancel", "respond"],
+            success=True,
+            durations=[0.5] * 5,
+        ),
         episode("e2", ["respond", "get"], solution=["get", "respond"], success=False),
         episode("e3", ["x"], success=True, durations=[1.0]),
-    ]  # fmt: skip
+    ]
     m = stage_metrics(run)
     assert m["tool_selection_accuracy"] == pytest.approx({"mean": (8 / 9 + 1) / 2, "std": (1 - 8 / 9) / 2, "count": 2})
     assert m["plan_success_rate"] == {"mean": 0.5, "std": 0.5, "count": 2}
@@ -87,8 +98,10 @@ def test_timing_precision_hand_computed():
     assert timing_precision(["find", "get", "cancel", "get", "respond"], expert) == pytest.approx(0.8)
     assert timing_precision(["find", "respond", "get", "respond"], expert) == pytest.approx(0.75)
     assert timing_precision([], expert) is None and timing_precision(["x"], []) is None
-    run = [episode("a", ["respond"], solution=expert, success=False),
-           episode("b", expert, solution=expert, success=True)]  # fmt: skip
+    run = [
+        episode("a", ["respond"], solution=expert, success=False),
+        episode("b", expert, solution=expert, success=True),
+    ]
     assert stage_metrics(run)["timing_precision"] == {"mean": 0.5, "std": 0.5, "count": 2}
 
 
@@ -103,14 +116,22 @@ def test_summarize_stage():
     """3 of 4 solved. Wilson, p = 0.75, n = 4: 1 + z^2/n = 1.960365, centre = (0.75 + 0.480182)
     / 1.960365 = 0.627527, half = 1.959964 sqrt(0.046875 + 0.060023) / 1.960365 = 0.326885,
     so [0.300642, 0.954412]. Rewards 1, 0.5, 1 and none (counts 0): mean 0.625."""
-    run = [episode(f"t{i}", ["a"], success=s, reward=r)
-           for i, (s, r) in enumerate([(True, 1.0), (True, 0.5), (True, 1.0), (False, None)])]  # fmt: skip
+    run = [
+        episode(f"t{i}", ["a"], success=s, reward=r)
+        for i, (s, r) in enumerate([(True, 1.0), (True, 0.5), (True, 1.0), (False, None)])
+    ]
     summary = summarize_stage(run, name="sft", split="test")
     assert summary["name"] == "sft" and summary["split"] == "test" and summary["n"] == 4
     assert summary["success_rate"] == 0.75 and summary["mean_reward"] == 0.625  # the failed one counts 0
     assert summary["ci95"] == pytest.approx([0.300642, 0.954412], abs=2e-6)
-    assert set(summary["metrics"]) == {"tool_selection_accuracy", "plan_success_rate", "step_efficiency",
-                                       "timing_precision", "timing", "end_to_end_success"}  # fmt: skip
+    assert set(summary["metrics"]) == {
+        "tool_selection_accuracy",
+        "plan_success_rate",
+        "step_efficiency",
+        "timing_precision",
+        "timing",
+        "end_to_end_success",
+    }
     with pytest.raises(ValueError, match="no trajectories"):
         summarize_stage([], name="empty")
 
@@ -155,8 +176,11 @@ def test_pass_at_k_hand_computed():
 
 
 def sampled(agent, outcomes_by_task):
-    return [episode(task, ["respond"], success=ok, agent=agent) for task, outcomes in outcomes_by_task.items()
-            for ok in outcomes]  # fmt: skip
+    return [
+        episode(task, ["respond"], success=ok, agent=agent)
+        for task, outcomes in outcomes_by_task.items()
+        for ok in outcomes
+    ]
 
 
 def test_summarize_samples_and_the_paired_test_on_task_rates():
@@ -185,14 +209,23 @@ def test_template_table_counts_per_split_template_and_stage():
             out.append(t.model_copy(update={"task": t.task.model_copy(update={"metadata": {"template": template}})}))
         return out
 
-    runs = {"sft": {"test": run("sft", [("cancel", True), ("cancel", False), ("status", True)]),
-                    "test-unseen": run("sft", [("by_name", False)])},
-            "rl": {"test": run("rl", [("cancel", True), ("cancel", True), ("status", True)]),
-                   "test-unseen": run("rl", [("by_name", True)])}}  # fmt: skip
+    runs = {
+        "sft": {
+            "test": run("sft", [("cancel", True), ("cancel", False), ("status", True)]),
+            "test-unseen": run("sft", [("by_name", False)]),
+        },
+        "rl": {
+            "test": run("rl", [("cancel", True), ("cancel", True), ("status", True)]),
+            "test-unseen": run("rl", [("by_name", True)]),
+        },
+    }
     header, rows = template_table(runs, seen_templates=["cancel", "status"])
     assert header == ["split", "template", "template in train", "sft", "rl"]
-    assert rows == [["test", "cancel", "yes", "1/2", "2/2"], ["test", "status", "yes", "1/1", "1/1"],
-                    ["test-unseen", "by_name", "no", "0/1", "1/1"]]  # fmt: skip
+    assert rows == [
+        ["test", "cancel", "yes", "1/2", "2/2"],
+        ["test", "status", "yes", "1/1", "1/1"],
+        ["test-unseen", "by_name", "no", "0/1", "1/1"],
+    ]
     header, rows = template_table(runs, roles={"cancel": "demonstrated", "status": "demonstrated"})
     assert header == ["split", "template", "role", "sft", "rl"]
     assert [row[2] for row in rows] == ["demonstrated", "demonstrated", "?"]

@@ -57,8 +57,14 @@ def test_add_deduplicates_by_content(store):
 
 
 def test_filters(store):
-    store.add([make("t1", 0.9, True, "alice"), make("t2", 0.2, False, "bob", domain="retail"),
-               make("t3", None, None, "alice", output="x")], now=NOW)  # fmt: skip
+    store.add(
+        [
+            make("t1", 0.9, True, "alice"),
+            make("t2", 0.2, False, "bob", domain="retail"),
+            make("t3", None, None, "alice", output="x"),
+        ],
+        now=NOW,
+    )
     store.add(make("t4", 0.5, True, "carol", output="late"), now=NOW + 10 * DAY)
     tasks = lambda **q: sorted(r.trajectory.task.id for r in store.query(now=NOW, **q))  # noqa: E731
     assert tasks(agent="alice") == ["t1", "t3"]
@@ -109,8 +115,11 @@ def test_gdi_weights_are_configurable_and_validated(tmp_path):
         assert [(r.trajectory.task.id, r.gdi) for r in store.query(now=NOW)] == [("hi", 0.7), ("lo", 0.2)]
     assert GDIWeights(2, 2, 0, 0).intrinsic == 0.5  # normalised
     assert GDIWeights.parse("intrinsic=1,utility=1").feedback == pytest.approx(0.2 / 2.35)
-    for bad in ({"intrinsic": -1}, {"utility": float("nan")}, {"intrinsic": 0, "utility": 0, "feedback": 0,
-                                                                "freshness": 0}):  # fmt: skip
+    for bad in (
+        {"intrinsic": -1},
+        {"utility": float("nan")},
+        {"intrinsic": 0, "utility": 0, "feedback": 0, "freshness": 0},
+    ):
         with pytest.raises(StoreError, match="GDI weight"):
             GDIWeights(**bad)
     with pytest.raises(StoreError, match="name=value"):
@@ -135,8 +144,14 @@ def test_exports_count_and_load_with_datasets(store, tmp_path):
     loaded = datasets.load_dataset("parquet", data_files=str(tmp_path / "all.parquet"))["train"]
     assert sorted(loaded["task_id"]) == ["t0", "t2", "t4"]
     assert Trajectory.model_validate_json(loaded[0]["trajectory"]).task.id == loaded[0]["task_id"]
-    assert {r.trajectory.task.id: r.exports for r in store.query()} == {"t5": 1, "t4": 2, "t3": 1, "t2": 1, "t1": 0,
-                                                                       "t0": 1}  # fmt: skip
+    assert {r.trajectory.task.id: r.exports for r in store.query()} == {
+        "t5": 1,
+        "t4": 2,
+        "t3": 1,
+        "t2": 1,
+        "t1": 0,
+        "t0": 1,
+    }
     assert store.stats()["exports"] == 6
 
 

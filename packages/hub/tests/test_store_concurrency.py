@@ -47,8 +47,12 @@ def url(request, tmp_path):
 
 
 def start(url, writer, batches):
-    return subprocess.Popen([sys.executable, "-c", WRITER, url, writer, str(batches)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, url, writer, str(batches)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_concurrent_writers_lose_nothing_and_store_nothing_twice(url):

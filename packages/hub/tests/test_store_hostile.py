@@ -21,15 +21,25 @@ CLEAR = "\x1b[2J"  # CSI: clears the screen
 
 
 def make(task="t", agent="a", output="ok", model=""):
-    return Trajectory(task=TaskInfo(id=task, description=f"task {task}"), agent=agent, model=model, steps=[
-        Step(index=0, tool_call=ToolCall(name="bash", parameters={"command": "ls"}),
-             observation=Observation(output=output))])  # fmt: skip
+    return Trajectory(
+        task=TaskInfo(id=task, description=f"task {task}"),
+        agent=agent,
+        model=model,
+        steps=[
+            Step(
+                index=0,
+                tool_call=ToolCall(name="bash", parameters={"command": "ls"}),
+                observation=Observation(output=output),
+            )
+        ],
+    )
 
 
 def write(path, records):
     """JSONL of trajectories (models) or raw dicts, as json.dumps writes them (\\u escapes)."""
-    path.write_text("".join(json.dumps(r if isinstance(r, dict) else r.model_dump(mode="json")) + "\n"
-                            for r in records))  # fmt: skip
+    path.write_text(
+        "".join(json.dumps(r if isinstance(r, dict) else r.model_dump(mode="json")) + "\n" for r in records)
+    )
     return path
 
 
@@ -47,8 +57,14 @@ def cli():
     started = []
 
     def start(*argv):
-        started.append(subprocess.Popen([sys.executable, "-m", "trajectoryhub.cli", *argv],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "trajectoryhub.cli", *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
         return started[-1]
 
     yield start
@@ -101,8 +117,9 @@ def test_first_writers_wait_out_another_schema_creator(postgres, cli, tmp_path):
         while waiting < 6 and all(proc.poll() is None for proc in procs) and time.monotonic() < give_up:
             waiting = watcher.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s "
-                "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'", (creator.info.backend_pid,)
-            ).fetchone()[0]  # fmt: skip
+                "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'",
+                (creator.info.backend_pid,),
+            ).fetchone()[0]
         creator.commit()
     results = finish(procs)
     assert [code for code, _ in results] == [0] * 6, [err for _, err in results]
@@ -198,8 +215,11 @@ def test_a_damaged_or_foreign_sqlite_store_is_one_line_naming_the_file(tmp_path,
     argv = ["store", command, "--db", str(path), *([str(runs)] if command == "add" else [])]
     before = path.read_bytes() if damage is not foreign_table else None
     code = main(argv)
-    expected = ("its table 'trajectories' is not a trajectory store's (no column agent" if damage is foreign_table
-                else "not a usable SQLite database (database disk image is malformed)")  # fmt: skip
+    expected = (
+        "its table 'trajectories' is not a trajectory store's (no column agent"
+        if damage is foreign_table
+        else "not a usable SQLite database (database disk image is malformed)"
+    )
     one_line_error(code, capsys.readouterr().err, f"error: {path}: {expected}")
     if damage is foreign_table:  # left as it was: no index added, no row
         with sqlite3.connect(path) as conn:
@@ -282,11 +302,24 @@ class Respond(AgentEnv):
 def test_evaluate_table_escapes_the_stage_name(tmp_path, capsys):
     register("hubtest/respond-v0", Respond)
     try:
-        task = {"id": "r", "description": "answer", "domain": "hubtest",
-                "metadata": {"solution": [{"tool": "respond", "params": {}}]}}  # fmt: skip
+        task = {
+            "id": "r",
+            "description": "answer",
+            "domain": "hubtest",
+            "metadata": {"solution": [{"tool": "respond", "params": {}}]},
+        }
         tasks = write(tmp_path / "tasks.jsonl", [task])
-        argv = ["evaluate", "--policy", "expert", "--tasks", str(tasks), "--env", "hubtest/respond-v0",
-                "--name", ESCAPES + CLEAR]  # fmt: skip
+        argv = [
+            "evaluate",
+            "--policy",
+            "expert",
+            "--tasks",
+            str(tasks),
+            "--env",
+            "hubtest/respond-v0",
+            "--name",
+            ESCAPES + CLEAR,
+        ]
         assert main(argv) == 0
     finally:
         unregister("hubtest/respond-v0")

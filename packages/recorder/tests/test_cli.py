@@ -26,8 +26,16 @@ def test_formats_lists_every_adapter_in_detection_order():
     listed = json.loads(run("formats", "--json").stdout)
     names = [f["name"] for f in listed]
     assert set(names) == {
-        "openhands", "swe-agent", "mini-swe-agent", "openai-chat", "sharegpt", "who-and-when", "atif", "adp", "nebius",
-    }  # fmt: skip
+        "openhands",
+        "swe-agent",
+        "mini-swe-agent",
+        "openai-chat",
+        "sharegpt",
+        "who-and-when",
+        "atif",
+        "adp",
+        "nebius",
+    }
     assert [f["priority"] for f in listed] == sorted(f["priority"] for f in listed)
     assert names.index("mini-swe-agent") < names.index("openai-chat")  # specific before generic
     assert names.index("nebius") < names.index("swe-agent")  # a nebius row has a 'trajectory' too

@@ -111,8 +111,9 @@ def test_the_default_line_limit_refuses_a_200mb_line_without_reading_it(tmp_path
         "import re, sys\nfrom agentrecorder.cli import main\ncode = main(sys.argv[1:])\n"
         "print(code, int(re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1)) // 1024)"
     )
-    done = subprocess.run([sys.executable, "-c", measure, "validate", str(bad)], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", measure, "validate", str(bad)], capture_output=True, text=True, timeout=300
+    )
     code, peak_mb = map(int, done.stdout.split())
     line = check_refusal(code, "", done.stderr, bad)
     assert line == f"error: {bad}:1: line longer than {16 * 1024 * 1024} bytes (KNOWLYR_MAX_LINE_BYTES)"
@@ -157,8 +158,10 @@ def test_skip_invalid_converts_what_it_can_and_exits_2_when_nothing_is_left(corp
     assert main(["convert", *map(str, bad), "-o", str(out), "--skip-invalid"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 4 and all(line.startswith("warning: skipped ") for line in err[:3])
-    assert err[3] == f"error: {', '.join(map(str, bad))}: no file converted (3 skipped); nothing written, " \
-                     f"{out} left as it was"  # fmt: skip
+    assert (
+        err[3] == f"error: {', '.join(map(str, bad))}: no file converted (3 skipped); nothing written, "
+        f"{out} left as it was"
+    )
     assert out.read_bytes() == converted
 
     assert main(["convert", *map(str, bad), "--skip-invalid"]) == 2  # to stdout: nothing printed there

@@ -17,8 +17,9 @@ OLD = '{"earlier": "run"}\n'
 
 
 def recorder(*args):
-    done = subprocess.run([sys.executable, "-m", "agentrecorder.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrecorder.cli", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

@@ -30,40 +30,104 @@ def _set(doc, where: tuple, value):
 
 # (sample, JSON path to change, new value, what the error line must say)
 VARIANTS = [
-    ("atif_terminus2_context-summarization.json", ("schema_version",), "ATIF-v2.0",
-     "$.schema_version: unsupported version 'ATIF-v2.0' (this reader reads ATIF-v1.x)"),
-    ("atif_terminus2_context-summarization.json", ("steps", 1, "tool_calls", 0, "function_name"), 7,
-     "$.steps[1].tool_calls[0].function_name: expected a string, got an integer (7)"),
-    ("atif_terminus2_context-summarization.json", ("steps", 2, "observation", "results", 0, "source_call_id"),
-     "call_9_9", "$.steps[2].observation.results[0].source_call_id: 'call_9_9' is no tool_call_id of this step"),
-    ("atif_terminus2_context-summarization.json", ("steps", 1, "metrics", "logprobs"), [-0.5],
-     "$.steps[1].metrics.logprobs: 1 log-probs for 60 completion_token_ids"),
-    ("atif_terminus2_context-summarization.json", ("steps", 3, "metrics", "completion_token_ids", 4), "1004",
-     "$.steps[3].metrics.completion_token_ids[4]: expected an integer, got a string"),
-    ("atif_terminus2_invalid-json.json", ("steps", 2, "source"), "robot",
-     "$.steps[2].source: expected 'system', 'user' or 'agent', got 'robot'"),
-    ("atif_terminus2_invalid-json.json", ("steps", 1, "timestamp"), "yesterday",
-     "$.steps[1].timestamp: not an ISO 8601 timestamp: 'yesterday'"),
-    ("adp_nebius_swe-agent.std.json", (2, "content", 5, "kwargs"), ["path"],  # content[5]: api_action open
-     "$[2].content[5].kwargs: expected an object, got a list"),
-    ("adp_nebius_swe-agent.std.json", (4, "content", 5, "class_"), "video_observation",
-     "$[4].content[5].class_: unknown ADP class 'video_observation'"),
-    ("adp_swe-gym_openhands.std.json", (1, "details", "resolved"), "maybe",
-     "$[1].details.resolved: expected a boolean (or 'True'/'False'), got 'maybe'"),
-    ("nebius_swe-agent-trajectories_5rows.json", (3, "trajectory", 4, "text"), 5,
-     "$[3].trajectory[4].text: expected a string, got an integer (5)"),
-    ("nebius_swe-agent-trajectories_5rows.json", (0, "trajectory", 2, "role"), "assistant",
-     "$[0].trajectory[2].role: expected one of system, user, ai, got 'assistant'"),
-    ("nebius_swe-agent-trajectories_5rows.json", (1, "target"), "yes",
-     "$[1].target: expected a boolean (or 'True'/'False'), got 'yes'"),
-    ("swe-gym_openhands_messages_5rows.json", (2, "messages", 2, "tool_calls", 0, "function", "arguments"),
-     '{"command": ', "$[2].messages[2].tool_calls[0].function.arguments: arguments are not valid JSON"),
-    ("swe-gym_openhands_messages_5rows.json", (4, "test_result"), ["not", "an", "object"],
-     "$[4].test_result: expected an object, got a list"),
+    (
+        "atif_terminus2_context-summarization.json",
+        ("schema_version",),
+        "ATIF-v2.0",
+        "$.schema_version: unsupported version 'ATIF-v2.0' (this reader reads ATIF-v1.x)",
+    ),
+    (
+        "atif_terminus2_context-summarization.json",
+        ("steps", 1, "tool_calls", 0, "function_name"),
+        7,
+        "$.steps[1].tool_calls[0].function_name: expected a string, got an integer (7)",
+    ),
+    (
+        "atif_terminus2_context-summarization.json",
+        ("steps", 2, "observation", "results", 0, "source_call_id"),
+        "call_9_9",
+        "$.steps[2].observation.results[0].source_call_id: 'call_9_9' is no tool_call_id of this step",
+    ),
+    (
+        "atif_terminus2_context-summarization.json",
+        ("steps", 1, "metrics", "logprobs"),
+        [-0.5],
+        "$.steps[1].metrics.logprobs: 1 log-probs for 60 completion_token_ids",
+    ),
+    (
+        "atif_terminus2_context-summarization.json",
+        ("steps", 3, "metrics", "completion_token_ids", 4),
+        "1004",
+        "$.steps[3].metrics.completion_token_ids[4]: expected an integer, got a string",
+    ),
+    (
+        "atif_terminus2_invalid-json.json",
+        ("steps", 2, "source"),
+        "robot",
+        "$.steps[2].source: expected 'system', 'user' or 'agent', got 'robot'",
+    ),
+    (
+        "atif_terminus2_invalid-json.json",
+        ("steps", 1, "timestamp"),
+        "yesterday",
+        "$.steps[1].timestamp: not an ISO 8601 timestamp: 'yesterday'",
+    ),
+    (
+        "adp_nebius_swe-agent.std.json",
+        (2, "content", 5, "kwargs"),
+        ["path"],  # content[5]: api_action open
+        "$[2].content[5].kwargs: expected an object, got a list",
+    ),
+    (
+        "adp_nebius_swe-agent.std.json",
+        (4, "content", 5, "class_"),
+        "video_observation",
+        "$[4].content[5].class_: unknown ADP class 'video_observation'",
+    ),
+    (
+        "adp_swe-gym_openhands.std.json",
+        (1, "details", "resolved"),
+        "maybe",
+        "$[1].details.resolved: expected a boolean (or 'True'/'False'), got 'maybe'",
+    ),
+    (
+        "nebius_swe-agent-trajectories_5rows.json",
+        (3, "trajectory", 4, "text"),
+        5,
+        "$[3].trajectory[4].text: expected a string, got an integer (5)",
+    ),
+    (
+        "nebius_swe-agent-trajectories_5rows.json",
+        (0, "trajectory", 2, "role"),
+        "assistant",
+        "$[0].trajectory[2].role: expected one of system, user, ai, got 'assistant'",
+    ),
+    (
+        "nebius_swe-agent-trajectories_5rows.json",
+        (1, "target"),
+        "yes",
+        "$[1].target: expected a boolean (or 'True'/'False'), got 'yes'",
+    ),
+    (
+        "swe-gym_openhands_messages_5rows.json",
+        (2, "messages", 2, "tool_calls", 0, "function", "arguments"),
+        '{"command": ',
+        "$[2].messages[2].tool_calls[0].function.arguments: arguments are not valid JSON",
+    ),
+    (
+        "swe-gym_openhands_messages_5rows.json",
+        (4, "test_result"),
+        ["not", "an", "object"],
+        "$[4].test_result: expected an object, got a list",
+    ),
     ("openhands_ui-export_demo1.json", (7, "args"), "mkdir", "$[7].args: expected an object, got a string"),
-    ("openhands_ui-export_demo1.json", (9, "tool_call_metadata", "function_name"), None,
-     "$[9].tool_call_metadata.function_name: missing required field"),
-]  # fmt: skip
+    (
+        "openhands_ui-export_demo1.json",
+        (9, "tool_call_metadata", "function_name"),
+        None,
+        "$[9].tool_call_metadata.function_name: missing required field",
+    ),
+]
 COMMANDS = {
     "export atif": ["export", "--to", "atif", "{F}", "-o", "{OUT}"],
     "export adp": ["export", "--to", "adp", "{F}", "-o", "{OUT}"],
@@ -159,20 +223,44 @@ SPEC_BREACHES = [
     (lambda d: d.pop("session_id"), "$.session_id: missing required field"),
     (lambda d: d["agent"].pop("version"), "$.agent.version: missing required field"),
     (lambda d: d.update(schema_version="1.0"), "$.schema_version: must be 'ATIF-v1.<minor>', got '1.0'"),
-    (lambda d: d["steps"][1].update(step_id=3), "$.steps[1].step_id: must be 2 (step ids count 1, 2, 3... in order), got 3"),
+    (
+        lambda d: d["steps"][1].update(step_id=3),
+        "$.steps[1].step_id: must be 2 (step ids count 1, 2, 3... in order), got 3",
+    ),
     (lambda d: d["steps"][0].pop("message"), "$.steps[0].message: missing required field"),
-    (lambda d: d["steps"][0].update(reasoning_content="hmm"),
-     "$.steps[0].reasoning_content: only agent steps may have it (this step's source is 'user')"),
-    (lambda d: d["steps"][1]["tool_calls"][0].pop("arguments"), "$.steps[1].tool_calls[0].arguments: missing required field"),
-    (lambda d: d["steps"][1]["tool_calls"].append(dict(d["steps"][1]["tool_calls"][0])),
-     "$.steps[1].tool_calls[1].tool_call_id: 'c1' is used twice in this step"),
-    (lambda d: d["steps"][1]["observation"]["results"][0].update(source_call_id="c2"),
-     "$.steps[1].observation.results[0].source_call_id: 'c2' is no tool_call_id of this step"),
-    (lambda d: d["steps"][1]["metrics"].update(prompt_tokens=-1), "$.steps[1].metrics.prompt_tokens: must not be negative, got -1"),
-    (lambda d: d["steps"][1]["metrics"]["logprobs"].append("x"), "$.steps[1].metrics.logprobs[2]: must be a number, got a string"),
-    (lambda d: d["steps"][1].update(timestamp="noon"), "$.steps[1].timestamp: must be an ISO 8601 timestamp, got 'noon'"),
-    (lambda d: d.update(final_metrics={"total_steps": 2.5}), "$.final_metrics.total_steps: must be an integer, got a number"),
-]  # fmt: skip
+    (
+        lambda d: d["steps"][0].update(reasoning_content="hmm"),
+        "$.steps[0].reasoning_content: only agent steps may have it (this step's source is 'user')",
+    ),
+    (
+        lambda d: d["steps"][1]["tool_calls"][0].pop("arguments"),
+        "$.steps[1].tool_calls[0].arguments: missing required field",
+    ),
+    (
+        lambda d: d["steps"][1]["tool_calls"].append(dict(d["steps"][1]["tool_calls"][0])),
+        "$.steps[1].tool_calls[1].tool_call_id: 'c1' is used twice in this step",
+    ),
+    (
+        lambda d: d["steps"][1]["observation"]["results"][0].update(source_call_id="c2"),
+        "$.steps[1].observation.results[0].source_call_id: 'c2' is no tool_call_id of this step",
+    ),
+    (
+        lambda d: d["steps"][1]["metrics"].update(prompt_tokens=-1),
+        "$.steps[1].metrics.prompt_tokens: must not be negative, got -1",
+    ),
+    (
+        lambda d: d["steps"][1]["metrics"]["logprobs"].append("x"),
+        "$.steps[1].metrics.logprobs[2]: must be a number, got a string",
+    ),
+    (
+        lambda d: d["steps"][1].update(timestamp="noon"),
+        "$.steps[1].timestamp: must be an ISO 8601 timestamp, got 'noon'",
+    ),
+    (
+        lambda d: d.update(final_metrics={"total_steps": 2.5}),
+        "$.final_metrics.total_steps: must be an integer, got a number",
+    ),
+]
 
 
 def test_validate_atif_accepts_the_minimal_document():

@@ -196,8 +196,12 @@ def test_one_trajectory_exports_as_one_atif_document(real, tmp_path):
     doc = json.loads(out.read_text())
     assert isinstance(doc, dict) and doc["schema_version"] == "ATIF-v1.5"
     assert [c["function_name"] for s in doc["steps"] for c in s.get("tool_calls", [])] == [
-        "find_file", "open", "edit", "bash", "submit",
-    ]  # fmt: skip
+        "find_file",
+        "open",
+        "edit",
+        "bash",
+        "submit",
+    ]
 
 
 def test_a_turn_with_two_tool_calls_links_results_by_id_and_is_written_as_one_step():
@@ -215,18 +219,26 @@ def test_a_turn_with_two_tool_calls_links_results_by_id_and_is_written_as_one_st
                 "reasoning_content": "both at once",
                 "tool_calls": [
                     {"tool_call_id": "p", "function_name": "quote", "arguments": {"ticker": "ACME", "metric": "price"}},
-                    {"tool_call_id": "v", "function_name": "quote", "arguments": {"ticker": "ACME", "metric": "volume"}},
+                    {
+                        "tool_call_id": "v",
+                        "function_name": "quote",
+                        "arguments": {"ticker": "ACME", "metric": "volume"},
+                    },
                 ],
                 # results in the other order: they are matched by source_call_id, not position
                 "observation": {
                     "results": [{"source_call_id": "v", "content": "1.5M"}, {"source_call_id": "p", "content": "$12"}]
                 },
-                "metrics": {"prompt_tokens": 52, "completion_tokens": 3, "completion_token_ids": [7, 8, 9],
-                            "logprobs": [-0.5, -0.25, -0.125]},
+                "metrics": {
+                    "prompt_tokens": 52,
+                    "completion_tokens": 3,
+                    "completion_token_ids": [7, 8, 9],
+                    "logprobs": [-0.5, -0.25, -0.125],
+                },
             },
             {"step_id": 3, "source": "agent", "message": "ACME: $12, 1.5M traded"},
         ],
-    }  # fmt: skip
+    }
     assert validate_atif(doc) == []
     t = read_back(doc, "atif")
     assert t.tool_names == ["quote", "quote", "respond"]

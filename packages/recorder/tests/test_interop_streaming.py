@@ -30,12 +30,22 @@ def _adp_rows(path, n: int) -> None:
             row = {
                 "id": f"row-{i}",
                 "content": [
-                    {"class_": "text_observation", "content": f"list the files of repo {i}", "name": None, "source": "user"},
-                    {"class_": "api_action", "function": "list_files", "kwargs": {"path": f"src/{i}"}, "description": "look"},
+                    {
+                        "class_": "text_observation",
+                        "content": f"list the files of repo {i}",
+                        "name": None,
+                        "source": "user",
+                    },
+                    {
+                        "class_": "api_action",
+                        "function": "list_files",
+                        "kwargs": {"path": f"src/{i}"},
+                        "description": "look",
+                    },
                     {"class_": "text_observation", "content": "a.py b.py", "name": None, "source": "environment"},
                 ],
                 "details": {"resolved": i % 2 == 0},
-            }  # fmt: skip
+            }
             handle.write(("," if i else "") + json.dumps(row))
         handle.write("]")
 

@@ -139,8 +139,11 @@ def test_atif_v16_variant_exports_as_valid_atif_that_reads_back(tmp_path):
     assert doc["schema_version"] == "ATIF-v1.6" and doc["trajectory_id"] == "run-2025-11-03-0007"
     assert all(isinstance(step["message"], str) for step in doc["steps"])
     assert doc["steps"][5] == {  # the follow-up question: its message object is written as its text
-        "step_id": 6, "timestamp": "2025-11-03T09:12:20Z", "source": "user", "message": "Can you fix it too?",
-    }  # fmt: skip
+        "step_id": 6,
+        "timestamp": "2025-11-03T09:12:20Z",
+        "source": "user",
+        "message": "Can you fix it too?",
+    }
     assert comparable(read_atif(doc)) == comparable(t)
 
     out = tmp_path / "trajectory.json"
@@ -172,21 +175,35 @@ def test_another_major_version_is_refused_in_one_line(tmp_path):
 
 # (change to the v1.6 variant, the one error it must give)
 UNREADABLE = [
-    (lambda d: d["steps"][2].update(message=5),
-     "$.steps[2].message: expected a string, content parts or a message object {role, content}, got an integer"),
-    (lambda d: d["steps"][3]["message"].append(7),
-     "$.steps[3].message[2]: expected a string, content parts or a message object {role, content}, got an integer"),
-    (lambda d: d["steps"][3]["message"][1].update(tool_call_id="call_zz"),
-     "$.steps[3].message[1].tool_call_id: 'call_zz' is no tool_call_id of this step"),
-    (lambda d: d["steps"][2]["message"]["tool_calls"][0]["function"].update(arguments='{"command": '),
-     "$.steps[2].message.tool_calls[0].function.arguments: arguments are not valid JSON"),
-    (lambda d: d["steps"][2]["message"]["tool_calls"][0]["function"].pop("name"),
-     "$.steps[2].message.tool_calls[0].function.name: missing required field"),
-    (lambda d: d["steps"][4]["observation"]["results"][0]["content"].append(3),
-     "$.steps[4].observation.results[0].content[2]: expected a string or a content part {type, text}, got an integer"),
-    (lambda d: d["steps"][5].update(message=[{"role": "user", "content": 9}]),
-     "$.steps[5].message[0].content: expected a string or a content part {type, text}, got an integer"),
-]  # fmt: skip
+    (
+        lambda d: d["steps"][2].update(message=5),
+        "$.steps[2].message: expected a string, content parts or a message object {role, content}, got an integer",
+    ),
+    (
+        lambda d: d["steps"][3]["message"].append(7),
+        "$.steps[3].message[2]: expected a string, content parts or a message object {role, content}, got an integer",
+    ),
+    (
+        lambda d: d["steps"][3]["message"][1].update(tool_call_id="call_zz"),
+        "$.steps[3].message[1].tool_call_id: 'call_zz' is no tool_call_id of this step",
+    ),
+    (
+        lambda d: d["steps"][2]["message"]["tool_calls"][0]["function"].update(arguments='{"command": '),
+        "$.steps[2].message.tool_calls[0].function.arguments: arguments are not valid JSON",
+    ),
+    (
+        lambda d: d["steps"][2]["message"]["tool_calls"][0]["function"].pop("name"),
+        "$.steps[2].message.tool_calls[0].function.name: missing required field",
+    ),
+    (
+        lambda d: d["steps"][4]["observation"]["results"][0]["content"].append(3),
+        "$.steps[4].observation.results[0].content[2]: expected a string or a content part {type, text}, got an integer",
+    ),
+    (
+        lambda d: d["steps"][5].update(message=[{"role": "user", "content": 9}]),
+        "$.steps[5].message[0].content: expected a string or a content part {type, text}, got an integer",
+    ),
+]
 
 
 @pytest.mark.parametrize(("change", "problem"), UNREADABLE)
@@ -237,8 +254,11 @@ def test_openhands_feedback_row_with_null_actions():
     assert t.metadata["skipped_events"] == 1  # event 5: neither an action nor an observation
     assert t.metadata["final_agent_state"] == "finished"
     assert t.metadata["feedback"] == {
-        "feedback": "positive", "permissions": "public", "version": "0.14.1", "timestamp": "2024-11-27T10:41:12.000000",
-    }  # fmt: skip
+        "feedback": "positive",
+        "permissions": "public",
+        "version": "0.14.1",
+        "timestamp": "2024-11-27T10:41:12.000000",
+    }
     schema_valid([t])
 
 
@@ -246,15 +266,39 @@ def test_openhands_ui_events_with_null_action_or_observation():
     """UI events serialised with every key: ``"observation": null`` on actions, ``"action": null``
     (and ``"args": null``) on observations, ``"cause"`` still linking them."""
     events = [
-        {"id": 0, "source": "user", "action": "message", "observation": None, "cause": None,
-         "args": {"content": "list the files"}, "content": None, "extras": None},
-        {"id": 1, "source": "agent", "action": "run", "observation": None, "cause": None,
-         "args": {"command": "ls", "thought": "look"}, "content": None, "extras": None},
+        {
+            "id": 0,
+            "source": "user",
+            "action": "message",
+            "observation": None,
+            "cause": None,
+            "args": {"content": "list the files"},
+            "content": None,
+            "extras": None,
+        },
+        {
+            "id": 1,
+            "source": "agent",
+            "action": "run",
+            "observation": None,
+            "cause": None,
+            "args": {"command": "ls", "thought": "look"},
+            "content": None,
+            "extras": None,
+        },
         {"id": 2, "source": "environment", "action": None, "observation": None, "message": "heartbeat"},
-        {"id": 3, "source": "agent", "action": None, "observation": "run", "cause": 1, "args": None,
-         "content": "a.py", "extras": {"metadata": {"exit_code": 0}}},
+        {
+            "id": 3,
+            "source": "agent",
+            "action": None,
+            "observation": "run",
+            "cause": 1,
+            "args": None,
+            "content": "a.py",
+            "extras": {"metadata": {"exit_code": 0}},
+        },
         {"id": 4, "source": "agent", "action": "finish", "observation": None, "args": {"outputs": {}}},
-    ]  # fmt: skip
+    ]
     (t,) = convert_record(get_adapter("openhands"), events, path="ui.json")
     assert t.task.description == "list the files" and t.tool_names == ["run", "finish"]
     assert t.steps[0].observation.output == "a.py" and t.steps[0].observation.exit_code == 0

@@ -9,8 +9,11 @@ CHARS = string.ascii_lowercase + string.digits + string.punctuation
 
 
 def step(name, params=None, output="", exit_code=None, error=None, **extra):
-    return {"tool_call": {"name": name, "parameters": params or {}},
-            "observation": {"output": output, "exit_code": exit_code, "error": error}, **extra}  # fmt: skip
+    return {
+        "tool_call": {"name": name, "parameters": params or {}},
+        "observation": {"output": output, "exit_code": exit_code, "error": error},
+        **extra,
+    }
 
 
 @pytest.fixture

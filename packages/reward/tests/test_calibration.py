@@ -59,8 +59,12 @@ def test_labels_from_mistake_flags_and_human_scores():
 
 def test_label_file_errors_name_line_and_field(tmp_path):
     path = tmp_path / "labels.jsonl"
-    path.write_text(json.dumps({"trajectory_id": "a", "step_index": 0, "score": 1}) + "\n"
-                    + json.dumps({"trajectory_id": "a", "step_index": "1", "score": 1}) + "\n")  # fmt: skip
+    path.write_text(
+        json.dumps({"trajectory_id": "a", "step_index": 0, "score": 1})
+        + "\n"
+        + json.dumps({"trajectory_id": "a", "step_index": "1", "score": 1})
+        + "\n"
+    )
     with pytest.raises(CalibrationError, match="labels.jsonl:2: step_index"):
         load_labels(path)
     path.write_text(json.dumps({"trajectory_id": "a", "step_index": 0, "score": 3}) + "\n")

@@ -8,17 +8,31 @@ def write(path, records):
 
 
 def traj(tid, task, tool_outputs, success=None):
-    steps = [{"tool_call": {"name": n, "parameters": p}, "observation": {"output": o}, "metadata": m}
-             for n, p, o, m in tool_outputs]  # fmt: skip
-    return {"id": tid, "task": {"id": task, "description": "fix a.py", "domain": "coding"},
-            "steps": steps, "outcome": {"success": success}}  # fmt: skip
+    steps = [
+        {"tool_call": {"name": n, "parameters": p}, "observation": {"output": o}, "metadata": m}
+        for n, p, o, m in tool_outputs
+    ]
+    return {
+        "id": tid,
+        "task": {"id": task, "description": "fix a.py", "domain": "coding"},
+        "steps": steps,
+        "outcome": {"success": success},
+    }
 
 
 def test_score_pairs_calibrate(tmp_path, capsys):
-    good = traj("g", "t", [("read_file", {"path": "a.py"}, "x", {"human_score": 1.0}),
-                           ("submit", {}, "ok", {"human_score": 0.9})], success=True)  # fmt: skip
-    bad = traj("b", "t", [("read_file", {"path": "a.py"}, "x", {"mistake": True}),
-                          ("read_file", {"path": "a.py"}, "x", {})], success=False)  # fmt: skip
+    good = traj(
+        "g",
+        "t",
+        [("read_file", {"path": "a.py"}, "x", {"human_score": 1.0}), ("submit", {}, "ok", {"human_score": 0.9})],
+        success=True,
+    )
+    bad = traj(
+        "b",
+        "t",
+        [("read_file", {"path": "a.py"}, "x", {"mistake": True}), ("read_file", {"path": "a.py"}, "x", {})],
+        success=False,
+    )
     write(tmp_path / "in.jsonl", [good, bad, good | {"id": "g2"}, bad | {"id": "b2"}])
     assert main(["score", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "s.jsonl"), "-q"]) == 0
     scored = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
@@ -28,8 +42,20 @@ def test_score_pairs_calibrate(tmp_path, capsys):
     assert {(p["chosen"]["id"][0], p["rejected"]["id"][0]) for p in pairs} == {("g", "b")}
     assert main(["calibrate", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "c.json")]) == 0
     assert json.loads((tmp_path / "c.json").read_text())["report"]["n_labels"] == 6
-    assert main(["score", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "s2.jsonl"), "-q",
-                 "--calibration", str(tmp_path / "c.json")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "score",
+                str(tmp_path / "in.jsonl"),
+                "-o",
+                str(tmp_path / "s2.jsonl"),
+                "-q",
+                "--calibration",
+                str(tmp_path / "c.json"),
+            ]
+        )
+        == 0
+    )
 
 
 def test_errors_are_one_line(tmp_path, capsys):

@@ -144,8 +144,13 @@ def test_mcp_without_the_sdk_is_cores_one_line(tmp_path):
     (tmp_path / "mcp").mkdir()
     (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mcp'\", name='mcp')\n")
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    hidden = subprocess.run([sys.executable, "-m", "agentreward.cli", "mcp"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "PYTHONPATH": path})  # fmt: skip
+    hidden = subprocess.run(
+        [sys.executable, "-m", "agentreward.cli", "mcp"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     assert hidden.returncode == 2, hidden.stderr
     assert (
         hidden.stderr

@@ -12,10 +12,16 @@ from knowlyrcore.origin import install_command
 
 
 def traj(tid, outputs, success):
-    steps = [{"tool_call": {"name": name, "parameters": {"path": "a.py"}}, "observation": {"output": out}}
-             for name, out in outputs]  # fmt: skip
-    return {"id": tid, "task": {"id": "t", "description": "fix a.py", "domain": "coding"},
-            "steps": steps, "outcome": {"success": success}}  # fmt: skip
+    steps = [
+        {"tool_call": {"name": name, "parameters": {"path": "a.py"}}, "observation": {"output": out}}
+        for name, out in outputs
+    ]
+    return {
+        "id": tid,
+        "task": {"id": "t", "description": "fix a.py", "domain": "coding"},
+        "steps": steps,
+        "outcome": {"success": success},
+    }
 
 
 RECORDS = [

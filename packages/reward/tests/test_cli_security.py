@@ -17,17 +17,30 @@ import pytest
 
 from knowlyrcore.testing import real_data
 
-TRAJ = {"schema_version": "1.0", "id": "t1", "task": {"description": "read a.py", "domain": "coding"},
-        "steps": [{"index": 0, "tool_call": {"name": "read_file", "parameters": {"path": "a.py"}},
-                   "observation": {"output": "x = 1"}}]}  # fmt: skip
+TRAJ = {
+    "schema_version": "1.0",
+    "id": "t1",
+    "task": {"description": "read a.py", "domain": "coding"},
+    "steps": [
+        {
+            "index": 0,
+            "tool_call": {"name": "read_file", "parameters": {"path": "a.py"}},
+            "observation": {"output": "x = 1"},
+        }
+    ],
+}
 OLD = '{"untouched": true}\n'
 
 
 def score(tmp_path, *args):
     output = tmp_path / "scored.jsonl"
     output.write_text(OLD)
-    done = subprocess.run([sys.executable, "-m", "agentreward.cli", "score", *map(str, args), "-o", str(output), "-q"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agentreward.cli", "score", *map(str, args), "-o", str(output), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in done.stderr, done.stderr
     return done, output
 
@@ -76,8 +89,11 @@ def test_security_score_refuses_non_finite_input(tmp_path, where, token, field, 
     else:
         record["reward"] = "@"
     path = tmp_path / f"in{suffix}"
-    path.write_text(json.dumps(TRAJ) + "\n" + json.dumps(record).replace('"@"', token) + "\n"
-                    if suffix == ".jsonl" else "[" + json.dumps(TRAJ) + ",\n" + json.dumps(record).replace('"@"', token) + "]")  # fmt: skip
+    path.write_text(
+        json.dumps(TRAJ) + "\n" + json.dumps(record).replace('"@"', token) + "\n"
+        if suffix == ".jsonl"
+        else "[" + json.dumps(TRAJ) + ",\n" + json.dumps(record).replace('"@"', token) + "]"
+    )
     done, output = score(tmp_path, path)
     assert done.returncode == 2
     where = f"{path}:2: {field}" if suffix == ".jsonl" else f"{path}: [1].{field}"  # a JSON array: its index
@@ -102,8 +118,12 @@ def test_security_empty_input_is_an_error(tmp_path, command):
     path.write_text("")
     output = tmp_path / "out.jsonl"
     output.write_text(OLD)
-    done = subprocess.run([sys.executable, "-m", "agentreward.cli", command, str(path), "-o", str(output)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agentreward.cli", command, str(path), "-o", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [f"error: {path}: no trajectories (empty file)"]
     assert output.read_text() == OLD

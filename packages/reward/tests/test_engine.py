@@ -10,8 +10,13 @@ from knowlyrcore import Trajectory
 
 def two_step(make_step, success=None):
     read = make_step("read_file", {"path": "sort.py"}, "def sort")
-    return {"id": "t1", "task": {"id": "task-1", "description": "look at sort.py", "domain": "coding"},
-            "steps": [read, dict(read)], "outcome": {"success": success}, "extra_field": {"kept": True}}  # fmt: skip
+    return {
+        "id": "t1",
+        "task": {"id": "task-1", "description": "look at sort.py", "domain": "coding"},
+        "steps": [read, dict(read)],
+        "outcome": {"success": success},
+        "extra_field": {"kept": True},
+    }
 
 
 def test_step_rewards_hand_derived(make_step):

@@ -41,9 +41,15 @@ class ScriptedServer:
                 entry = lambda t, lp: {"token": t, "logprob": lp, "bytes": list(t.encode())}  # noqa: E731
                 first = entry(*top[0][0])
                 choice["logprobs"] = {"content": [{**first, "top_logprobs": [entry(*p) for p in top[0]]}]}
-            return JSONResponse({
-                "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice],
-            })  # fmt: skip
+            return JSONResponse(
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [choice],
+                }
+            )
 
         app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
         with socket.socket() as s:

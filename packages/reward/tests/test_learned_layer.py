@@ -22,8 +22,12 @@ from knowlyrcore.testing import require_module
 def two_step(make_step, success=None):
     """test_engine.py's trajectory: rule step rewards 0.97 and 0.55, total 0.66 (0.846 on success)."""
     read = make_step("read_file", {"path": "sort.py"}, "def sort")
-    return {"id": "t1", "task": {"id": "task-1", "description": "look at sort.py", "domain": "coding"},
-            "steps": [read, dict(read)], "outcome": {"success": success}}  # fmt: skip
+    return {
+        "id": "t1",
+        "task": {"id": "task-1", "description": "look at sort.py", "domain": "coding"},
+        "steps": [read, dict(read)],
+        "outcome": {"success": success},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -312,12 +316,16 @@ def test_real_minilm_checkpoint_scores_as_its_definition(tmp_path):
         return {
             "task": {"description": "Cancel order #W2378156."},
             "steps": [
-                {"tool_call": {"name": "get_order_details", "parameters": {"order_id": "#W2378156"}},
-                 "observation": {"output": "status: pending"}},
-                {"tool_call": {"name": "cancel_pending_order", "parameters": {"order_id": "#W2378156"}},
-                 "observation": {"output": last_output, "error": error}},
+                {
+                    "tool_call": {"name": "get_order_details", "parameters": {"order_id": "#W2378156"}},
+                    "observation": {"output": "status: pending"},
+                },
+                {
+                    "tool_call": {"name": "cancel_pending_order", "parameters": {"order_id": "#W2378156"}},
+                    "observation": {"output": last_output, "error": error},
+                },
             ],
-        }  # fmt: skip
+        }
 
     ok, failed = run("the order is cancelled and refunded"), run("", error="order not found")
     e_ok, e_fail = embed([step_prefixes(ok)[-1], step_prefixes(failed)[-1]])

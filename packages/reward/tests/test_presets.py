@@ -12,8 +12,11 @@ from agentreward.rules import analyse, rule_scores
 
 
 def test_tool_f1_by_hand():
-    assert tool_f1(["search", "book", "book"], ["search", "book"]) == {"precision": pytest.approx(2 / 3, abs=1e-6),
-                                                                      "recall": 1.0, "f1": 0.8}  # fmt: skip
+    assert tool_f1(["search", "book", "book"], ["search", "book"]) == {
+        "precision": pytest.approx(2 / 3, abs=1e-6),
+        "recall": 1.0,
+        "f1": 0.8,
+    }
     assert tool_f1([], []) == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
     assert tool_f1(["x"], ["y"])["f1"] == 0.0
 
@@ -26,10 +29,16 @@ def test_target_tools_from_each_source():
 
 
 def task_with_solution(make_step, **outcome):
-    steps = [make_step("get_order", {"order_id": "#W1"}, "{}"), make_step("get_order", {"order_id": "#W1"}, "{}"),
-             make_step("cancel_order", {"order_id": "#W1"}, "ok"), make_step("respond", {"message": "done"}, "")]  # fmt: skip
-    task = {"description": "Please cancel #W1", "metadata": {"solution": [{"tool": "get_order"}, {"tool": "cancel_order"},
-                                                                   {"tool": "respond"}]}}  # fmt: skip
+    steps = [
+        make_step("get_order", {"order_id": "#W1"}, "{}"),
+        make_step("get_order", {"order_id": "#W1"}, "{}"),
+        make_step("cancel_order", {"order_id": "#W1"}, "ok"),
+        make_step("respond", {"message": "done"}, ""),
+    ]
+    task = {
+        "description": "Please cancel #W1",
+        "metadata": {"solution": [{"tool": "get_order"}, {"tool": "cancel_order"}, {"tool": "respond"}]},
+    }
     return {"task": task, "steps": steps, **({"outcome": outcome} if outcome else {})}
 
 
@@ -78,10 +87,16 @@ def test_score_a_json_file_to_stdout(tmp_path, make_step, capsys):
 
 
 def test_eval_prints_one_json_line(tmp_path, make_step, capsys):
-    ok = {"task": {"description": "run"}, "outcome": {"success": True},
-          "steps": [make_step("bash", {"command": "make"}, "ok", exit_code=0)]}  # fmt: skip
-    bad = {"task": {"description": "run"}, "outcome": {"success": False},
-           "steps": [make_step("bash", {"command": "make"}, "boom", exit_code=2)]}  # fmt: skip
+    ok = {
+        "task": {"description": "run"},
+        "outcome": {"success": True},
+        "steps": [make_step("bash", {"command": "make"}, "ok", exit_code=0)],
+    }
+    bad = {
+        "task": {"description": "run"},
+        "outcome": {"success": False},
+        "steps": [make_step("bash", {"command": "make"}, "boom", exit_code=2)],
+    }
     path = tmp_path / "labelled.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [ok, bad]) + "\n")
     assert main(["eval", str(path), "-o", str(tmp_path / "report.json")]) == 0

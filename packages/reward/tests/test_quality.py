@@ -52,10 +52,16 @@ class Spy:
 
 
 def test_evaluate_never_shows_the_label_to_the_scorer(make_step):
-    good = {"task": {"description": "run it"}, "outcome": {"success": True, "score": 1.0},
-            "steps": [make_step("bash", {"command": "make"}, "ok", exit_code=0)]}  # fmt: skip
-    bad = {"task": {"description": "run it"}, "outcome": {"success": False, "score": 0.0},
-           "steps": [make_step("bash", {"command": "make"}, "boom", exit_code=2)]}  # fmt: skip
+    good = {
+        "task": {"description": "run it"},
+        "outcome": {"success": True, "score": 1.0},
+        "steps": [make_step("bash", {"command": "make"}, "ok", exit_code=0)],
+    }
+    bad = {
+        "task": {"description": "run it"},
+        "outcome": {"success": False, "score": 0.0},
+        "steps": [make_step("bash", {"command": "make"}, "boom", exit_code=2)],
+    }
     spy = Spy()
     report = evaluate(spy, [good, bad, good, bad])
     assert all("outcome" not in t for t in spy.seen)

@@ -81,8 +81,13 @@ def test_rule_scores_hand_derived(make_step):
     """
     read = make_step("read_file", {"path": "sort.py"}, "def sort")
     scores = rule_scores(traj(read, read, description="look at sort.py"))
-    assert scores[0] == {"goal_progress": 0.9, "tool_selection": 1.0, "param_correctness": 1.0,
-                         "info_utilization": 1.0, "non_redundancy": 1.0}  # fmt: skip
+    assert scores[0] == {
+        "goal_progress": 0.9,
+        "tool_selection": 1.0,
+        "param_correctness": 1.0,
+        "info_utilization": 1.0,
+        "non_redundancy": 1.0,
+    }
     assert scores[1]["non_redundancy"] == 0.0 and scores[1]["goal_progress"] == 0.0
 
 
@@ -103,9 +108,18 @@ def test_repeated_failure_lowers_tool_selection(make_step):
 def test_penalty_counts(make_step):
     read = make_step("read_file", {"path": "a"})
     counts = penalty_counts(analyse(traj(read, read, read, make_step("zap", {}, "unknown tool zap"))))
-    assert counts == {"wrong_tool": 1, "redundant_call": 2, "format_error": 0, "timeout": 0, "unconfirmed_action": 0,
-                      "ungrounded_argument": 0, "repeated_action": 0, "action_after_done": 0,
-                      "needless_transfer": 0, "gave_up": 0}  # fmt: skip
+    assert counts == {
+        "wrong_tool": 1,
+        "redundant_call": 2,
+        "format_error": 0,
+        "timeout": 0,
+        "unconfirmed_action": 0,
+        "ungrounded_argument": 0,
+        "repeated_action": 0,
+        "action_after_done": 0,
+        "needless_transfer": 0,
+        "gave_up": 0,
+    }
 
 
 def test_empty_trajectory():

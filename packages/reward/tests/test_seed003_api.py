@@ -79,9 +79,13 @@ def test_penalties_can_be_changed():
 
 @pytest.mark.parametrize(
     ("weights", "match"),
-    [({"speed": 1.0}, "unknown seed-003 reward dimension 'speed'"), ({"efficiency": -1}, ">= 0"),
-     ({"efficiency": float("nan")}, "finite"), ({"efficiency": 0.0}, "positive sum")],
-)  # fmt: skip
+    [
+        ({"speed": 1.0}, "unknown seed-003 reward dimension 'speed'"),
+        ({"efficiency": -1}, ">= 0"),
+        ({"efficiency": float("nan")}, "finite"),
+        ({"efficiency": 0.0}, "positive sum"),
+    ],
+)
 def test_bad_weights_are_refused(weights, match):
     with pytest.raises(RewardError, match=match):
         AgentRewardConfig(weights=weights)

@@ -27,8 +27,14 @@ def signals(text):
 def test_signals_of_each_prefix_counted_by_hand():
     first, second, third = (signals(text) for text in step_prefixes(RUN))
     # step 1: the email is the request's -> grounded; a result came back
-    assert first == {**dict.fromkeys(SIGNALS, 0.0), "grounded_last": 1.0, "grounded_min": 1.0,
-                     "grounded_mean": 1.0, "any_result": 1.0, "length": 0.1}  # fmt: skip
+    assert first == {
+        **dict.fromkeys(SIGNALS, 0.0),
+        "grounded_last": 1.0,
+        "grounded_min": 1.0,
+        "grounded_mean": 1.0,
+        "any_result": 1.0,
+        "length": 0.1,
+    }
     # step 2: w999 was never shown -> 0 grounded; its result is an error
     assert second["grounded_last"] == 0.0 and second["grounded_min"] == 0.0 and second["grounded_mean"] == 0.5
     assert second["error_last"] == 1.0 and second["error_rate"] == 0.5
@@ -66,7 +72,11 @@ def test_a_failed_command_is_an_error_by_its_exit_code():
 
 def test_tokens_and_arguments():
     assert claim_tokens("Order #W123 is now cancelled for ann@example.com, thanks!") == [
-        "order", "w123", "cancelled", "ann@example.com"]  # fmt: skip
+        "order",
+        "w123",
+        "cancelled",
+        "ann@example.com",
+    ]
     assert argument_text('{"a": {"b": ["x", 2]}, "c": null}') == "x 2"
     assert argument_text('{"cut short…') == '{"cut short…'  # not JSON: read as it is
 

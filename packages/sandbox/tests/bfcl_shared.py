@@ -41,8 +41,9 @@ class BFCLEnvConformance(EnvConformance):
 
 def run_python(code, *args, env=None, timeout=120):
     """The stdout lines of ``python -c code args`` (dedented), which must exit 0."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
-                            timeout=timeout, env=env)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 

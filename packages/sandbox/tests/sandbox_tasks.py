@@ -36,9 +36,19 @@ SUPPORT_TASK = {
 RETAIL_WORLD = {
     "users": [{"user_id": "u1", "name": "A B", "email": "a@b.c", "address": "1 X St"}],
     "orders": [
-        {"order_id": "#W1", "user_id": "u1", "status": "delivered", "address": "1 X St",
-         "items": [{"item_id": "I1", "name": "lamp", "price": 10.0}]},
-        {"order_id": "#W2", "user_id": "u1", "status": "pending", "address": "1 X St",
-         "items": [{"item_id": "I2", "name": "mug", "price": 5.5}]},
+        {
+            "order_id": "#W1",
+            "user_id": "u1",
+            "status": "delivered",
+            "address": "1 X St",
+            "items": [{"item_id": "I1", "name": "lamp", "price": 10.0}],
+        },
+        {
+            "order_id": "#W2",
+            "user_id": "u1",
+            "status": "pending",
+            "address": "1 X St",
+            "items": [{"item_id": "I2", "name": "mug", "price": 5.5}],
+        },
     ],
-}  # fmt: skip
+}

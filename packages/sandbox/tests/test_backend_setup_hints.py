@@ -27,8 +27,13 @@ def _no_backend_line(tmp_path) -> str:
 
 def test_without_any_backend_the_cli_prints_one_line_with_the_fixes(tmp_path):
     env = {"PATH": str(tmp_path), "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
-    done = subprocess.run([sys.executable, "-m", "agentsandbox.cli", "exec", "--", "true"],
-                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agentsandbox.cli", "exec", "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     assert done.stderr == f"error: {_no_backend_line(tmp_path)}\n"
 
@@ -50,9 +55,20 @@ def test_the_setup_script_is_part_of_the_package():
 @pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_setup_docker_as_another_user_prints_the_sudo_line_and_changes_nothing():
-    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           sys.executable, "-m", "agentsandbox.setup_docker"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "agentsandbox.setup_docker",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stderr == (
         "error: setup_docker installs packages and starts dockerd, so it needs root: "
@@ -64,7 +80,8 @@ def test_setup_docker_as_another_user_prints_the_sudo_line_and_changes_nothing()
 @pytest.mark.skipif(os.geteuid() != 0, reason="setup_docker needs root")
 def test_setup_docker_on_a_ready_machine_checks_and_changes_nothing():
     require_backend("docker")
-    done = subprocess.run([sys.executable, "-m", "agentsandbox.setup_docker"],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agentsandbox.setup_docker"], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr
     assert "[setup_docker] image knowlyr/sandbox-base:latest already present" in done.stderr

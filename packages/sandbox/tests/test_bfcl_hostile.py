@@ -104,9 +104,15 @@ def test_a_directory_cannot_be_copied_or_moved_into_its_own_subtree():
     ``cp(CUR, Y)`` then ``mv(Y, CUR)`` puts CUR's child ``dst`` inside ``CUR/Y``; ``cp(Y, dst)`` would
     then put ``dst`` inside itself. The check goes by identity, not by name."""
     env = started()
-    for action in (call("mkdir", dir_name="CUR"), call("cd", folder="CUR"), call("mkdir", dir_name="dst"),
-                   call("cd", folder=".."), call("cp", source="CUR", destination="Y"),
-                   call("mv", source="Y", destination="CUR"), call("cd", folder="CUR")):  # fmt: skip
+    for action in (
+        call("mkdir", dir_name="CUR"),
+        call("cd", folder="CUR"),
+        call("mkdir", dir_name="dst"),
+        call("cd", folder=".."),
+        call("cp", source="CUR", destination="Y"),
+        call("mv", source="Y", destination="CUR"),
+        call("cd", folder="CUR"),
+    ):
         assert "error" not in env.step(action).info
     refused(env.step(call("cp", source="Y", destination="dst")), "cannot copy a directory, 'Y', into itself")
     refused(env.step(call("mv", source="Y", destination="dst")), "cannot move a directory, 'Y', into itself")
@@ -118,9 +124,13 @@ def doubling(level):
     """Calls that make ``L<level>`` hold two shared copies of ``L<level-1>``: the entries ``find``
     lists double with each level, though the memory used hardly grows."""
     previous, name = f"L{level - 1}", f"L{level}"
-    return [("mkdir", {"dir_name": name}), ("cp", {"source": previous, "destination": name}),
-            ("cp", {"source": previous, "destination": "T"}), ("cp", {"source": "T", "destination": name}),
-            ("rm", {"file_name": "T"})]  # fmt: skip
+    return [
+        ("mkdir", {"dir_name": name}),
+        ("cp", {"source": previous, "destination": name}),
+        ("cp", {"source": previous, "destination": "T"}),
+        ("cp", {"source": "T", "destination": name}),
+        ("rm", {"file_name": "T"}),
+    ]
 
 
 def test_copies_past_the_node_bound_end_the_episode_with_an_error_observation():
@@ -159,8 +169,10 @@ def test_file_content_past_its_bound_ends_the_episode():
     for i in range(MAX_FS_CONTENT_CHARS // 60_000 - 1):  # 69 files of 60,000 characters: 4,140,000
         assert "error" not in env.step(call("cp", source="big", destination=f"c{i}")).info
     ts = env.step(call("cp", source="big", destination="last"))
-    assert ts.observation == (f"[error] cp left GorillaFileSystem past its bounds: more than {MAX_FS_CONTENT_CHARS:,} "
-                              "characters of file content; the episode ends")  # fmt: skip
+    assert ts.observation == (
+        f"[error] cp left GorillaFileSystem past its bounds: more than {MAX_FS_CONTENT_CHARS:,} "
+        "characters of file content; the episode ends"
+    )
     assert ts.terminated and ts.reward == 0.0 and ts.info["exit_status"] == "error"
 
 
@@ -189,9 +201,14 @@ def test_names_paths_and_arguments_over_their_caps_are_refused():
     assert env.step(call("mkdir", dir_name=name)).observation == "null"  # at the cap: runs
     assert env.step(call("touch", file_name="f" * MAX_NAME_CHARS)).observation == "null"
     long = "x" * (MAX_NAME_CHARS + 1)
-    for action in (call("mkdir", dir_name=long), call("touch", file_name=long),
-                   call("cp", source=name, destination=long), call("mv", source=name, destination=long),
-                   call("cat", file_name=long), call("find", name=long)):  # fmt: skip
+    for action in (
+        call("mkdir", dir_name=long),
+        call("touch", file_name=long),
+        call("cp", source=name, destination=long),
+        call("mv", source=name, destination=long),
+        call("cat", file_name=long),
+        call("find", name=long),
+    ):
         refused(env.step(action), f"a name of 256 characters; at most {MAX_NAME_CHARS}")
     path = "/".join(["document"] * 200)
     refused(env.step(call("cd", folder=path)), f"a path of {len(path):,} characters; at most {MAX_PATH_CHARS:,}")
@@ -220,8 +237,10 @@ def test_a_task_taking_every_message_id_is_refused_at_reset_naming_the_task_and_
     task = fresh("multi_turn_base_33")  # MessageAPI (USR002 logged in) and a file system
     task["metadata"]["initial_config"]["MessageAPI"]["generated_ids"] = list(range(10000, 100000))
     assert len(json.dumps(task)) > 630_000
-    problem = (f"metadata.initial_config.MessageAPI.generated_ids: 90,000 ids taken; at most {MAX_GENERATED_IDS:,} "
-               "(send_message draws ids from 10000-99999 until it finds one not taken)")  # fmt: skip
+    problem = (
+        f"metadata.initial_config.MessageAPI.generated_ids: 90,000 ids taken; at most {MAX_GENERATED_IDS:,} "
+        "(send_message draws ids from 10000-99999 until it finds one not taken)"
+    )
     with pytest.raises(ValueError, match="^" + re.escape(f"BFCL multi-turn task 'bfcl-multi_turn_base_33': {problem}")):
         BFCLMultiTurnEnv().reset(task=task)
     metadata = task["metadata"]
@@ -238,8 +257,10 @@ def test_a_task_taking_every_message_id_is_refused_at_reset_naming_the_task_and_
     env._model.instances["MessageAPI"].generated_ids = set(range(10000, 10000 + MAX_MESSAGE_IDS - 1))
     sent = json.loads(env.step(call("send_message", receiver_id="USR003", message="hi")).observation)
     assert sent["sent_status"] is True and len(env._model.instances["MessageAPI"].generated_ids) == MAX_MESSAGE_IDS
-    refused(env.step(call("send_message", receiver_id="USR003", message="hi")),
-            f"10,000 message ids are taken; at most {MAX_MESSAGE_IDS:,}")  # fmt: skip
+    refused(
+        env.step(call("send_message", receiver_id="USR003", message="hi")),
+        f"10,000 message ids are taken; at most {MAX_MESSAGE_IDS:,}",
+    )
 
 
 def directory(depth, leaf=None):
@@ -292,10 +313,18 @@ def test_the_loader_refuses_a_task_past_the_bounds_in_one_line(tmp_path):
     shutil.copytree(str(data_dir() / "multi_turn_func_doc"), data / "multi_turn_func_doc")  # the real documents
     (tmp_path / "bfcl_eval" / "__init__.py").write_text("")
     message = {"role": "user", "content": "Send Bob a note."}
-    entry = {"id": "multi_turn_base_0", "question": [[message]], "involved_classes": ["MessageAPI"],
-             "initial_config": {"MessageAPI": {"generated_ids": list(range(10000, 100000))}}}  # fmt: skip
-    deep = {**entry, "id": "multi_turn_miss_func_0", "involved_classes": ["GorillaFileSystem"],
-            "initial_config": {"GorillaFileSystem": {"root": {"w": directory(MAX_FS_DEPTH + 2)}}}}  # fmt: skip
+    entry = {
+        "id": "multi_turn_base_0",
+        "question": [[message]],
+        "involved_classes": ["MessageAPI"],
+        "initial_config": {"MessageAPI": {"generated_ids": list(range(10000, 100000))}},
+    }
+    deep = {
+        **entry,
+        "id": "multi_turn_miss_func_0",
+        "involved_classes": ["GorillaFileSystem"],
+        "initial_config": {"GorillaFileSystem": {"root": {"w": directory(MAX_FS_DEPTH + 2)}}},
+    }
     for category, record in (("base", entry), ("miss_func", deep)):
         (data / f"BFCL_v4_multi_turn_{category}.json").write_text(json.dumps(record) + "\n")
         answer = {"id": record["id"], "ground_truth": [["ls()"]]}
@@ -315,8 +344,9 @@ def test_the_loader_refuses_a_task_past_the_bounds_in_one_line(tmp_path):
         "ids taken; at most 1,000 (send_message draws ids from 10000-99999 until it finds one not taken) "
         "(entry 'multi_turn_base_0')",
         "DataFormatError | DATA/BFCL_v4_multi_turn_miss_func.json:1: initial_config.GorillaFileSystem.root.w"
-        + ".d" * (MAX_FS_DEPTH + 1) + ": directories nested more than 32 deep (entry 'multi_turn_miss_func_0')",
-    ]  # fmt: skip
+        + ".d" * (MAX_FS_DEPTH + 1)
+        + ": directories nested more than 32 deep (entry 'multi_turn_miss_func_0')",
+    ]
 
 
 def test_only_math_calls_take_the_run_lock():

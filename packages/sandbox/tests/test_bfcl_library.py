@@ -129,12 +129,16 @@ def test_library_and_pairs_are_the_same_in_another_process():
     """Another hash seed too: nothing depends on the iteration order of a set."""
     assert [t.name for t in bfcl_library()] == list(library()) and bfcl_query_pairs("test") == pairs("test")
     expected = digest([list(library()), pairs("train"), pairs("test")])
-    lines = run_python("""
+    lines = run_python(
+        """
         import hashlib, json
         from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
         value = [[t.name for t in bfcl_library()], bfcl_query_pairs("train"), bfcl_query_pairs("test")]
         print(hashlib.sha256(json.dumps(value).encode()).hexdigest())
-    """, env={**os.environ, "PYTHONHASHSEED": "12345"}, timeout=300)  # fmt: skip
+    """,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        timeout=300,
+    )
     assert lines == [expected]
 
 
@@ -144,7 +148,8 @@ def test_an_unknown_split_is_a_one_line_error():
 
 
 def test_without_bfcl_eval_every_entry_point_says_how_to_install():
-    lines = run_python("""
+    lines = run_python(
+        """
         import sys
         sys.modules["bfcl_eval"] = None  # as if bfcl-eval were not installed
         from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
@@ -153,6 +158,8 @@ def test_without_bfcl_eval_every_entry_point_says_how_to_install():
                 entry_point()
             except Exception as exc:
                 print(type(exc).__name__, getattr(exc, "exit_code", None), repr(str(exc)))
-    """, timeout=300)  # fmt: skip
+    """,
+        timeout=300,
+    )
     expected = "BFCL tasks need the bfcl-eval package: pip install --no-deps bfcl-eval==2026.3.23 (docs/bfcl.md)"
     assert lines == [f"BFCLError 2 {expected!r}"] * 2

@@ -120,17 +120,20 @@ def test_expert_solves_every_task_of_every_category():
 
 def test_splits_are_by_scenario_and_every_entry_is_a_task_or_left_out_with_a_reason():
     train, test = split_tasks("train"), split_tasks("test")
-    scenarios = {s: {scenario(t["metadata"]["bfcl_id"]) for t in tasks} for s, tasks in (("train", train),
-                                                                                        ("test", test))}  # fmt: skip
+    scenarios = {
+        s: {scenario(t["metadata"]["bfcl_id"]) for t in tasks} for s, tasks in (("train", train), ("test", test))
+    }
     assert not scenarios["train"] & scenarios["test"]
     assert len(scenarios["test"]) == 69 and len(scenarios["train"]) == 130  # 173: all left out
     excluded = suite_module.excluded()
     assert excluded == {
-        **{f"multi_turn_{c}_173": "its ground truth close_ticket(ticket_id='ticket_001') would be refused: tool "
-           "'close_ticket': invalid parameters at 'ticket_id': 'ticket_001' is not of type 'integer'"
-           for c in ("base", "miss_func", "miss_param", "long_context")},
+        **{
+            f"multi_turn_{c}_173": "its ground truth close_ticket(ticket_id='ticket_001') would be refused: tool "
+            "'close_ticket': invalid parameters at 'ticket_id': 'ticket_001' is not of type 'integer'"
+            for c in ("base", "miss_func", "miss_param", "long_context")
+        },
         "multi_turn_miss_func_49": "its ground truth calls tail in turn 1, before the turn that offers it",
-    }  # fmt: skip
+    }
     ids = {e["id"] for c in MULTI_TURN_CATEGORIES for e in load_multi_turn(c)}
     tasks = {t["metadata"]["bfcl_id"] for t in train + test}
     assert len(ids) == 800 and tasks | excluded.keys() == ids and not tasks & excluded.keys()
@@ -152,8 +155,11 @@ def test_a_wrong_call_fails_the_state_check_of_its_turn():
     """multi_turn_base_0, turn 0: the directory made and moved into is 'temp2', not 'temp'."""
     task = task_of("multi_turn_base_0")
     turns = turns_of(task)
-    turns[0] = [call("cd", folder="document"), call("mkdir", dir_name="temp2"),
-                call("mv", source="final_report.pdf", destination="temp2")]  # fmt: skip
+    turns[0] = [
+        call("cd", folder="document"),
+        call("mkdir", dir_name="temp2"),
+        call("mv", source="final_report.pdf", destination="temp2"),
+    ]
     last = play(task, turns)[-1]
     assert (last.done, last.reward, last.info["success"]) == (True, 0.0, False)
     assert last.info["turns"][0] == {
@@ -195,8 +201,12 @@ def test_unchecked_turn_still_shapes_the_next_state():
     assert turns[1] == []
     turns[1] = [call("mkdir", dir_name="guess")]
     verdicts = play(task, turns)[-1].info["turns"]
-    assert [(v["checked"], v["success"]) for v in verdicts] == [(True, True), (False, True), (True, False),
-                                                                (True, False)]  # fmt: skip
+    assert [(v["checked"], v["success"]) for v in verdicts] == [
+        (True, True),
+        (False, True),
+        (True, False),
+        (True, False),
+    ]
     assert verdicts[2]["reason"] == "state differs from the ground truth's: GorillaFileSystem.root"
 
 
@@ -211,8 +221,12 @@ def test_judge_pools_results_of_earlier_turns_as_bfcl_does():
     assert not verdict.success and verdict.missing == [ls.text]
     assert not judge_turn(1, [cd, ls], [ls.text, cd.text], [ls, cd], ["TwitterAPI.tweets"]).success
     assert judge_turn(2, [cd], [], [], ["anything"]).as_info() == {
-        "turn": 2, "checked": False, "success": True, "calls": 1,
-        "reason": "no ground-truth call in this turn: not checked"}  # fmt: skip
+        "turn": 2,
+        "checked": False,
+        "success": True,
+        "calls": 1,
+        "reason": "no ground-truth call in this turn: not checked",
+    }
 
 
 def test_state_check_compares_public_attributes_only():
@@ -225,8 +239,12 @@ def test_state_check_compares_public_attributes_only():
     model.call("mkdir", {"dir_name": "x"}, offered)
     model.call("authenticate_twitter", {"username": "analyst_pro", "password": "Kj8#mP9$vL2"}, offered)
     assert json.loads(model.call("post_tweet", {"content": "hi"}, offered).text)["id"] == 3
-    assert model.state_differences(truth) == ["TwitterAPI.authenticated", "TwitterAPI.tweets",
-                                              "TwitterAPI.tweet_counter", "GorillaFileSystem.root"]  # fmt: skip
+    assert model.state_differences(truth) == [
+        "TwitterAPI.authenticated",
+        "TwitterAPI.tweets",
+        "TwitterAPI.tweet_counter",
+        "GorillaFileSystem.root",
+    ]
     long = Backends(task["involved_classes"], task["initial_config"], True)
     assert long.state_differences(truth) == ["GorillaFileSystem.long_context", "GorillaFileSystem.root"]
 
@@ -354,7 +372,10 @@ def test_ground_truth_parser_reads_literals_and_evaluates_nothing(tmp_path):
     assert not target.exists()  # parsed, never run
     assert parse_call("mean([227.16, -2, 1e3])") == ("mean", [[227.16, -2, 1000.0]], {})
     assert parse_call(" post_tweet(content='a', tags=['#x'], mentions=[]) ") == (
-        "post_tweet", [], {"content": "a", "tags": ["#x"], "mentions": []})  # fmt: skip
+        "post_tweet",
+        [],
+        {"content": "a", "tags": ["#x"], "mentions": []},
+    )
     # a task whose ground truth names anything but the involved classes' functions is refused at reset
     task = json.loads(json.dumps(task_of("multi_turn_base_0")))
     task["metadata"]["ground_truth"][0] = [f"open({str(target)!r}, 'w')"]
@@ -397,11 +418,18 @@ def test_malformed_multi_turn_files_are_one_line_errors(tmp_path):
     (data / "possible_answer").mkdir(parents=True)
     (data / "multi_turn_func_doc").mkdir()
     (tmp_path / "bfcl_eval" / "__init__.py").write_text("")
-    cd = {"name": "cd", "description": "Change directory.", "parameters": {"type": "dict", "properties": {
-        "folder": {"type": "string"}}, "required": ["folder"]}}  # fmt: skip
+    cd = {
+        "name": "cd",
+        "description": "Change directory.",
+        "parameters": {"type": "dict", "properties": {"folder": {"type": "string"}}, "required": ["folder"]},
+    }
     (data / "multi_turn_func_doc" / "gorilla_file_system.json").write_text(json.dumps(cd) + "\n")
-    good = {"id": "multi_turn_base_0", "question": [[{"role": "user", "content": "Go to docs."}]],
-            "initial_config": {}, "involved_classes": ["GorillaFileSystem"]}  # fmt: skip
+    good = {
+        "id": "multi_turn_base_0",
+        "question": [[{"role": "user", "content": "Go to docs."}]],
+        "initial_config": {},
+        "involved_classes": ["GorillaFileSystem"],
+    }
 
     def write(category, entry, answer):
         (data / f"BFCL_v4_multi_turn_{category}.json").write_text(entry)
@@ -498,8 +526,13 @@ def test_verdicts_agree_with_bfcl_evals_own_checker():
                 entry = {key: metadata[key] for key in ("initial_config", "involved_classes")} | {
                     "id": metadata["bfcl_id"]
                 }
-                theirs = multi_turn_checker([[[as_string(a)] for a in t] for t in turns], metadata["ground_truth"],
-                                            entry, metadata["category"], f"knowlyr_test_{n}_{k}")  # fmt: skip
+                theirs = multi_turn_checker(
+                    [[[as_string(a)] for a in t] for t in turns],
+                    metadata["ground_truth"],
+                    entry,
+                    metadata["category"],
+                    f"knowlyr_test_{n}_{k}",
+                )
                 assert ours == theirs["valid"], (metadata["bfcl_id"], kind, theirs)
                 runs, outcomes = runs + 1, outcomes | {(kind, ours)}
     finally:  # bfcl-eval keeps each run's instances in its module's globals

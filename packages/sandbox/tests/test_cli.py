@@ -47,8 +47,11 @@ def episode_files(tmp_path):
     task = tmp_path / "task.json"
     task.write_text(json.dumps({**CALC_TASK, "domain": "coding"}))
     actions = tmp_path / "actions.jsonl"
-    script = [{"tool": "bash", "params": {"command": "python3 -c 'print(40 + 2)'"}}, FIX,
-              {"tool": "submit", "params": {}}]  # fmt: skip
+    script = [
+        {"tool": "bash", "params": {"command": "python3 -c 'print(40 + 2)'"}},
+        FIX,
+        {"tool": "submit", "params": {}},
+    ]
     actions.write_text("\n".join(json.dumps(a) for a in script))
     return task, actions, tmp_path / "traj.jsonl"
 
@@ -91,13 +94,15 @@ def test_gc_removes_orphaned_containers_and_directories(tmp_path):
     dead = _dead_pid()
     client = docker_client()
     orphan = client.containers.create(
-        "knowlyr/sandbox-base:latest", ["true"],
+        "knowlyr/sandbox-base:latest",
+        ["true"],
         labels={LABEL: "1", LABEL_PID: str(dead), LABEL_HOST: os.uname().nodename},
-    )  # fmt: skip
+    )
     alive = client.containers.create(
-        "knowlyr/sandbox-base:latest", ["true"],
+        "knowlyr/sandbox-base:latest",
+        ["true"],
         labels={LABEL: "1", LABEL_PID: str(os.getpid()), LABEL_HOST: os.uname().nodename},
-    )  # fmt: skip
+    )
     orphan_dir = f"/tmp/knowlyr-sandbox-{dead}-gctest"
     os.makedirs(orphan_dir, exist_ok=True)
     try:
@@ -151,8 +156,10 @@ def test_gc_is_not_stopped_by_a_container_another_process_removes_meanwhile(monk
 
 def test_sandbox_of_a_killed_process_is_cleaned_by_gc():
     require_backend("docker")
-    code = ("from agentsandbox import DockerSandbox; import os, sys; sb = DockerSandbox(); sb.start(); "
-            "print(sb._container_id, flush=True); os.kill(os.getpid(), 9)")  # fmt: skip
+    code = (
+        "from agentsandbox import DockerSandbox; import os, sys; sb = DockerSandbox(); sb.start(); "
+        "print(sb._container_id, flush=True); os.kill(os.getpid(), 9)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     container_id = done.stdout.strip()
     assert done.returncode == -9 and container_id
@@ -168,8 +175,10 @@ def test_sandbox_of_a_killed_process_is_cleaned_by_gc():
 @pytest.mark.parametrize("backend", ["local", "docker"])
 def test_interpreter_exit_without_close_cleans_up(backend):
     require_backend(backend)
-    code = (f"from agentsandbox.backends import BACKENDS; sb = BACKENDS[{backend!r}](); sb.start(); "
-            "sb.run('sleep 300 &'); print(sb._tmp, getattr(sb, '_container_id', ''))")  # fmt: skip
+    code = (
+        f"from agentsandbox.backends import BACKENDS; sb = BACKENDS[{backend!r}](); sb.start(); "
+        "sb.run('sleep 300 &'); print(sb._tmp, getattr(sb, '_container_id', ''))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     tmp, _, container_id = done.stdout.strip().partition(" ")
@@ -185,8 +194,7 @@ def test_interpreter_exit_without_close_cleans_up(backend):
 class _PolicyModel(BaseHTTPRequestHandler):
     """An OpenAI-compatible policy: a tool call per turn from a script, then plain text."""
 
-    script = [("write_file", {"path": "note.txt", "content": "from the model"}),
-              ("bash", {"command": "cat note.txt"})]  # fmt: skip
+    script = [("write_file", {"path": "note.txt", "content": "from the model"}), ("bash", {"command": "cat note.txt"})]
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -218,8 +226,19 @@ def test_run_with_an_endpoint_agent_uses_function_calling(tmp_path):
         task.write_text(json.dumps({"description": "write a note", "domain": "coding"}))
         out = tmp_path / "traj.jsonl"
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        cli("run", str(task), "--backend", "local", "--endpoint", url, "--model", "policy", "--output", str(out),
-            check=0)  # fmt: skip
+        cli(
+            "run",
+            str(task),
+            "--backend",
+            "local",
+            "--endpoint",
+            url,
+            "--model",
+            "policy",
+            "--output",
+            str(out),
+            check=0,
+        )
     finally:
         server.shutdown()
         server.server_close()

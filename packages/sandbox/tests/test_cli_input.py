@@ -10,18 +10,24 @@ from agentsandbox.cli import main
 
 TASK = {"description": "x", "domain": "coding"}
 ACTION = {"tool": "submit", "params": {}}
-TRAJECTORY = {"task": TASK, "source": "env:knowlyr/sandbox",
-              "steps": [{"index": 0, "tool_call": {"name": "submit", "parameters": {}}, "observation": {"output": ""}}]}  # fmt: skip
+TRAJECTORY = {
+    "task": TASK,
+    "source": "env:knowlyr/sandbox",
+    "steps": [{"index": 0, "tool_call": {"name": "submit", "parameters": {}}, "observation": {"output": ""}}],
+}
 
 BAD_FILES = [  # (content, the stderr line after "error: FILE")
     (b"", ": empty file, no {what}"),
     (b'{"description": "x", "dom', ":1: invalid JSON: Unterminated string starting at (column 22)"),
     (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), ":1: not UTF-8 text (byte 0); is it a binary, Latin-1 or UTF-16 file?"),
     ('{"description": "x"}\n'.encode("utf-16"), ":1: the file is UTF-16 text; convert it to UTF-8"),
-    ('{"description": "café"}\n'.encode("latin-1"), ":1: not UTF-8 text (byte 20); is it a binary, Latin-1 or UTF-16 file?"),
+    (
+        '{"description": "café"}\n'.encode("latin-1"),
+        ":1: not UTF-8 text (byte 20); is it a binary, Latin-1 or UTF-16 file?",
+    ),
     (b"[" * 100_000 + b"]" * 100_000, ":1: nested deeper than 100 levels"),
     (b'{"description": "x", "metadata": {"b": NaN}}', ":1: metadata.b: non-finite number (NaN)"),
-]  # fmt: skip
+]
 
 
 def sandbox(capsys, *args):
@@ -40,8 +46,16 @@ def files(tmp_path):
 
 
 def run_args(path):
-    return ["run", path / "task.json", "--backend", "local", "--actions", path / "actions.jsonl",
-            "--output", path / "out.jsonl"]  # fmt: skip
+    return [
+        "run",
+        path / "task.json",
+        "--backend",
+        "local",
+        "--actions",
+        path / "actions.jsonl",
+        "--output",
+        path / "out.jsonl",
+    ]
 
 
 @pytest.mark.parametrize(("content", "problem"), BAD_FILES)
@@ -68,7 +82,10 @@ def test_a_bad_line_after_many_good_ones_is_named_before_anything_runs(capsys, f
     assert (code, out) == (2, "") and err[0].startswith(f"error: {files / 'traj.jsonl'}:50000: invalid JSON")
     (files / "actions.jsonl").write_text((json.dumps(ACTION) + "\n") * 49_999 + '{"tool": 5}\n')
     assert sandbox(capsys, *run_args(files)) == (
-        2, "", [f"error: {files / 'actions.jsonl'}:50000: action field 'tool' must be a non-empty string, got 5"])  # fmt: skip
+        2,
+        "",
+        [f"error: {files / 'actions.jsonl'}:50000: action field 'tool' must be a non-empty string, got 5"],
+    )
     assert (files / "out.jsonl").read_text() == '{"kept": true}\n'
 
 
@@ -76,16 +93,24 @@ def test_an_overlong_line_is_refused_unread(capsys, files, monkeypatch):
     monkeypatch.setenv("KNOWLYR_MAX_LINE_BYTES", "1000")  # stands for the 16 MiB default
     (files / "task.json").write_text(json.dumps({"description": "a" * 5000}))
     assert sandbox(capsys, *run_args(files))[2] == [
-        f"error: {files / 'task.json'}:1: line longer than 1000 bytes (limit: KNOWLYR_MAX_LINE_BYTES)"]  # fmt: skip
+        f"error: {files / 'task.json'}:1: line longer than 1000 bytes (limit: KNOWLYR_MAX_LINE_BYTES)"
+    ]
     (files / "traj.jsonl").write_text(json.dumps({**TRAJECTORY, "id": "a" * 5000}) + "\n")
     assert sandbox(capsys, "replay", files / "traj.jsonl")[2] == [
-        f"error: {files / 'traj.jsonl'}:1: line longer than 1000 bytes (limit: KNOWLYR_MAX_LINE_BYTES)"]  # fmt: skip
+        f"error: {files / 'traj.jsonl'}:1: line longer than 1000 bytes (limit: KNOWLYR_MAX_LINE_BYTES)"
+    ]
 
 
 def test_wrong_field_types_name_the_file_line_and_field(capsys, files):
     (files / "task.json").write_text(json.dumps({"description": "x", "max_steps": "many"}))
-    assert sandbox(capsys, *run_args(files)) == (2, "", [f"error: {files / 'task.json'}:1: max_steps: Input should be a valid integer, "
-                                                      "unable to parse string as an integer"])  # fmt: skip
+    assert sandbox(capsys, *run_args(files)) == (
+        2,
+        "",
+        [
+            f"error: {files / 'task.json'}:1: max_steps: Input should be a valid integer, "
+            "unable to parse string as an integer"
+        ],
+    )
     (files / "task.json").write_text(json.dumps(TASK))
     (files / "actions.jsonl").write_text(json.dumps([ACTION, {"tool": "bash", "params": []}]))
     assert sandbox(capsys, *run_args(files))[2] == [
@@ -93,13 +118,15 @@ def test_wrong_field_types_name_the_file_line_and_field(capsys, files):
     ]
     (files / "traj.jsonl").write_text(json.dumps({**TRAJECTORY, "steps": "many"}) + "\n")
     assert sandbox(capsys, "replay", files / "traj.jsonl")[2] == [
-        f"error: {files / 'traj.jsonl'}:1: steps: Input should be a valid list"]  # fmt: skip
+        f"error: {files / 'traj.jsonl'}:1: steps: Input should be a valid list"
+    ]
 
 
 def test_a_json_document_over_several_lines_is_read_and_its_errors_have_lines(capsys, files):
     (files / "task.json").write_text('{\n  "description": "x",\n  "domain": coding\n}\n')
     assert sandbox(capsys, *run_args(files))[2] == [
-        f"error: {files / 'task.json'}:3: invalid JSON: Expecting value (column 13)"]  # fmt: skip
+        f"error: {files / 'task.json'}:3: invalid JSON: Expecting value (column 13)"
+    ]
 
 
 def test_trajectories_of_unknown_environments_are_refused_before_replaying(capsys, files):

@@ -18,8 +18,9 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 
 def sandbox(*args):
-    done = subprocess.run([sys.executable, "-m", "agentsandbox.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agentsandbox.cli", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
@@ -48,9 +49,14 @@ def test_security_run_refuses_bad_task_files(tmp_path, content, where, problem):
     assert done.stderr.strip().splitlines() == [f"error: {task}{where}: {problem}"]
 
 
-@pytest.mark.parametrize(("content", "where", "problem"), [("", "", "empty file, no actions"),
-                                                           ("[]", "", "empty JSON array, no actions"),
-                                                           (DEEP, ":1", "nested deeper than 100 levels")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "where", "problem"),
+    [
+        ("", "", "empty file, no actions"),
+        ("[]", "", "empty JSON array, no actions"),
+        (DEEP, ":1", "nested deeper than 100 levels"),
+    ],
+)
 def test_security_run_refuses_bad_action_files(tmp_path, content, where, problem):
     task = tmp_path / "task.json"
     task.write_text(json.dumps({"description": "x", "domain": "coding"}))
@@ -61,8 +67,10 @@ def test_security_run_refuses_bad_action_files(tmp_path, content, where, problem
     assert done.stderr.strip().splitlines() == [f"error: {actions}{where}: {problem}"]
 
 
-@pytest.mark.parametrize(("content", "where", "problem"), [("", "", "no trajectories (empty file)"),
-                                                           (DEEP, ":1", "nested deeper than 100 levels")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "where", "problem"),
+    [("", "", "no trajectories (empty file)"), (DEEP, ":1", "nested deeper than 100 levels")],
+)
 def test_security_replay_refuses_empty_and_deep_files(tmp_path, content, where, problem):
     path = tmp_path / "traj.jsonl"
     path.write_text(content + "\n")

@@ -14,8 +14,12 @@ from knowlyrcore import make
 
 CONFIG = SandboxConfig(timeout=30)
 #: The calc repository as plain files: no `git init` among the setup commands.
-PLAIN_TASK = {"id": "calc-plain", "description": "Fix add().", "repo": CALC_REPO,
-              "test_command": "python3 -m unittest -q check_calc"}  # fmt: skip
+PLAIN_TASK = {
+    "id": "calc-plain",
+    "description": "Fix add().",
+    "repo": CALC_REPO,
+    "test_command": "python3 -m unittest -q check_calc",
+}
 #: Four unittest tests: one passes, one fails, one errors, one is skipped.
 MIXED_TESTS = """import unittest
 
@@ -34,8 +38,12 @@ class T(unittest.TestCase):
     def test_skip(self):
         pass
 """
-MIXED_TASK = {"id": "mixed", "description": "Mixed results.", "metadata": {"files": {"test_mixed.py": MIXED_TESTS}},
-              "test_command": "python3 -m unittest test_mixed"}  # fmt: skip
+MIXED_TASK = {
+    "id": "mixed",
+    "description": "Mixed results.",
+    "metadata": {"files": {"test_mixed.py": MIXED_TESTS}},
+    "test_command": "python3 -m unittest test_mixed",
+}
 
 
 @pytest.fixture(params=["local", "docker"])

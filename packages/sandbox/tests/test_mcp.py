@@ -109,9 +109,13 @@ def test_without_the_sdk_every_launch_is_one_error_line(tmp_path, command):
     by a package that fails to import, as when it is not installed): one line, exit 2."""
     (tmp_path / "mcp").mkdir()
     (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mcp'\", name='mcp')\n")
-    hidden = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
-                                 os.environ.get("PYTHONPATH")]))})  # fmt: skip
+    hidden = subprocess.run(
+        [sys.executable, *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))},
+    )
     assert hidden.returncode == 2, hidden.stderr
     assert (
         hidden.stderr

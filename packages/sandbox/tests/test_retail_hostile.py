@@ -150,8 +150,11 @@ def test_a_surrogate_that_reaches_the_database_directly_is_an_error_result():
 
     db = open_shop(WORLD)
     start = state_digest(db)
-    for name, params in (("change_address", {"order_id": "#W2", "address": "2 \ud800 St"}),
-                         ("get_order", {"order_id": "\ud800"}), ("find_user_by_email", {"email": "\udfff"})):  # fmt: skip
+    for name, params in (
+        ("change_address", {"order_id": "#W2", "address": "2 \ud800 St"}),
+        ("get_order", {"order_id": "\ud800"}),
+        ("find_user_by_email", {"email": "\udfff"}),
+    ):
         result = call_tool(db, name, params)
         assert result.error and "cannot be stored" in result.error, (name, result)
         result.error.encode()

@@ -19,10 +19,20 @@ from agentsandbox.testing import leftovers, require_backend
 
 pytestmark = pytest.mark.integration
 
-HOSTILE = SandboxConfig(memory_mb=256, pids_limit=64, timeout=10, max_output_bytes=8192, overflow_bytes=2 << 20,
-                        max_file_mb=8)  # fmt: skip
-INJECTIONS = ["$(touch /workspace/pwned)", "`touch /workspace/pwned`", "x; touch /workspace/pwned", "x && touch pwned",
-              "| touch pwned", "'; touch pwned; '", '"; touch pwned; "', "-exec touch pwned ;", "--output=pwned"]  # fmt: skip
+HOSTILE = SandboxConfig(
+    memory_mb=256, pids_limit=64, timeout=10, max_output_bytes=8192, overflow_bytes=2 << 20, max_file_mb=8
+)
+INJECTIONS = [
+    "$(touch /workspace/pwned)",
+    "`touch /workspace/pwned`",
+    "x; touch /workspace/pwned",
+    "x && touch pwned",
+    "| touch pwned",
+    "'; touch pwned; '",
+    '"; touch pwned; "',
+    "-exec touch pwned ;",
+    "--output=pwned",
+]
 
 
 @pytest.fixture(params=["local", "docker"])
@@ -52,9 +62,11 @@ def host_process_count():
 
 def test_process_limit_caps_how_many_processes_exist(sandbox):
     before = host_process_count()
-    forker = ("import os, time\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n"
-              "            time.sleep(300)\n            os._exit(0)\n        n += 1\n"
-              "except OSError as exc:\n    print(exc.strerror, n)\n")  # fmt: skip
+    forker = (
+        "import os, time\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n"
+        "            time.sleep(300)\n            os._exit(0)\n        n += 1\n"
+        "except OSError as exc:\n    print(exc.strerror, n)\n"
+    )
     sandbox.write_file("forker.py", forker)
     result = sandbox.run("python3 forker.py")
     assert "Resource temporarily unavailable" in result.output
@@ -94,8 +106,10 @@ def test_no_network_even_to_the_hosts_loopback(sandbox):
     server.listen(8)
     port = server.getsockname()[1]
     try:
-        probe = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"; "
-                 "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"")  # fmt: skip
+        probe = (
+            f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"; "
+            "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\""
+        )
         result = sandbox.run(probe)
         assert result.exit_code != 0
         assert "refused" in result.output or "unreachable" in result.output
@@ -108,8 +122,11 @@ def test_no_network_even_to_the_hosts_loopback(sandbox):
 
 @pytest.mark.parametrize("path", ["../../../../etc/passwd", "/etc/passwd", "../outside.txt", "a/../../x"])
 def test_file_tools_refuse_paths_outside_the_workspace(sandbox, path):
-    for result in (tools.read_file(sandbox, path), tools.write_file(sandbox, path, "x"),
-                   tools.edit_file(sandbox, path, "a", "b")):  # fmt: skip
+    for result in (
+        tools.read_file(sandbox, path),
+        tools.write_file(sandbox, path, "x"),
+        tools.edit_file(sandbox, path, "a", "b"),
+    ):
         assert result.error and ("outside the workspace" in result.error or "climbs out" in result.error)
     assert not (sandbox.host_workspace.parent / "outside.txt").exists()
 

@@ -149,10 +149,21 @@ def test_episode_tools_are_the_tasks_functions_as_json_schema():
     schemas = {
         s["function"]["name"]: s["function"]["parameters"] for s in tool_schemas(env.available_tools, env.domain)
     }
-    assert schemas == {"math.factorial": {"type": "object", "properties": {"number": {
-        "type": "integer", "description": "The number for which factorial needs to be calculated."}},
-        "required": ["number"]}, "respond": {"type": "object", "properties": {"message": {"type": "string"}},
-        "required": ["message"], "additionalProperties": False}}  # fmt: skip
+    assert schemas == {
+        "math.factorial": {
+            "type": "object",
+            "properties": {
+                "number": {"type": "integer", "description": "The number for which factorial needs to be calculated."}
+            },
+            "required": ["number"],
+        },
+        "respond": {
+            "type": "object",
+            "properties": {"message": {"type": "string"}},
+            "required": ["message"],
+            "additionalProperties": False,
+        },
+    }
     # every BFCL type in the data became JSON Schema: dict -> object, float -> number, tuple -> array, any -> none
     seen = {}
 
@@ -169,8 +180,16 @@ def test_episode_tools_are_the_tasks_functions_as_json_schema():
         for function in t["metadata"]["functions"]:
             assert schemas[function["name"]]["description"] == function["description"]
             walk(function["parameters"], schemas[function["name"]]["parameters"])
-    assert seen == {"dict": {"object"}, "float": {"number"}, "tuple": {"array"}, "any": {None}, "array": {"array"},
-                    "string": {"string"}, "integer": {"integer"}, "boolean": {"boolean"}}  # fmt: skip
+    assert seen == {
+        "dict": {"object"},
+        "float": {"number"},
+        "tuple": {"array"},
+        "any": {None},
+        "array": {"array"},
+        "string": {"string"},
+        "integer": {"integer"},
+        "boolean": {"boolean"},
+    }
 
 
 def test_made_up_and_unparsed_calls_are_recorded_and_fail():
@@ -229,9 +248,17 @@ def test_malformed_bfcl_files_are_one_line_errors(tmp_path):
     data = tmp_path / "bfcl_eval" / "data"
     (data / "possible_answer").mkdir(parents=True)
     (tmp_path / "bfcl_eval" / "__init__.py").write_text("")
-    good = {"id": "x_0", "question": [[{"role": "user", "content": "5!?"}]], "function": [
-        {"name": "math.factorial", "description": "n!", "parameters": {"type": "dict", "properties": {
-            "number": {"type": "integer"}}, "required": ["number"]}}]}  # fmt: skip
+    good = {
+        "id": "x_0",
+        "question": [[{"role": "user", "content": "5!?"}]],
+        "function": [
+            {
+                "name": "math.factorial",
+                "description": "n!",
+                "parameters": {"type": "dict", "properties": {"number": {"type": "integer"}}, "required": ["number"]},
+            }
+        ],
+    }
     (data / "BFCL_v4_simple_python.json").write_text(json.dumps(good) + "\n" + json.dumps(good)[:40])  # truncated
     (data / "BFCL_v4_multiple.json").write_text(json.dumps({**good, "function": "math.factorial"}) + "\n")
     number = good["function"][0]["parameters"]["properties"]["number"]

@@ -106,8 +106,11 @@ def test_do_nothing_and_shortcut_policies_fail(split):
             play(task, [{"tool": "respond", "params": {"message": "I cannot help with that."}}]).info["success"]
             is False
         )
-    needs_state = [t for t in tasks if any(a["tool"] in ("cancel_order", "change_address", "return_items")
-                                           for a in t["metadata"]["solution"])]  # fmt: skip
+    needs_state = [
+        t
+        for t in tasks
+        if any(a["tool"] in ("cancel_order", "change_address", "return_items") for a in t["metadata"]["solution"])
+    ]
     for task in needs_state:
         final = task["metadata"]["solution"][-1]
         assert play(task, [final]).info["success"] is False, task["id"]
@@ -199,15 +202,30 @@ def test_listing_every_status_does_not_pass_the_answer_check():
 
 #: The kind of fact each template's answer states: hedging over the values of that kind must fail.
 ASKED = {
-    "order_status": "status", "cancel_order": "status", "cancel_two": "status", "cancel_pending_by_name": "status",
-    "cancel_pending_by_email": "status", "cancel_and_return": "status", "count_orders": "count",
-    "cancel_reasons": "reason", "email_on_file": "email", "address_by_email": "address", "address_on_file": "address",
-    "change_address": "address", "change_address_by_name": "address", "return_item": "item",
+    "order_status": "status",
+    "cancel_order": "status",
+    "cancel_two": "status",
+    "cancel_pending_by_name": "status",
+    "cancel_pending_by_email": "status",
+    "cancel_and_return": "status",
+    "count_orders": "count",
+    "cancel_reasons": "reason",
+    "email_on_file": "email",
+    "address_by_email": "address",
+    "address_on_file": "address",
+    "change_address": "address",
+    "change_address_by_name": "address",
+    "return_item": "item",
     "count_orders_by_name": "count",
-}  # fmt: skip
+}
 #: Templates whose answer is about particular orders: naming another order is wrong too.
-ABOUT_ORDERS = set(ASKED) - {"count_orders", "count_orders_by_name", "email_on_file", "address_by_email",
-                             "address_on_file"}  # fmt: skip
+ABOUT_ORDERS = set(ASKED) - {
+    "count_orders",
+    "count_orders_by_name",
+    "email_on_file",
+    "address_by_email",
+    "address_on_file",
+}
 
 
 def _candidates(task):
@@ -262,8 +280,11 @@ def _natural_answers(task):
     order = next((o for o in meta["world"]["orders"] if o["order_id"] == oid), None)
     reworded = {
         "order_status": lambda: f"I checked order {oid} for you: it's currently {facts[0]}. Anything else?",
-        "cancel_order": lambda: (f"I'm sorry, order {oid} is already {facts[1]}, so I cannot cancel it."
-                                 if facts[0] == "cannot" else f"Done! Your pending order {oid} is cancelled."),
+        "cancel_order": lambda: (
+            f"I'm sorry, order {oid} is already {facts[1]}, so I cannot cancel it."
+            if facts[0] == "cannot"
+            else f"Done! Your pending order {oid} is cancelled."
+        ),
         "change_address": lambda: f"I've changed order {oid}'s address from {order['address']} to {facts[0]}.",
         "return_item": lambda: f"Your return is done: the item from order {oid} is marked as returned.",
         "count_orders": lambda: f"I can see {facts[0]} on your account.",
@@ -277,9 +298,13 @@ def _natural_answers(task):
         "cancel_pending_by_email": lambda: f"I cancelled the pending order {calls['cancel_order']['order_id']}.",
         "change_address_by_name": lambda: f"Your pending order will now ship to {facts[0]}.",
         "cancel_and_return": lambda: f"I cancelled order {oid}, and the item you sent back is returned.",
-    }[meta["template"]]()  # fmt: skip
-    return [reference, reference.upper(), f"Hi there! {reference} Is there anything else I can help you with?",
-            f"Thanks for waiting. {reworded} Have a great day!"]  # fmt: skip
+    }[meta["template"]]()
+    return [
+        reference,
+        reference.upper(),
+        f"Hi there! {reference} Is there anything else I can help you with?",
+        f"Thanks for waiting. {reworded} Have a great day!",
+    ]
 
 
 @pytest.mark.parametrize("split", RETAIL.splits)
@@ -323,8 +348,10 @@ def test_business_rules_are_enforced_as_error_observations():
     assert "[error]" in step("drop_tables").observation  # unknown tool: an observation, not a crash
     assert "[error]" in env.step("not an action").observation
     listed = json.loads(step("list_orders", user_id="u1").observation)
-    assert listed == [{"order_id": "#W1", "status": "delivered", "total": 10.0},
-                      {"order_id": "#W2", "status": "pending", "total": 5.5}]  # fmt: skip
+    assert listed == [
+        {"order_id": "#W1", "status": "delivered", "total": 10.0},
+        {"order_id": "#W2", "status": "pending", "total": 5.5},
+    ]
     # with no solution to compare against, any end state counts; the answer check still applies
     assert env.step({"tool": "respond", "params": {"message": "ok"}}).info["success"] is True
     assert "episode is over" in step("get_order", order_id="#W1").observation
@@ -369,11 +396,16 @@ def test_docstring_examples_run():
 PARTIAL_WORLD = {
     "users": [{"user_id": "u1", "name": "A B", "email": "a@b.c", "address": "1 X St"}],
     "orders": [
-        {"order_id": f"#W{k}", "user_id": "u1", "status": status, "address": "1 X St",
-         "items": [{"item_id": f"I{k}", "name": f"thing {k}", "price": 10.0}]}
+        {
+            "order_id": f"#W{k}",
+            "user_id": "u1",
+            "status": status,
+            "address": "1 X St",
+            "items": [{"item_id": f"I{k}", "name": f"thing {k}", "price": 10.0}],
+        }
         for k, status in ((1, "pending"), (2, "pending"), (3, "pending"), (4, "delivered"))
     ],
-}  # fmt: skip
+}
 CANCEL_1_AND_2 = {
     "id": "partial",
     "description": "Cancel #W1 and #W2, ordered by mistake.",
@@ -410,24 +442,44 @@ MISTAKE = "ordered by mistake"
     ("actions", "expected_rewards", "total"),
     [
         # the solution: 4 required changes (two statuses, two reasons), then all 3 facts -> success, 1.0
-        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W2", "reason": MISTAKE}),
-          ("respond", {"message": "#W1 and #W2 are cancelled"})], [2 / 4 / 4, 2 / 4 / 4, 0.75], 1.0),
+        (
+            [
+                (CANCEL, {"order_id": "#W1", "reason": MISTAKE}),
+                (CANCEL, {"order_id": "#W2", "reason": MISTAKE}),
+                ("respond", {"message": "#W1 and #W2 are cancelled"}),
+            ],
+            [2 / 4 / 4, 2 / 4 / 4, 0.75],
+            1.0,
+        ),
         # half the changes (2 * 2/4 / 8 = 0.125); the answer claims what was not done: it counts nothing
-        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("respond", {"message": "#W1 and #W2 are cancelled"})],
-         [0.125, 0.0], 0.125),
+        (
+            [(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("respond", {"message": "#W1 and #W2 are cancelled"})],
+            [0.125, 0.0],
+            0.125,
+        ),
         # the right order with the wrong reason: the status is 1 of 4 changes, the reason a wrong one: (2/4 - 1) / 8 -> 0
         ([(CANCEL, {"order_id": "#W1", "reason": "no longer needed"})], [0.0], 0.0),
         # a right change, then a wrong write: the credit is given back
-        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W3", "reason": MISTAKE})],
-         [0.125, -0.125], 0.0),
+        (
+            [(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W3", "reason": MISTAKE})],
+            [0.125, -0.125],
+            0.0,
+        ),
         # an answer naming an excluded fact counts no facts; cut off before respond keeps the state credit
-        ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), (CANCEL, {"order_id": "#W2", "reason": MISTAKE}),
-          ("respond", {"message": "#W1, #W2 cancelled, or processed"})], [0.125, 0.125, 0.0], 0.25),
+        (
+            [
+                (CANCEL, {"order_id": "#W1", "reason": MISTAKE}),
+                (CANCEL, {"order_id": "#W2", "reason": MISTAKE}),
+                ("respond", {"message": "#W1, #W2 cancelled, or processed"}),
+            ],
+            [0.125, 0.125, 0.0],
+            0.25,
+        ),
         ([(CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("get_order", {"order_id": "#W2"})], [0.125, 0.0], 0.125),
         # reading only, then a bare answer: nothing changed, no fact
         ([("list_orders", {"user_id": "u1"}), ("respond", {"message": "Done."})], [0.0, 0.0], 0.0),
     ],
-)  # fmt: skip
+)
 def test_partial_credit_on_hand_built_episodes(actions, expected_rewards, total):
     rewards, info = partial_episode(actions)
     assert rewards == pytest.approx(expected_rewards)
@@ -439,10 +491,18 @@ def test_partial_credit_on_hand_built_episodes(actions, expected_rewards, total)
 
 def test_partial_credit_cannot_be_farmed_by_undoing_and_redoing():
     """Writes that cancel out earn nothing net: change an address away and back, repeatedly."""
-    task = {"id": "addr", "description": "Ship #W1 to 2 Y St.", "metadata": {
-        "world": PARTIAL_WORLD, "answer_contains": ["2 Y St"],
-        "solution": [{"tool": "change_address", "params": {"order_id": "#W1", "address": "2 Y St"}},
-                     {"tool": "respond", "params": {"message": "It ships to 2 Y St."}}]}}  # fmt: skip
+    task = {
+        "id": "addr",
+        "description": "Ship #W1 to 2 Y St.",
+        "metadata": {
+            "world": PARTIAL_WORLD,
+            "answer_contains": ["2 Y St"],
+            "solution": [
+                {"tool": "change_address", "params": {"order_id": "#W1", "address": "2 Y St"}},
+                {"tool": "respond", "params": {"message": "It ships to 2 Y St."}},
+            ],
+        },
+    }
     env = RetailEnv(reward="partial")
     env.reset(task=task)
     rewards = []
@@ -477,21 +537,42 @@ LOOKUP_THEN_CANCEL = {
     ("actions", "expected_rewards"),
     [
         # each of the truth's two reads is half the lookups term: 1/16; the same read again earns nothing
-        ([("find_user_by_email", {"email": "A@B.C "}), ("find_user_by_email", {"email": "a@b.c"}),
-          ("list_orders", {"user_id": "u1"}), (CANCEL, {"order_id": "#W1", "reason": MISTAKE}),
-          ("respond", {"message": "#W1 is cancelled."})], [1 / 16, 0.0, 1 / 16, 2 / 8, 1 - 3 / 8]),
+        (
+            [
+                ("find_user_by_email", {"email": "A@B.C "}),
+                ("find_user_by_email", {"email": "a@b.c"}),
+                ("list_orders", {"user_id": "u1"}),
+                (CANCEL, {"order_id": "#W1", "reason": MISTAKE}),
+                ("respond", {"message": "#W1 is cancelled."}),
+            ],
+            [1 / 16, 0.0, 1 / 16, 2 / 8, 1 - 3 / 8],
+        ),
         # a read of something else, or a read that fails, reaches no sub-goal
-        ([("get_order", {"order_id": "#W2"}), ("find_user_by_email", {"email": "x@y.z"}),
-          ("list_orders", {"user_id": "u1"})], [0.0, 0.0, 1 / 16]),
+        (
+            [
+                ("get_order", {"order_id": "#W2"}),
+                ("find_user_by_email", {"email": "x@y.z"}),
+                ("list_orders", {"user_id": "u1"}),
+            ],
+            [0.0, 0.0, 1 / 16],
+        ),
         # the lie: "cancelled" without the cancellation earns nothing, however well it names the facts
-        ([("find_user_by_email", {"email": "a@b.c"}), ("respond", {"message": "Order #W1 is now cancelled."})],
-         [1 / 16, 0.0]),
+        (
+            [("find_user_by_email", {"email": "a@b.c"}), ("respond", {"message": "Order #W1 is now cancelled."})],
+            [1 / 16, 0.0],
+        ),
         # all but the answer's second fact: the state is right, so the answer counts 1/2: (1 + 2 + 1/2) / 8
-        ([("find_user_by_email", {"email": "a@b.c"}), ("list_orders", {"user_id": "u1"}),
-          (CANCEL, {"order_id": "#W1", "reason": MISTAKE}), ("respond", {"message": "Done with #W1."})],
-         [1 / 16, 1 / 16, 2 / 8, 0.5 / 8]),
+        (
+            [
+                ("find_user_by_email", {"email": "a@b.c"}),
+                ("list_orders", {"user_id": "u1"}),
+                (CANCEL, {"order_id": "#W1", "reason": MISTAKE}),
+                ("respond", {"message": "Done with #W1."}),
+            ],
+            [1 / 16, 1 / 16, 2 / 8, 0.5 / 8],
+        ),
     ],
-)  # fmt: skip
+)
 def test_partial_credit_pays_each_sub_goal_of_the_truth_once(actions, expected_rewards):
     env = RetailEnv(reward="partial")
     env.reset(task=LOOKUP_THEN_CANCEL)
@@ -527,8 +608,13 @@ def test_every_template_has_one_role_and_each_split_draws_from_its_role():
     assert set(roles) == {"demonstrated", "verifier_only", "held_out"}
     named = [t for templates in roles.values() for t in templates]
     assert len(named) == len(set(named)) == len(retail_suite.TEMPLATES)
-    expected = {"train": "demonstrated", "test": "demonstrated", "train-verifier-only": "verifier_only",
-                "test-verifier-only": "verifier_only", "test-unseen": "held_out"}  # fmt: skip
+    expected = {
+        "train": "demonstrated",
+        "test": "demonstrated",
+        "train-verifier-only": "verifier_only",
+        "test-verifier-only": "verifier_only",
+        "test-unseen": "held_out",
+    }
     assert set(RETAIL.splits) == set(expected)
     for split, role in expected.items():
         for task in RETAIL.generate(split, 40, 3):

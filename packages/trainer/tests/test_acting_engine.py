@@ -271,8 +271,18 @@ def test_smollm2_retail_episodes_act_the_same_with_the_cache():
         policy = LocalBatchPolicy.from_pretrained(
             "smollm2-135m", system_prompt=suite.system_prompt, max_new_tokens=48, reuse_cache=reuse
         )
-        _, runs = evaluate_policy(policy, tasks, env=suite.env_id, name="x", split="test", max_steps=6,
-                                  env_kwargs=suite.env_kwargs, batch_size=len(tasks), model_name="x", progress=False)  # fmt: skip
+        _, runs = evaluate_policy(
+            policy,
+            tasks,
+            env=suite.env_id,
+            name="x",
+            split="test",
+            max_steps=6,
+            env_kwargs=suite.env_kwargs,
+            batch_size=len(tasks),
+            model_name="x",
+            progress=False,
+        )
         actions[reuse] = [[(s.tool_call.name, s.tool_call.parameters) for s in r.steps] for r in runs]
         if reuse:
             stats = policy.generator.stats

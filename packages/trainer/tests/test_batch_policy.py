@@ -51,11 +51,14 @@ CHATS = [
     [{"role": "user", "content": "Weather in Paris?"}],
     [
         {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-            "name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}],
+        },
         {"role": "tool", "content": "-3 degrees"},
     ],
-]  # fmt: skip
+]
 
 
 def wide_random_model(tokenizer):
@@ -63,10 +66,18 @@ def wide_random_model(tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, initializer_range=0.2,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return LlamaForCausalLM(config)
@@ -202,8 +213,11 @@ def test_act_batch_matches_one_agent_per_episode(fitted_engine):
     assert policy.messages == [agent.messages for agent in agents]
 
     weather, files, hello = policy.messages
-    assert weather[1] == {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}  # fmt: skip
+    assert weather[1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    }
     assert weather[2] == {"role": "tool", "content": "18 degrees, sunny"}
     assert files[1] == {"role": "assistant", "content": "Thought: look first\nAction: bash ls -la"}
     assert files[2] == {"role": "user", "content": 'Observation: {"output": "a.py", "exit_code": 0}'}
@@ -244,10 +258,14 @@ def test_actions_carry_thought_and_token_usage(fitted_engine):
     policy.reset_batch([None, None])
     weather, hello = policy.act_batch(["Weather in Paris?", "Say hello."])
     assert weather == {
-        "tool": "get_weather", "params": {"city": "Paris"}, "thought": "",
-        "usage": {"prompt_tokens": fitted_engine.encode(policy.messages[0][:1]).shape[1],
-                  "completion_tokens": len(fitted_engine.tokenizer(TOOL_CALL_ANSWER)["input_ids"]) + 1},
-    }  # fmt: skip
+        "tool": "get_weather",
+        "params": {"city": "Paris"},
+        "thought": "",
+        "usage": {
+            "prompt_tokens": fitted_engine.encode(policy.messages[0][:1]).shape[1],
+            "completion_tokens": len(fitted_engine.tokenizer(TOOL_CALL_ANSWER)["input_ids"]) + 1,
+        },
+    }
     assert hello["tool"] == "respond" and hello["params"] == {"message": "Hello there!"}
 
 

@@ -68,8 +68,9 @@ HOSTILE_FILES = [
 
 
 @pytest.mark.parametrize(("name", "how"), HOSTILE_FILES)
-def test_security_a_checkpoint_file_holding_code_is_refused_and_never_run(tmp_path, tiny, sft_file, checkpoint,
-                                                                          name, how):  # fmt: skip
+def test_security_a_checkpoint_file_holding_code_is_refused_and_never_run(
+    tmp_path, tiny, sft_file, checkpoint, name, how
+):
     marker = tmp_path / "pwned"
     _plant(checkpoint, name, marker, how)
     model, tok = tiny
@@ -84,8 +85,21 @@ def test_security_a_checkpoint_file_holding_code_is_refused_and_never_run(tmp_pa
 
 def test_security_the_cli_refuses_a_hostile_checkpoint_in_one_line_with_exit_2(tmp_path, tiny_path, sft_file):
     out = tmp_path / "out"
-    args = ["sft", "--model", tiny_path, "--train-file", sft_file, "--output-dir", str(out), "--batch-size", "2",
-            "--save-steps", "2", "--no-bf16", "--no-progress-bar"]  # fmt: skip
+    args = [
+        "sft",
+        "--model",
+        tiny_path,
+        "--train-file",
+        sft_file,
+        "--output-dir",
+        str(out),
+        "--batch-size",
+        "2",
+        "--save-steps",
+        "2",
+        "--no-bf16",
+        "--no-progress-bar",
+    ]
     first = CliRunner().invoke(cli, [*args, "--max-steps", "2"])
     assert first.exit_code == 0, first.output
     marker = tmp_path / "pwned"
@@ -108,8 +122,9 @@ def test_security_a_reference_cache_holding_code_is_refused_and_never_run(tmp_pa
     out.mkdir()
     torch.save({"key": Hostile(marker), "logps": torch.zeros(1)}, out / "ref_logps-train.pt")
     model, tok = tiny
-    config = DPOConfig(train_file=dpo_file, output_dir=str(out), batch_size=2, max_optimizer_steps=1, progress_bar=False,
-                       bf16=False)  # fmt: skip
+    config = DPOConfig(
+        train_file=dpo_file, output_dir=str(out), batch_size=2, max_optimizer_steps=1, progress_bar=False, bf16=False
+    )
     with pytest.raises(CheckpointError, match=r"ref_logps-train\.pt: refused"):
         DPOTrainer(config, model=model, tokenizer=tok).train()
     assert not marker.exists()
@@ -125,8 +140,14 @@ def test_a_corrupt_checkpoint_file_is_named_in_one_line(tmp_path, tiny, sft_file
 
 
 def test_save_then_resume_restores_optimizer_schedule_and_every_rng_exactly(tmp_path):
-    config = SFTConfig(train_file="unused", output_dir=str(tmp_path), bf16=False, lr_scheduler="cosine",
-                       warmup_ratio=0.25, learning_rate=1e-2)  # fmt: skip
+    config = SFTConfig(
+        train_file="unused",
+        output_dir=str(tmp_path),
+        bf16=False,
+        lr_scheduler="cosine",
+        warmup_ratio=0.25,
+        learning_rate=1e-2,
+    )
     acc = make_accelerator(config)
 
     def fresh():

@@ -103,11 +103,13 @@ def test_plain_install_without_the_serve_extra_runs_the_cli():
 
     blocked = "import sys; sys.modules['starlette'] = None; sys.modules['uvicorn'] = None; "
     run = "from agenttrainer.cli import main; raise SystemExit(main({args}))"
-    listed = subprocess.run([sys.executable, "-c", blocked + run.format(args="['--help']")],
-                            capture_output=True, text=True)  # fmt: skip
+    listed = subprocess.run(
+        [sys.executable, "-c", blocked + run.format(args="['--help']")], capture_output=True, text=True
+    )
     assert listed.returncode == 0 and "serve" in listed.stdout, listed.stderr[-2000:]
-    served = subprocess.run([sys.executable, "-c", blocked + run.format(args="['serve', 'smollm2-135m']")],
-                            capture_output=True, text=True)  # fmt: skip
+    served = subprocess.run(
+        [sys.executable, "-c", blocked + run.format(args="['serve', 'smollm2-135m']")], capture_output=True, text=True
+    )
     assert served.returncode == 2 and "Traceback" not in served.stderr
     assert (
         served.stderr.strip()

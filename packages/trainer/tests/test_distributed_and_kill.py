@@ -71,8 +71,12 @@ def _training_meanwhile(method, config, log_path):
     trains at the same time instead of before them (most of a run is starting Python and torch).
     """
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "agenttrainer.cli", method, "--config", config], env=_env(),
-                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agenttrainer.cli", method, "--config", config],
+            env=_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         yield
     except BaseException:
@@ -100,8 +104,21 @@ def test_the_shipped_ddp_config_trains_two_processes_to_the_weights_of_one(
     two = _write_config(
         tmp_path / "two.yaml", **_common(tiny_path, train_file), batch_size=2, output_dir=str(tmp_path / "two")
     )
-    launch = [str(ACCELERATE), "launch", "--config_file", str(DDP_CONFIG), "--mixed_precision", "no",
-              "--main_process_port", str(_free_port()), "-m", "agenttrainer.cli", method, "--config", two]  # fmt: skip
+    launch = [
+        str(ACCELERATE),
+        "launch",
+        "--config_file",
+        str(DDP_CONFIG),
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "agenttrainer.cli",
+        method,
+        "--config",
+        two,
+    ]
     with _training_meanwhile(method, one, tmp_path / "one.log"):
         proc = subprocess.run(launch, env=_env(), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -24,8 +24,16 @@ def smollm2():
 
 def _short_run(path, tmp_path, **options):
     """Three epochs of one batch of 4 at a constant rate, bf16: a few real optimizer steps."""
-    base = {"train_file": str(path), "output_dir": str(tmp_path / "out"), "num_epochs": 3, "batch_size": 4,
-            "warmup_ratio": 0.0, "lr_scheduler": "constant", "bf16": True, "progress_bar": False}  # fmt: skip
+    base = {
+        "train_file": str(path),
+        "output_dir": str(tmp_path / "out"),
+        "num_epochs": 3,
+        "batch_size": 4,
+        "warmup_ratio": 0.0,
+        "lr_scheduler": "constant",
+        "bf16": True,
+        "progress_bar": False,
+    }
     return {**base, **options}
 
 

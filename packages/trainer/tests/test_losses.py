@@ -203,14 +203,30 @@ def test_grpo_loss_clip_higher_hand_derived():
     assert loss.item() == pytest.approx(-1.14, abs=1e-6)
     assert m["train/clip_ratio"] == pytest.approx(0.5)
     inside = torch.tensor([[-1.0]], requires_grad=True)
-    loss, m = grpo_loss(inside, inside.detach() - math.log(1.25), None, torch.tensor([1.0]), torch.ones(1, 1),
-                        clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.0)  # fmt: skip
+    loss, m = grpo_loss(
+        inside,
+        inside.detach() - math.log(1.25),
+        None,
+        torch.tensor([1.0]),
+        torch.ones(1, 1),
+        clip_eps=0.2,
+        clip_eps_high=0.28,
+        kl_coef=0.0,
+    )
     loss.backward()
     assert loss.item() == pytest.approx(-1.25) and m["train/clip_ratio"] == 0.0
     assert inside.grad.item() == pytest.approx(-1.25)  # d(-rho)/dlogp = -rho: not clipped
     neg = torch.tensor([[-1.0, -2.0]])
-    loss, _ = grpo_loss(neg, neg - torch.tensor([[math.log(0.5), 0.0]]), None, torch.tensor([-1.0]), torch.ones(1, 2),
-                        clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.0)  # fmt: skip
+    loss, _ = grpo_loss(
+        neg,
+        neg - torch.tensor([[math.log(0.5), 0.0]]),
+        None,
+        torch.tensor([-1.0]),
+        torch.ones(1, 2),
+        clip_eps=0.2,
+        clip_eps_high=0.28,
+        kl_coef=0.0,
+    )
     assert loss.item() == pytest.approx(0.9, abs=1e-6)
 
 

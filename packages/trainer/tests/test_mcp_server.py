@@ -64,13 +64,17 @@ def test_train_status_eval_over_stdio(tmp_path, tiny_path, sft_file):
         async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             tools = {t.name for t in (await session.list_tools()).tools}
-            started = _payload(await session.call_tool("train", {"method": "sft", "config": str(config),
-                                                                 "overrides": {"num_epochs": 1}}))  # fmt: skip
+            started = _payload(
+                await session.call_tool(
+                    "train", {"method": "sft", "config": str(config), "overrides": {"num_epochs": 1}}
+                )
+            )
             done = await _wait_for_end(session, started["run_id"])
             by_run = _payload(await session.call_tool("eval", {"run_id": started["run_id"], "eval_file": sft_file}))
             by_model = _payload(await session.call_tool("eval", {"model": tiny_path, "eval_file": sft_file}))
-            failing = _payload(await session.call_tool("train", {"method": "sft", "config": str(broken),
-                                                                 "cwd": str(tmp_path)}))  # fmt: skip
+            failing = _payload(
+                await session.call_tool("train", {"method": "sft", "config": str(broken), "cwd": str(tmp_path)})
+            )
             failed = await _wait_for_end(session, failing["run_id"])
             listing = _payload(await session.call_tool("status", {}))
             errors = [

@@ -197,8 +197,17 @@ def test_rollouts_keep_the_sampled_ids_and_the_trainer_scores_exactly_those(tiny
     torch.manual_seed(0)
     generator = Recording(LocalGenerator(model, tokenizer))
     tasks = [{"id": "a", "description": "count", "metadata": {"n": 3}}, {"id": "b", "metadata": {"n": 2}}]
-    rollouts = collect_rollouts("test/countdown", tasks, generator, tokenizer, group_size=2, system_prompt=SYSTEM,
-                                max_steps=5, max_new_tokens=5, max_episode_tokens=1024)  # fmt: skip
+    rollouts = collect_rollouts(
+        "test/countdown",
+        tasks,
+        generator,
+        tokenizer,
+        group_size=2,
+        system_prompt=SYSTEM,
+        max_steps=5,
+        max_new_tokens=5,
+        max_episode_tokens=1024,
+    )
     assert [len(r.step_spans) for r in rollouts] == [3, 3, 2, 2]  # several turns each
     for k, r in enumerate(rollouts):
         sampled_by_generator = []
@@ -229,17 +238,33 @@ def test_rollouts_report_each_turn_with_the_episodes_still_running(tiny):
     torch.manual_seed(0)
     tasks = [{"id": "a", "metadata": {"n": 3}}, {"id": "b", "metadata": {"n": 2}}]
     turns = []
-    rollouts = collect_rollouts("test/countdown", tasks, LocalGenerator(model, tokenizer), tokenizer, group_size=2,
-                                system_prompt=SYSTEM, max_steps=5, max_new_tokens=5, max_episode_tokens=1024,
-                                on_turn=lambda turn, live: turns.append((turn, live)))  # fmt: skip
+    rollouts = collect_rollouts(
+        "test/countdown",
+        tasks,
+        LocalGenerator(model, tokenizer),
+        tokenizer,
+        group_size=2,
+        system_prompt=SYSTEM,
+        max_steps=5,
+        max_new_tokens=5,
+        max_episode_tokens=1024,
+        on_turn=lambda turn, live: turns.append((turn, live)),
+    )
     assert [len(r.step_spans) for r in rollouts] == [3, 3, 2, 2]
     assert turns == [(1, 4), (2, 2), (3, 0)]  # b's episodes end after two turns, a's after three
 
 
 def test_malformed_calls_become_error_observations_and_format_errors(tokenizer, tmp_path):
     texts = ["<tool_call>\n{not json\n</tool_call>", '{"name": "invalid", "arguments": {}}', "All done."]
-    rollouts = collect_rollouts("test/countdown", [{"metadata": {"n": 3}}], Scripted(tokenizer, texts), tokenizer,
-                                system_prompt=SYSTEM, max_steps=5, max_new_tokens=8)  # fmt: skip
+    rollouts = collect_rollouts(
+        "test/countdown",
+        [{"metadata": {"n": 3}}],
+        Scripted(tokenizer, texts),
+        tokenizer,
+        system_prompt=SYSTEM,
+        max_steps=5,
+        max_new_tokens=8,
+    )
     (r,) = rollouts
     # the refused call does not count down: three more answers end the episode
     assert r.valid and r.format_errors == [True, True, False, False] and r.finish == "terminated"
@@ -252,16 +277,37 @@ def test_malformed_calls_become_error_observations_and_format_errors(tokenizer, 
 def test_token_budget_and_turn_budget_end_episodes(tiny):
     model, tokenizer = tiny
     generator = LocalGenerator(model, tokenizer)
-    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_steps=2,
-                            max_new_tokens=4, max_episode_tokens=4000)  # fmt: skip
+    (r,) = collect_rollouts(
+        "test/countdown",
+        [{"metadata": {"n": 50}}],
+        generator,
+        tokenizer,
+        max_steps=2,
+        max_new_tokens=4,
+        max_episode_tokens=4000,
+    )
     assert r.finish == "truncated" and len(r.step_spans) == 2
     assert r.trajectory.outcome.exit_status == "max_steps"
     # a task's own smaller step budget wins, as in evaluation
-    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}, "max_steps": 3}], generator, tokenizer,
-                            max_steps=8, max_new_tokens=4, max_episode_tokens=4000)  # fmt: skip
+    (r,) = collect_rollouts(
+        "test/countdown",
+        [{"metadata": {"n": 50}, "max_steps": 3}],
+        generator,
+        tokenizer,
+        max_steps=8,
+        max_new_tokens=4,
+        max_episode_tokens=4000,
+    )
     assert r.finish == "truncated" and len(r.step_spans) == 3
-    (r,) = collect_rollouts("test/countdown", [{"metadata": {"n": 50}}], generator, tokenizer, max_steps=50,
-                            max_new_tokens=4, max_episode_tokens=300)  # fmt: skip
+    (r,) = collect_rollouts(
+        "test/countdown",
+        [{"metadata": {"n": 50}}],
+        generator,
+        tokenizer,
+        max_steps=50,
+        max_new_tokens=4,
+        max_episode_tokens=300,
+    )
     # it stops before an observation plus another answer would overflow, and never exceeds the budget
     assert r.finish == "token_budget" and len(r.token_ids) <= 300 and len(r.step_spans) > 1
     assert r.step_spans[-1][1] == len(r.token_ids)
@@ -274,8 +320,9 @@ def test_token_budget_and_turn_budget_end_episodes(tiny):
 def test_infrastructure_failures_are_masked_not_scored(tiny, tmp_path):
     model, tokenizer = tiny
     tasks = [{"id": "ok", "metadata": {"n": 2}}, {"id": "broken", "metadata": {"n": 3, "fail_at": 2}}]
-    trainer = OnlineRLTrainer(config(tmp_path, write_tasks(tmp_path / "t.jsonl", tasks), num_iterations=1),
-                              model=model, tokenizer=tokenizer)  # fmt: skip
+    trainer = OnlineRLTrainer(
+        config(tmp_path, write_tasks(tmp_path / "t.jsonl", tasks), num_iterations=1), model=model, tokenizer=tokenizer
+    )
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     result = trainer.train()
     history = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
@@ -295,8 +342,9 @@ def test_an_endpoint_that_is_down_masks_every_episode(tiny, tmp_path):
     with pytest.raises(GenerationError):
         dead.generate([[1, 2, 3]], max_new_tokens=2)
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
-    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, num_iterations=1), model=model, tokenizer=tokenizer,
-                              generator=dead)  # fmt: skip
+    trainer = OnlineRLTrainer(
+        config(tmp_path, tasks_file, num_iterations=1), model=model, tokenizer=tokenizer, generator=dead
+    )
     result = trainer.train()
     assert result["masked_episodes"] == 6 and result["optimizer_steps"] == 0
 
@@ -306,7 +354,9 @@ def test_an_endpoint_that_is_down_masks_every_episode(tiny, tmp_path):
 
 def test_group_baselines_by_hand():
     rewards = [1.0, 0.0, 0.0, 1.0]
-    assert group_baseline_advantages(rewards, algorithm="grpo") == pytest.approx([0.86588, -0.86588, -0.86588, 0.86588], abs=1e-5)  # fmt: skip
+    assert group_baseline_advantages(rewards, algorithm="grpo") == pytest.approx(
+        [0.86588, -0.86588, -0.86588, 0.86588], abs=1e-5
+    )
     assert group_baseline_advantages(rewards, algorithm="dr_grpo") == [0.5, -0.5, -0.5, 0.5]
     assert group_baseline_advantages(rewards, algorithm="rloo") == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
     # a masked member is left out of the statistics and gets 0
@@ -355,9 +405,20 @@ def test_loss_normalisations_by_hand():
 def test_ppo_token_rewards_and_update(tiny, tmp_path):
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
-    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, algorithm="ppo", num_iterations=1, group_size=2,
-                                     tasks_per_iteration=1, process_reward_coef=0.5, format_penalty=0.25),
-                              model=model, tokenizer=tokenizer)  # fmt: skip
+    trainer = OnlineRLTrainer(
+        config(
+            tmp_path,
+            tasks_file,
+            algorithm="ppo",
+            num_iterations=1,
+            group_size=2,
+            tasks_per_iteration=1,
+            process_reward_coef=0.5,
+            format_penalty=0.25,
+        ),
+        model=model,
+        tokenizer=tokenizer,
+    )
     rollouts = trainer.rollout(0)
     r = rollouts[0]
     r.step_rewards, r.format_errors, r.env_reward = [1.0, 0.0], [False, True], 1.0
@@ -380,16 +441,27 @@ def test_ppo_token_rewards_and_update(tiny, tmp_path):
 def test_each_algorithm_updates_the_policy(tiny, tmp_path, algorithm):
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}, {"metadata": {"n": 3}}])
-    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, algorithm=algorithm, num_iterations=1, kl_coef=0.1),
-                              model=model, tokenizer=tokenizer)  # fmt: skip
+    trainer = OnlineRLTrainer(
+        config(tmp_path, tasks_file, algorithm=algorithm, num_iterations=1, kl_coef=0.1),
+        model=model,
+        tokenizer=tokenizer,
+    )
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     result = trainer.train()
     assert result["optimizer_steps"] == 1
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
     log = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
-    for key in ("rollout/reward_mean", "rollout/success_rate", "train/kl", "train/clip_ratio", "rollout/entropy",
-                "train/logprob_mismatch", "rollout/masked_episodes", "rollout/tokens_per_second",
-                "train/tokens_per_second"):  # fmt: skip
+    for key in (
+        "rollout/reward_mean",
+        "rollout/success_rate",
+        "train/kl",
+        "train/clip_ratio",
+        "rollout/entropy",
+        "train/logprob_mismatch",
+        "rollout/masked_episodes",
+        "rollout/tokens_per_second",
+        "train/tokens_per_second",
+    ):
         assert key in log, key
     assert (tmp_path / "out" / "rollouts" / "iteration-00001.jsonl").is_file()
 
@@ -398,9 +470,11 @@ def test_lora_reference_is_the_adapter_disabled_base(tiny, tmp_path):
     require_module("peft", "LoRA needs peft (knowlyr-trainer[peft], in [dev])")
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
-    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, use_lora=True, lora_preset="minimal", kl_coef=0.1,
-                                     num_iterations=1),
-                              model=model, tokenizer=tokenizer)  # fmt: skip
+    trainer = OnlineRLTrainer(
+        config(tmp_path, tasks_file, use_lora=True, lora_preset="minimal", kl_coef=0.1, num_iterations=1),
+        model=model,
+        tokenizer=tokenizer,
+    )
     assert trainer.reference is None  # no second copy of the weights
     rollouts = trainer.rollout(0)
     examples = [trainer.example(r) for r in rollouts]
@@ -421,12 +495,18 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
     tasks_file = write_tasks(tmp_path / "t.jsonl", tasks)
 
     model, tokenizer = build_tiny_model(seed=0)
-    straight = OnlineRLTrainer(config(tmp_path, tasks_file, output_dir=str(tmp_path / "a"), num_iterations=3,
-                                      save_steps=1), model=model, tokenizer=tokenizer)  # fmt: skip
+    straight = OnlineRLTrainer(
+        config(tmp_path, tasks_file, output_dir=str(tmp_path / "a"), num_iterations=3, save_steps=1),
+        model=model,
+        tokenizer=tokenizer,
+    )
     full = straight.train()
     model2, tokenizer2 = build_tiny_model(seed=0)
-    first = OnlineRLTrainer(config(tmp_path, tasks_file, output_dir=str(tmp_path / "b"), num_iterations=3,
-                                   save_steps=1), model=model2, tokenizer=tokenizer2)  # fmt: skip
+    first = OnlineRLTrainer(
+        config(tmp_path, tasks_file, output_dir=str(tmp_path / "b"), num_iterations=3, save_steps=1),
+        model=model2,
+        tokenizer=tokenizer2,
+    )
     partial = first.train(stop_after=2)
     assert partial["iterations"] == 2
     # a checkpoint is also a model directory: it loads and answers like the policy at that iteration
@@ -436,9 +516,18 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
     probe = torch.tensor([[1, 2, 3, 4]])
     assert torch.allclose(saved(probe).logits, model2(probe).logits, atol=1e-5)
     model3, tokenizer3 = build_tiny_model(seed=0)
-    resumed = OnlineRLTrainer(config(tmp_path, tasks_file, output_dir=str(tmp_path / "b"), num_iterations=3,
-                                     save_steps=1, resume_from_checkpoint="latest"),
-                              model=model3, tokenizer=tokenizer3)  # fmt: skip
+    resumed = OnlineRLTrainer(
+        config(
+            tmp_path,
+            tasks_file,
+            output_dir=str(tmp_path / "b"),
+            num_iterations=3,
+            save_steps=1,
+            resume_from_checkpoint="latest",
+        ),
+        model=model3,
+        tokenizer=tokenizer3,
+    )
     rest = resumed.train()
     assert rest["iterations"] == 3 and rest["reward_curve"] == full["reward_curve"]
     for (name, p), q in zip(model.named_parameters(), model3.parameters()):
@@ -480,9 +569,20 @@ def test_rft_update_is_supervised_fine_tuning_on_the_successful_samples(tiny, tm
     of the successful episodes' sampled tokens; failed episodes contribute nothing."""
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "reward_by_seed": True}}])
-    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, algorithm="rft", kl_coef=0.0, group_size=4,
-                                     tasks_per_iteration=1, num_iterations=1, max_grad_norm=0.0),
-                              model=model, tokenizer=tokenizer)  # fmt: skip
+    trainer = OnlineRLTrainer(
+        config(
+            tmp_path,
+            tasks_file,
+            algorithm="rft",
+            kl_coef=0.0,
+            group_size=4,
+            tasks_per_iteration=1,
+            num_iterations=1,
+            max_grad_norm=0.0,
+        ),
+        model=model,
+        tokenizer=tokenizer,
+    )
     rollouts = trainer.rollout(0)
     trainer.score(rollouts)
     successes = [r for r in rollouts if r.success]
@@ -520,8 +620,9 @@ def test_groups_that_all_scored_the_same_are_left_out_of_the_update(tiny, tmp_pa
     register("test/constant", Constant)
     try:
         tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
-        trainer = OnlineRLTrainer(config(tmp_path, tasks_file, env_id="test/constant", num_iterations=1),
-                                  model=model, tokenizer=tokenizer)  # fmt: skip
+        trainer = OnlineRLTrainer(
+            config(tmp_path, tasks_file, env_id="test/constant", num_iterations=1), model=model, tokenizer=tokenizer
+        )
         result = trainer.train()
         log = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
         assert result["optimizer_steps"] == 0 and log["train/uniform_group_episodes"] == 6
@@ -536,10 +637,34 @@ def test_cli_runs_online_rl(tiny_path, tmp_path):
     from agenttrainer.cli import cli
 
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "system_prompt": SYSTEM}}])
-    args = ["grpo", "--online", "--env", "test/countdown", "--tasks", tasks_file, "--model", tiny_path,
-            "--output-dir", str(tmp_path / "out"), "--num-iterations", "2", "--group-size", "2",
-            "--tasks-per-iteration", "1", "--max-new-tokens", "4", "--max-steps", "3", "--no-bf16",
-            "--process-reward", "none", "--learning-rate", "1e-3", "--no-progress-bar"]  # fmt: skip
+    args = [
+        "grpo",
+        "--online",
+        "--env",
+        "test/countdown",
+        "--tasks",
+        tasks_file,
+        "--model",
+        tiny_path,
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--num-iterations",
+        "2",
+        "--group-size",
+        "2",
+        "--tasks-per-iteration",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--max-steps",
+        "3",
+        "--no-bf16",
+        "--process-reward",
+        "none",
+        "--learning-rate",
+        "1e-3",
+        "--no-progress-bar",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
@@ -575,9 +700,18 @@ def test_online_rl_through_a_real_server_pushes_the_new_weights(tiny_path, tmp_p
     tasks_file = write_tasks(tmp_path / "t.jsonl", tasks)
     monkeypatch.setenv("KNOWLYR_GENERATION_API_KEY", "s3cret-key")
     with ServerProcess(tiny_path, "--allow-weight-updates", "--api-key", "s3cret-key", "--seed", "0") as server:
-        c = config(tmp_path, tasks_file, model_name_or_path=tiny_path, generation_url=server.base_url,
-                   served_model_name=server.model_name, num_iterations=1, kl_coef=0.1, use_lora=use_lora,
-                   lora_preset="minimal", learning_rate=5e-2 if use_lora else 1e-2)  # fmt: skip
+        c = config(
+            tmp_path,
+            tasks_file,
+            model_name_or_path=tiny_path,
+            generation_url=server.base_url,
+            served_model_name=server.model_name,
+            num_iterations=1,
+            kl_coef=0.1,
+            use_lora=use_lora,
+            lora_preset="minimal",
+            learning_rate=5e-2 if use_lora else 1e-2,
+        )
         trainer = OnlineRLTrainer(c)
         assert isinstance(trainer.generator, ServerGenerator)
         rollouts = trainer.rollout(0)
@@ -613,10 +747,12 @@ def test_security_a_non_finite_process_reward_stops_before_any_update(tiny, tmp_
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, num_iterations=1, group_size=2, tasks_per_iteration=1,
-                                     process_reward_coef=0.5),
-                              model=model, tokenizer=tokenizer,
-                              process_reward=lambda trajectory: [float("nan")] * len(trajectory.steps))  # fmt: skip
+    trainer = OnlineRLTrainer(
+        config(tmp_path, tasks_file, num_iterations=1, group_size=2, tasks_per_iteration=1, process_reward_coef=0.5),
+        model=model,
+        tokenizer=tokenizer,
+        process_reward=lambda trajectory: [float("nan")] * len(trajectory.steps),
+    )
     with pytest.raises(DataError, match="episode reward is not finite"):
         trainer.train()
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())

@@ -59,8 +59,12 @@ class Echo(Parity):
 
     def step(self, action):
         ts = super().step(action)
-        return TimeStep(observation=f"you said {action['params'].get('text')}", reward=ts.reward,
-                        terminated=ts.terminated, info=ts.info)  # fmt: skip
+        return TimeStep(
+            observation=f"you said {action['params'].get('text')}",
+            reward=ts.reward,
+            terminated=ts.terminated,
+            info=ts.info,
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -86,8 +90,15 @@ class _Handler(BaseHTTPRequestHandler):
             ids, logprobs = list(owner.good_ids), [-0.5] * len(owner.good_ids)
             if first and index == 0:  # the first episode's first answer is the crafted one
                 ids, logprobs = owner.bad(ids, logprobs)
-            choices.append({"index": index, "token_ids": ids, "logprobs": {"token_logprobs": logprobs},
-                            "finish_reason": "stop", "text": ""})  # fmt: skip
+            choices.append(
+                {
+                    "index": index,
+                    "token_ids": ids,
+                    "logprobs": {"token_logprobs": logprobs},
+                    "finish_reason": "stop",
+                    "text": "",
+                }
+            )
         data = json.dumps({"choices": choices}).encode()  # NaN / Infinity as Python's json writes them
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -129,10 +140,26 @@ def _answer_ids(tokenizer, text=ANSWER):
 def _config(tmp_path, env_id, **overrides):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}"}) + "\n" for i in range(2)))
-    values = dict(model_name_or_path="unused", env_id=env_id, tasks_file=str(tasks), output_dir=str(tmp_path / "out"),
-                  system_prompt=SYSTEM, group_size=3, tasks_per_iteration=2, num_iterations=1, max_steps=2,
-                  max_new_tokens=24, max_episode_tokens=1024, learning_rate=1e-2, warmup_ratio=0.0, bf16=False,
-                  progress_bar=False, process_reward="none", batch_size=8, kl_coef=0.0)  # fmt: skip
+    values = dict(
+        model_name_or_path="unused",
+        env_id=env_id,
+        tasks_file=str(tasks),
+        output_dir=str(tmp_path / "out"),
+        system_prompt=SYSTEM,
+        group_size=3,
+        tasks_per_iteration=2,
+        num_iterations=1,
+        max_steps=2,
+        max_new_tokens=24,
+        max_episode_tokens=1024,
+        learning_rate=1e-2,
+        warmup_ratio=0.0,
+        bf16=False,
+        progress_bar=False,
+        process_reward="none",
+        batch_size=8,
+        kl_coef=0.0,
+    )
     values.update(overrides)
     return OnlineRLConfig(**values)
 
@@ -199,8 +226,9 @@ def test_security_a_generator_returning_a_wrong_number_of_answers_masks_the_turn
         def weights_updated(self, model=None, path=None):
             pass
 
-    rollouts = collect_rollouts("test/parity", [{"id": "t"}], Short(), tokenizer, group_size=2,
-                                system_prompt=SYSTEM, max_new_tokens=24)  # fmt: skip
+    rollouts = collect_rollouts(
+        "test/parity", [{"id": "t"}], Short(), tokenizer, group_size=2, system_prompt=SYSTEM, max_new_tokens=24
+    )
     assert not any(r.valid for r in rollouts)
     assert all(r.infra_error.startswith("GenerationError: ") for r in rollouts)
 
@@ -226,8 +254,16 @@ SURROGATE = '{"name": "say", "arguments": {"text": "\\ud800"}}'
 
 def test_security_an_environment_raising_on_the_policys_text_is_the_policys_failure_not_masked(tiny, tmp_path):
     model, tokenizer = tiny
-    (r,) = collect_rollouts("test/strict", [{"id": "t"}], Scripted(tokenizer, [ANSWER, SURROGATE]), tokenizer,
-                            system_prompt=SYSTEM, max_steps=4, max_new_tokens=24, seed=1)  # fmt: skip
+    (r,) = collect_rollouts(
+        "test/strict",
+        [{"id": "t"}],
+        Scripted(tokenizer, [ANSWER, SURROGATE]),
+        tokenizer,
+        system_prompt=SYSTEM,
+        max_steps=4,
+        max_new_tokens=24,
+        seed=1,
+    )
     # the first step earned 1 (odd seed); the step the environment could not take ends the episode at 0
     assert r.valid and r.infra_error is None
     assert r.finish == "action_error" and r.env_reward == 0.0 and r.success is False
@@ -239,8 +275,9 @@ def test_security_an_environment_raising_on_the_policys_text_is_the_policys_fail
 
     # in a run: every episode of the group fails this way, is scored 0 and counted, none is masked
     scripted = Scripted(tokenizer, [SURROGATE])
-    trainer = OnlineRLTrainer(_config(tmp_path, "test/strict", format_penalty=0.1), model=model,
-                              tokenizer=tokenizer, generator=scripted)  # fmt: skip
+    trainer = OnlineRLTrainer(
+        _config(tmp_path, "test/strict", format_penalty=0.1), model=model, tokenizer=tokenizer, generator=scripted
+    )
     result = trainer.train()
     metrics = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
     assert result["masked_episodes"] == 0 and metrics["rollout/episodes"] == 6
@@ -255,8 +292,15 @@ def test_security_a_lone_surrogate_echoed_by_the_environment_goes_on_as_its_esca
     recorded trajectory carry its escape (what the policy wrote), and the run goes on."""
     from knowlyrcore import read_trajectories, write_trajectories
 
-    (r,) = collect_rollouts("test/echo", [{"id": "t"}], Scripted(tokenizer, [SURROGATE, ANSWER]), tokenizer,
-                            system_prompt=SYSTEM, max_steps=4, max_new_tokens=24)  # fmt: skip
+    (r,) = collect_rollouts(
+        "test/echo",
+        [{"id": "t"}],
+        Scripted(tokenizer, [SURROGATE, ANSWER]),
+        tokenizer,
+        system_prompt=SYSTEM,
+        max_steps=4,
+        max_new_tokens=24,
+    )
     assert r.valid and r.finish == "terminated" and len(r.step_spans) == 2
     observation = r.trajectory.steps[0].metadata["observation_token_ids"]
     assert "you said \\ud800" in tokenizer.decode(observation)

@@ -68,9 +68,21 @@ def data(tmp_path):
 
 
 def _train(train_file, out, model_path, **overrides):
-    values = {"model_name_or_path": model_path, "train_file": train_file, "output_dir": str(out), "batch_size": 6,
-              "num_epochs": 3, "learning_rate": 1e-2, "warmup_ratio": 0.0, "max_length": 64, "bf16": False,
-              "progress_bar": False, "save_total_limit": 0, "seed": 0, "signals": False}  # fmt: skip
+    values = {
+        "model_name_or_path": model_path,
+        "train_file": train_file,
+        "output_dir": str(out),
+        "batch_size": 6,
+        "num_epochs": 3,
+        "learning_rate": 1e-2,
+        "warmup_ratio": 0.0,
+        "max_length": 64,
+        "bf16": False,
+        "progress_bar": False,
+        "save_total_limit": 0,
+        "seed": 0,
+        "signals": False,
+    }
     return PRMTrainer(PRMConfig(**{**values, **overrides})).train()
 
 
@@ -105,9 +117,17 @@ def test_training_changes_every_parameter(tmp_path, tiny_bert, data):
 
     model = learned.ProcessRewardModel.from_pretrained_text_model(tiny_bert, max_length=64)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    config = PRMConfig(model_name_or_path=tiny_bert, train_file=data[0], output_dir=str(tmp_path / "out"),
-                       batch_size=6, num_epochs=1, learning_rate=1e-3, max_length=64, bf16=False,
-                       progress_bar=False)  # fmt: skip
+    config = PRMConfig(
+        model_name_or_path=tiny_bert,
+        train_file=data[0],
+        output_dir=str(tmp_path / "out"),
+        batch_size=6,
+        num_epochs=1,
+        learning_rate=1e-3,
+        max_length=64,
+        bf16=False,
+        progress_bar=False,
+    )
     PRMTrainer(config, model=model, tokenizer=AutoTokenizer.from_pretrained(tiny_bert)).train()
     unchanged = [n for n, p in model.named_parameters() if torch.equal(before[n], p)]
     # BERT's pooler (its [CLS] head for next-sentence prediction) comes with AutoModel, but the PRM
@@ -184,10 +204,25 @@ def test_cli_end_to_end_with_a_config_file_and_flags(tmp_path, tiny_bert, data):
     --model is trained further, head included."""
     train_file, eval_file = data
     config = tmp_path / "prm.yaml"
-    config.write_text(f"model_name_or_path: {tiny_bert}\ntrain_file: {train_file}\nbatch_size: 6\nmax_length: 64\n"
-                      "learning_rate: 1e-2\nbf16: false\nprogress_bar: false\nnum_epochs: 1\n")  # fmt: skip
-    args = ["prm", "--config", str(config), "--eval-file", eval_file, "--output-dir", str(tmp_path / "a"),
-            "--max-optimizer-steps", "4", "--pairwise-weight", "0.5", "--margin", "0.4"]  # fmt: skip
+    config.write_text(
+        f"model_name_or_path: {tiny_bert}\ntrain_file: {train_file}\nbatch_size: 6\nmax_length: 64\n"
+        "learning_rate: 1e-2\nbf16: false\nprogress_bar: false\nnum_epochs: 1\n"
+    )
+    args = [
+        "prm",
+        "--config",
+        str(config),
+        "--eval-file",
+        eval_file,
+        "--output-dir",
+        str(tmp_path / "a"),
+        "--max-optimizer-steps",
+        "4",
+        "--pairwise-weight",
+        "0.5",
+        "--margin",
+        "0.4",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout.strip().splitlines()[-1])  # stderr has the progress bars
@@ -198,8 +233,19 @@ def test_cli_end_to_end_with_a_config_file_and_flags(tmp_path, tiny_bert, data):
     assert json.loads((tmp_path / "a" / "final" / "prm.json").read_text())["max_length"] == 64
 
     first = learned.ProcessRewardModel.load(tmp_path / "a" / "final")
-    args = ["prm", "--config", str(config), "--model", str(tmp_path / "a"), "--output-dir", str(tmp_path / "b"),
-            "--max-optimizer-steps", "1", "--learning-rate", "1e-9"]  # fmt: skip
+    args = [
+        "prm",
+        "--config",
+        str(config),
+        "--model",
+        str(tmp_path / "a"),
+        "--output-dir",
+        str(tmp_path / "b"),
+        "--max-optimizer-steps",
+        "1",
+        "--learning-rate",
+        "1e-9",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     again = learned.ProcessRewardModel.load(tmp_path / "b" / "final")
@@ -228,8 +274,15 @@ def test_a_missing_text_model_directory_is_one_line(tmp_path, data):
 def test_the_packaged_all_minilm_l6_v2_trains_a_few_steps(tmp_path, data):
     """The default model: 4 steps of 6 records at 128 tokens, then the scorer loads the result."""
     train_file, eval_file = data
-    result = _train(train_file, tmp_path / "out", "all-minilm-l6-v2", eval_file=eval_file, max_optimizer_steps=4,
-                    learning_rate=5e-5, max_length=128)  # fmt: skip
+    result = _train(
+        train_file,
+        tmp_path / "out",
+        "all-minilm-l6-v2",
+        eval_file=eval_file,
+        max_optimizer_steps=4,
+        learning_rate=5e-5,
+        max_length=128,
+    )
     assert result["global_step"] == 4 and result["eval_auc"] is not None
     losses = _losses(tmp_path / "out")
     assert losses[0] == pytest.approx(2 * math.log(2), abs=1e-5) and all(math.isfinite(x) for x in losses)
@@ -251,8 +304,15 @@ def test_a_frozen_text_model_trains_the_head_alone_on_states_computed_once(tmp_p
 
     monkeypatch.setattr(learned.ProcessRewardModel, "pooled", counting)
     train_file, eval_file = data
-    result = _train(train_file, tmp_path / "frozen", tiny_bert, eval_file=eval_file, train_encoder=False,
-                    learning_rate=0.1, num_epochs=20)  # fmt: skip
+    result = _train(
+        train_file,
+        tmp_path / "frozen",
+        tiny_bert,
+        eval_file=eval_file,
+        train_encoder=False,
+        learning_rate=0.1,
+        num_epochs=20,
+    )
     texts = {r["text"] for r in prm_rows(12) + prm_rows(4, seed=1, first=100)}
     assert sum(computed) == len(texts)  # each distinct text once, train and eval, before any step
     assert result["eval_auc"] >= 0.9  # the outcome word is in the random frozen states: the head finds most of it

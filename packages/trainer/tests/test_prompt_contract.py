@@ -44,9 +44,18 @@ def write_rows(path, rows):
 
 
 def sft(tmp_path, model, rows, name="sft", **kw):
-    config = SFTConfig(model_name_or_path=model, train_file=write_rows(tmp_path / f"{name}.jsonl", rows),
-                       output_dir=str(tmp_path / name), max_optimizer_steps=2, batch_size=2, save_steps=1, bf16=False,
-                       progress_bar=False, learning_rate=1e-3, **kw)  # fmt: skip
+    config = SFTConfig(
+        model_name_or_path=model,
+        train_file=write_rows(tmp_path / f"{name}.jsonl", rows),
+        output_dir=str(tmp_path / name),
+        max_optimizer_steps=2,
+        batch_size=2,
+        save_steps=1,
+        bf16=False,
+        progress_bar=False,
+        learning_rate=1e-3,
+        **kw,
+    )
     return SFTTrainer(config).train()["output_dir"]
 
 
@@ -57,10 +66,13 @@ def test_contract_file_round_trip_and_errors_name_the_file_and_field(tmp_path):
     write_contract(tmp_path, contract)
     assert read_contract(tmp_path) == contract
     assert read_contract(tmp_path / "nowhere") is None
-    for body, field in (('{"schema_version": 1, "system_prompt": 3, "include_tools": true}', "system_prompt"),
-                        ('{"schema_version": 1, "system_prompt": null, "include_tools": "no"}', "include_tools"),
-                        ('{"schema_version": 2, "include_tools": true}', "schema_version"),
-                        ("[1, 2]", "expected a JSON object"), ("{not json", "not readable JSON")):  # fmt: skip
+    for body, field in (
+        ('{"schema_version": 1, "system_prompt": 3, "include_tools": true}', "system_prompt"),
+        ('{"schema_version": 1, "system_prompt": null, "include_tools": "no"}', "include_tools"),
+        ('{"schema_version": 2, "include_tools": true}', "schema_version"),
+        ("[1, 2]", "expected a JSON object"),
+        ("{not json", "not readable JSON"),
+    ):
         (tmp_path / CONTRACT_FILE).write_text(body)
         with pytest.raises(ModelLoadError, match=rf"{CONTRACT_FILE}: .*{field}|{CONTRACT_FILE}: {field}") as info:
             read_contract(tmp_path)
@@ -128,10 +140,21 @@ def test_online_rl_defaults_to_the_checkpoints_contract_and_flags_override_it(tm
     try:
 
         def trainer(**overrides):
-            values = dict(model_name_or_path=checkpoint, env_id="test/one-step", tasks_file=tasks,
-                          output_dir=str(tmp_path / "rl"), group_size=2, tasks_per_iteration=1, num_iterations=1,
-                          max_steps=1, max_new_tokens=4, max_episode_tokens=256, bf16=False, progress_bar=False,
-                          process_reward="none")  # fmt: skip
+            values = dict(
+                model_name_or_path=checkpoint,
+                env_id="test/one-step",
+                tasks_file=tasks,
+                output_dir=str(tmp_path / "rl"),
+                group_size=2,
+                tasks_per_iteration=1,
+                num_iterations=1,
+                max_steps=1,
+                max_new_tokens=4,
+                max_episode_tokens=256,
+                bf16=False,
+                progress_bar=False,
+                process_reward="none",
+            )
             return OnlineRLTrainer(OnlineRLConfig(**{**values, **overrides}))
 
         assert trainer().prompt == PromptContract(SYSTEM, include_tools=False)

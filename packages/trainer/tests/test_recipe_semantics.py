@@ -38,8 +38,15 @@ def train_file(request, sft_file, dpo_file, grpo_file):
 
 def _train(recipe, train_file, out, model, tok, **kw):
     config_cls, trainer_cls, extra = RECIPES[recipe]
-    defaults = {"num_epochs": 1, "batch_size": 1, "gradient_accumulation_steps": 2, "save_total_limit": 0,
-                "progress_bar": False, "bf16": False, "learning_rate": 1e-3}  # fmt: skip
+    defaults = {
+        "num_epochs": 1,
+        "batch_size": 1,
+        "gradient_accumulation_steps": 2,
+        "save_total_limit": 0,
+        "progress_bar": False,
+        "bf16": False,
+        "learning_rate": 1e-3,
+    }
     config = config_cls(train_file=train_file, output_dir=str(out), **{**defaults, **extra, **kw})
     return trainer_cls(config, model=model, tokenizer=tok).train()
 

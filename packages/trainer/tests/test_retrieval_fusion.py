@@ -43,8 +43,12 @@ def test_weights_and_depth():
 
 def test_bad_arguments_are_one_line_errors():
     a = Ranked("x")
-    for indexes, kwargs, message in [((a,), {}, "at least two"), ((a, a), {"weights": [1.0]}, "weights"),
-                                     ((a, a), {"weights": [1.0, -1.0]}, "weights"), ((a, a), {"depth": 0}, "depth")]:  # fmt: skip
+    for indexes, kwargs, message in [
+        ((a,), {}, "at least two"),
+        ((a, a), {"weights": [1.0]}, "weights"),
+        ((a, a), {"weights": [1.0, -1.0]}, "weights"),
+        ((a, a), {"depth": 0}, "depth"),
+    ]:
         with pytest.raises(RetrieverError, match=message):
             FusedIndex(*indexes, **kwargs)
     with pytest.raises(RetrieverError, match="k must be"):

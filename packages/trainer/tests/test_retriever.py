@@ -43,12 +43,22 @@ def test_mine_pairs_takes_each_library_tool_a_task_used():
     def step(i, name):
         return Step(index=i, tool_call=ToolCall(name=name))
 
-    runs = [Trajectory(task=TaskInfo(id="1", description="Cancel order #123"),
-                       steps=[step(0, "shop_get_order"), step(1, "shop_cancel_order"), step(2, "shop_get_order"),
-                              step(3, "respond")]),
-            Trajectory(task=TaskInfo(id="2", description=""), steps=[step(0, "shop_get_order")])]  # fmt: skip
-    assert mine_pairs(runs, library) == [("Cancel order #123", "shop_get_order"), ("Cancel order #123",
-                                                                                  "shop_cancel_order")]  # fmt: skip
+    runs = [
+        Trajectory(
+            task=TaskInfo(id="1", description="Cancel order #123"),
+            steps=[
+                step(0, "shop_get_order"),
+                step(1, "shop_cancel_order"),
+                step(2, "shop_get_order"),
+                step(3, "respond"),
+            ],
+        ),
+        Trajectory(task=TaskInfo(id="2", description=""), steps=[step(0, "shop_get_order")]),
+    ]
+    assert mine_pairs(runs, library) == [
+        ("Cancel order #123", "shop_get_order"),
+        ("Cancel order #123", "shop_cancel_order"),
+    ]
 
 
 def test_config_is_checked(tmp_path):
@@ -75,19 +85,43 @@ def tiny_encoder(minilm_path, tmp_path_factory):
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("tiny-encoder")
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, intermediate_size=64)).save_pretrained(out)  # fmt: skip
+    BertModel(
+        BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
+    ).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return str(out)
 
 
 def test_the_recipe_trains_saves_and_reloads_a_tiny_encoder(tiny_encoder, tmp_path):
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"query": q, "tool": t}) + "\n" for q, t in [
-        ("cancel order #1", "shop_cancel_order"), ("show order #2", "shop_get_order"),
-        ("what's the weather in Oslo", "weather_get_forecast"), ("book a room", "hotels_create_booking")] * 4))  # fmt: skip
-    config = RetrieverConfig(model_name_or_path=tiny_encoder, train_file=str(pairs), eval_split="test", eval_pairs=20,
-                             output_dir=str(tmp_path / "out"), batch_size=4, num_epochs=2, learning_rate=1e-3)  # fmt: skip
+    pairs.write_text(
+        "".join(
+            json.dumps({"query": q, "tool": t}) + "\n"
+            for q, t in [
+                ("cancel order #1", "shop_cancel_order"),
+                ("show order #2", "shop_get_order"),
+                ("what's the weather in Oslo", "weather_get_forecast"),
+                ("book a room", "hotels_create_booking"),
+            ]
+            * 4
+        )
+    )
+    config = RetrieverConfig(
+        model_name_or_path=tiny_encoder,
+        train_file=str(pairs),
+        eval_split="test",
+        eval_pairs=20,
+        output_dir=str(tmp_path / "out"),
+        batch_size=4,
+        num_epochs=2,
+        learning_rate=1e-3,
+    )
     report = train_retriever(config, progress=False)
     assert report["steps"] == 8 and report["pairs"] == 16
     assert math.isfinite(report["final_loss"]) and report["final_loss"] < report["first_loss"]
@@ -111,8 +145,12 @@ def test_real_minilm_retrieves_and_a_few_steps_lower_the_loss(minilm_path, tmp_p
     assert torch.allclose(index.matrix.norm(dim=-1), torch.ones(len(library)), atol=1e-4)
     top = [t.name for t, _ in index.search("please cancel my shop order #55123", k=5)]
     assert "shop_cancel_order" in top
-    report = train_retriever(RetrieverConfig(output_dir=str(tmp_path / "ft"), max_optimizer_steps=3, batch_size=8,
-                                             generated_pairs=64, eval_split=None), progress=False)  # fmt: skip
+    report = train_retriever(
+        RetrieverConfig(
+            output_dir=str(tmp_path / "ft"), max_optimizer_steps=3, batch_size=8, generated_pairs=64, eval_split=None
+        ),
+        progress=False,
+    )
     assert report["steps"] == 3 and math.isfinite(report["final_loss"])
     shutil.rmtree(tmp_path / "ft")
 
@@ -144,8 +182,14 @@ def test_a_train_file_holding_held_out_requests_is_not_evaluated_on_them(tiny_en
     leaked = query_pairs(generate_library(), "test", n=20, seed=1)  # the eval split's first requests
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"query": q, "tool": t}) + "\n" for q, t in leaked[:8]))
-    config = RetrieverConfig(model_name_or_path=tiny_encoder, train_file=str(pairs), eval_pairs=20, max_optimizer_steps=1,
-                             output_dir=str(tmp_path / "out"), batch_size=4)  # fmt: skip
+    config = RetrieverConfig(
+        model_name_or_path=tiny_encoder,
+        train_file=str(pairs),
+        eval_pairs=20,
+        max_optimizer_steps=1,
+        output_dir=str(tmp_path / "out"),
+        batch_size=4,
+    )
     report = train_retriever(config, progress=False)
     assert report["eval_pairs"] == 20 - len({q for q, _ in leaked[:8]})
 
@@ -189,9 +233,16 @@ def test_retriever_search_hybrid_fuses_bm25_with_the_encoder(tiny_encoder, tmp_p
 
     monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
     tools = tmp_path / "tools.jsonl"
-    tools.write_text("".join(json.dumps({"name": n, "description": d}) + "\n" for n, d in [
-        ("shop_cancel_order", "Cancel an order"), ("shop_get_order", "Show an order"),
-        ("weather_get_forecast", "Weather forecast for a city")]))  # fmt: skip
+    tools.write_text(
+        "".join(
+            json.dumps({"name": n, "description": d}) + "\n"
+            for n, d in [
+                ("shop_cancel_order", "Cancel an order"),
+                ("shop_get_order", "Show an order"),
+                ("weather_get_forecast", "Weather forecast for a city"),
+            ]
+        )
+    )
     args = ["retriever-search", "cancel my order", "--library", str(tools), "--model", tiny_encoder, "-k", "3"]
     dense = CliRunner().invoke(cli, args)
     fused = CliRunner().invoke(cli, [*args, "--hybrid"])

@@ -37,8 +37,9 @@ def test_each_recipe_defaults_to_its_own_output_dir():
     assert DPOConfig(output_dir="runs/x").output_dir == "runs/x"
 
 
-def test_the_seed_chain_sft_then_dpo_from_output_sft_final_keeps_both(tmp_path, monkeypatch, tiny_path, sft_file,
-                                                                     dpo_file):  # fmt: skip
+def test_the_seed_chain_sft_then_dpo_from_output_sft_final_keeps_both(
+    tmp_path, monkeypatch, tiny_path, sft_file, dpo_file
+):
     """README's chain with every default: sft writes ./output/sft, dpo reads ./output/sft/final and writes ./output/dpo."""
     monkeypatch.chdir(tmp_path)
     sft = SFTTrainer(SFTConfig(model_name_or_path=tiny_path, train_file=sft_file, **FAST)).train()
@@ -55,23 +56,32 @@ def test_the_seed_chain_sft_then_dpo_from_output_sft_final_keeps_both(tmp_path, 
 def test_an_output_dir_holding_the_input_model_is_refused_before_loading(tmp_path, monkeypatch, dpo_file, output_dir):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "run" / "final").mkdir(parents=True)  # no weights: the refusal must come before any load
-    result = CliRunner().invoke(cli, ["dpo", "--model", "./run/final", "--train-file", dpo_file,
-                                      "--output-dir", output_dir])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["dpo", "--model", "./run/final", "--train-file", dpo_file, "--output-dir", output_dir]
+    )
     assert result.exit_code == 2
     assert result.output == (
         f"error: output_dir {output_dir} holds the input model ./run/final; training would write over it "
         "(pass another --output-dir, e.g. ./output/dpo)\n"
     )
     with pytest.raises(ConfigError, match="holds the input model ./run/final"):
-        DPOTrainer(DPOConfig(model_name_or_path=str(tmp_path), ref_model_name_or_path="./run/final",
-                             train_file=dpo_file, output_dir="run"))  # fmt: skip
+        DPOTrainer(
+            DPOConfig(
+                model_name_or_path=str(tmp_path),
+                ref_model_name_or_path="./run/final",
+                train_file=dpo_file,
+                output_dir="run",
+            )
+        )
 
 
-def test_another_recipes_run_is_kept_unless_overwrite_and_the_same_recipe_resumes(tmp_path, tiny_path, sft_file,
-                                                                                 dpo_file):  # fmt: skip
+def test_another_recipes_run_is_kept_unless_overwrite_and_the_same_recipe_resumes(
+    tmp_path, tiny_path, sft_file, dpo_file
+):
     out = str(tmp_path / "shared")
-    SFTTrainer(SFTConfig(model_name_or_path=tiny_path, train_file=sft_file, output_dir=out, save_steps=1,
-                         **FAST)).train()  # fmt: skip
+    SFTTrainer(
+        SFTConfig(model_name_or_path=tiny_path, train_file=sft_file, output_dir=out, save_steps=1, **FAST)
+    ).train()
     result = CliRunner().invoke(cli, ["dpo", "--model", tiny_path, "--train-file", dpo_file, "--output-dir", out])
     assert result.exit_code == 2
     assert result.output == (
@@ -79,11 +89,33 @@ def test_another_recipes_run_is_kept_unless_overwrite_and_the_same_recipe_resume
         "or --overwrite to write this dpo run there\n"
     )
     # the same recipe writes there again: resuming from its latest checkpoint continues at step 1
-    resumed = SFTTrainer(SFTConfig(model_name_or_path=tiny_path, train_file=sft_file, output_dir=out,
-                                   resume_from_checkpoint="latest", **{**FAST, "max_optimizer_steps": 2})).train()  # fmt: skip
+    resumed = SFTTrainer(
+        SFTConfig(
+            model_name_or_path=tiny_path,
+            train_file=sft_file,
+            output_dir=out,
+            resume_from_checkpoint="latest",
+            **{**FAST, "max_optimizer_steps": 2},
+        )
+    ).train()
     assert resumed["global_step"] == 2
-    result = CliRunner().invoke(cli, ["dpo", "--model", tiny_path, "--train-file", dpo_file, "--output-dir", out,
-                                      "--overwrite", "--max-steps", "1", "--no-bf16", "--no-progress-bar"])  # fmt: skip
+    result = CliRunner().invoke(
+        cli,
+        [
+            "dpo",
+            "--model",
+            tiny_path,
+            "--train-file",
+            dpo_file,
+            "--output-dir",
+            out,
+            "--overwrite",
+            "--max-steps",
+            "1",
+            "--no-bf16",
+            "--no-progress-bar",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "shared" / RUN_FILE).read_text()) == {"recipe": "dpo"}
 
@@ -117,12 +149,26 @@ def test_a_run_directory_given_as_the_model_loads_its_final_model_and_says_so_on
 
 def test_lora_without_peft_names_the_extra_before_loading_anything(tmp_path, monkeypatch, sft_file, capsys):
     monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
-    config = SFTConfig(model_name_or_path=str(tmp_path / "no-such-model"), train_file=sft_file, use_lora=True,
-                       output_dir=str(tmp_path / "o"))  # fmt: skip
+    config = SFTConfig(
+        model_name_or_path=str(tmp_path / "no-such-model"),
+        train_file=sft_file,
+        use_lora=True,
+        output_dir=str(tmp_path / "o"),
+    )
     with pytest.raises(MissingExtraError):  # not ModelLoadError: nothing was loaded
         SFTTrainer(config)
-    code = main(["sft", "--model", str(tmp_path / "no-such-model"), "--train-file", sft_file, "--use-lora",
-                 "--output-dir", str(tmp_path / "o")])  # fmt: skip
+    code = main(
+        [
+            "sft",
+            "--model",
+            str(tmp_path / "no-such-model"),
+            "--train-file",
+            sft_file,
+            "--use-lora",
+            "--output-dir",
+            str(tmp_path / "o"),
+        ]
+    )
     assert code == 2
     assert (
         capsys.readouterr().err
@@ -135,10 +181,13 @@ def test_fp16_is_accepted_by_the_config_and_refused_in_one_line_on_the_cpu(tmp_p
     config = SFTConfig(train_file=sft_file, fp16=True)
     assert config.fp16 and not config.bf16  # one autocast dtype
     with pytest.raises(ConfigError, match="fp16=True needs a CUDA GPU"):
-        SFTTrainer(SFTConfig(model_name_or_path=tiny_path, train_file=sft_file, fp16=True,
-                             output_dir=str(tmp_path / "o")))  # fmt: skip
-    assert main(["sft", "--model", tiny_path, "--train-file", sft_file, "--fp16", "--output-dir",
-                 str(tmp_path / "o")]) == 2  # fmt: skip
+        SFTTrainer(
+            SFTConfig(model_name_or_path=tiny_path, train_file=sft_file, fp16=True, output_dir=str(tmp_path / "o"))
+        )
+    assert (
+        main(["sft", "--model", tiny_path, "--train-file", sft_file, "--fp16", "--output-dir", str(tmp_path / "o")])
+        == 2
+    )
     assert capsys.readouterr().err == (
         "error: fp16=True needs a CUDA GPU, and this run is on the CPU; use bf16=True (--bf16) where the CPU "
         "has native bf16, else fp32\n"
@@ -162,8 +211,9 @@ def test_the_reference_cache_is_keyed_by_content_not_path(tmp_path):
     from agenttrainer.trainers.setup import make_accelerator
 
     ref_path = tmp_path / "ref"
-    config = DPOConfig(train_file="unused.jsonl", ref_model_name_or_path=str(ref_path),
-                       output_dir=str(tmp_path / "o"), bf16=False)  # fmt: skip
+    config = DPOConfig(
+        train_file="unused.jsonl", ref_model_name_or_path=str(ref_path), output_dir=str(tmp_path / "o"), bf16=False
+    )
     accelerator = make_accelerator(config)
     ids = [[1, 2, 3, 4], [5, 6, 7]]
     computed = []

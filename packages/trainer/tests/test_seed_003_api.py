@@ -132,8 +132,18 @@ def test_config_snippet_maps_onto_sft_config():
 
 
 def test_seed_defaults_are_kept_except_model_and_data():
-    seed = {"max_length": 4096, "lora_r": 64, "lora_alpha": 128, "lora_dropout": 0.05, "num_epochs": 3, "batch_size": 4,
-            "gradient_accumulation": 8, "learning_rate": 2e-5, "warmup_ratio": 0.1, "lr_scheduler": "cosine"}  # fmt: skip
+    seed = {
+        "max_length": 4096,
+        "lora_r": 64,
+        "lora_alpha": 128,
+        "lora_dropout": 0.05,
+        "num_epochs": 3,
+        "batch_size": 4,
+        "gradient_accumulation": 8,
+        "learning_rate": 2e-5,
+        "warmup_ratio": 0.1,
+        "lr_scheduler": "cosine",
+    }
     defaults = {f.name: getattr(AgentSFTConfig(), f.name) for f in dataclasses.fields(AgentSFTConfig)}
     assert {k: defaults[k] for k in seed} == seed
 

@@ -97,23 +97,48 @@ def test_serve_a_lone_surrogate_in_a_tool_name_is_400(server, http, stream):
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
-        ({"tools": [{"type": "function", "function": {**TOOL["function"], "description": LONE}}]},
-         "tools[0].function.description"),
-        ({"tools": [{"type": "function", "function": {**TOOL["function"], "parameters": {
-            "type": "object", "properties": {"w" + LONE: {"type": "string"}}}}}]},
-         "tools[0].function.parameters.properties"),
-        ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": LONE}}},
-         "tool_choice.function.name"),
+        (
+            {"tools": [{"type": "function", "function": {**TOOL["function"], "description": LONE}}]},
+            "tools[0].function.description",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            **TOOL["function"],
+                            "parameters": {"type": "object", "properties": {"w" + LONE: {"type": "string"}}},
+                        },
+                    }
+                ]
+            },
+            "tools[0].function.parameters.properties",
+        ),
+        (
+            {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": LONE}}},
+            "tool_choice.function.name",
+        ),
         ({"model": MODEL + LONE}, "model"),
         ({"user": LONE}, "user"),
         ({"logit_bias": {LONE: 1}}, "logit_bias"),
         ({"messages": [{"role": "user", "content": "hi" + LONE}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": [{"type": "text", "text": LONE}]}]}, "messages[0].content"),
-        ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
-            {"function": {"name": "lookup", "arguments": '{"word": "' + LONE + '"}'}}]}]},
-         "messages[1].tool_calls[0].function.arguments"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"function": {"name": "lookup", "arguments": '{"word": "' + LONE + '"}'}}],
+                    },
+                ]
+            },
+            "messages[1].tool_calls[0].function.arguments",
+        ),
     ],
-)  # fmt: skip
+)
 def test_serve_a_lone_surrogate_in_any_other_chat_field_is_400(server, http, fields, field):
     _refused(_post(http, "/chat/completions", _chat(**fields)), field)
     _healthy(server)

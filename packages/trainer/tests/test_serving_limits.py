@@ -129,8 +129,9 @@ def test_a_request_past_the_total_token_cap_is_413_before_any_generation(http):
     JSON), each under every per-prompt cap, 256 x (2040 + 8) = 524288 tokens in all."""
     before = _metrics(http)
     prompts = [_ids(i, CONTEXT - MAX_NEW) for i in range(256)]
-    error = _one_line_error(http.post("/completions", json={"model": MODEL, "prompt": prompts}), 413,
-                            "request_tokens_exceeded")  # fmt: skip
+    error = _one_line_error(
+        http.post("/completions", json={"model": MODEL, "prompt": prompts}), 413, "request_tokens_exceeded"
+    )
     assert error["param"] == "prompt"
     assert error["message"] == (
         "the request needs 524288 tokens (522240 in its 256 prompts + 8 max_tokens for each); "
@@ -144,8 +145,11 @@ def test_a_request_past_the_total_token_cap_is_413_before_any_generation(http):
 def test_a_prompt_too_long_for_a_micro_batch_of_its_own_is_400(http):
     before = _metrics(http)
     too_long = BATCH_TOKENS - MAX_NEW + 1  # 113 tokens + 8 new = 121 > 120
-    error = _one_line_error(http.post("/completions", json={"model": MODEL, "prompt": [[5, 6], _ids(0, too_long)]}),
-                            400, "batch_tokens_exceeded")  # fmt: skip
+    error = _one_line_error(
+        http.post("/completions", json={"model": MODEL, "prompt": [[5, 6], _ids(0, too_long)]}),
+        400,
+        "batch_tokens_exceeded",
+    )
     assert error["param"] == "prompt[1]"
     assert error["message"] == (
         "prompt[1] has 113 tokens, which with max_tokens=8 need 121; "
@@ -164,8 +168,7 @@ def test_a_large_request_runs_in_micro_batches_with_the_answers_of_unbatched_gen
     20 + 11 + 5 (3, 4, 1, 3 x 28 = 84): three micro-batches, the largest 120 tokens. The two
     prompts of 52 share a 45-token prefix, which their micro-batch prefills once."""
     shared = _ids(99, 45)
-    prompts = [_ids(0, 30), _ids(1, 5), shared + _ids(2, 7), _ids(3, 20), _ids(4, 11), shared + _ids(5, 7),
-               _ids(6, 40)]  # fmt: skip
+    prompts = [_ids(0, 30), _ids(1, 5), shared + _ids(2, 7), _ids(3, 20), _ids(4, 11), shared + _ids(5, 7), _ids(6, 40)]
     assert plan_micro_batches([len(p) for p in prompts], MAX_NEW, BATCH_TOKENS) == [[2, 5], [6, 0], [3, 4, 1]]
     before = _metrics(http)
     choices = _greedy(http, prompts)
@@ -180,8 +183,9 @@ def test_a_large_request_runs_in_micro_batches_with_the_answers_of_unbatched_gen
     assert [c["token_ids"] for c in choices] == [s.token_ids for s in alone]
     assert [c["finish_reason"] for c in choices] == [s.finish_reason for s in alone]
     for choice, sample in zip(choices, alone):
-        assert torch.allclose(torch.tensor(choice["logprobs"]["token_logprobs"]), torch.tensor(sample.logprobs),
-                              atol=1e-4)  # fmt: skip
+        assert torch.allclose(
+            torch.tensor(choice["logprobs"]["token_logprobs"]), torch.tensor(sample.logprobs), atol=1e-4
+        )
     # One request of the whole batch in one micro-batch (a budget it fits) answers alike.
     whole = generator.generate(prompts, max_new_tokens=MAX_NEW, temperature=0)
     assert [s.token_ids for s in whole] == [s.token_ids for s in alone]
@@ -194,8 +198,7 @@ def _poisoned(ckpt, directory, poison) -> str:
     """A copy of ``ckpt`` whose tensors went through ``poison(name, tensor)``."""
     shutil.copytree(ckpt, directory)
     weights = load_file(f"{ckpt}/model.safetensors")
-    save_file({name: poison(name, tensor.clone()) for name, tensor in weights.items()},
-              directory / "model.safetensors")  # fmt: skip
+    save_file({name: poison(name, tensor.clone()) for name, tensor in weights.items()}, directory / "model.safetensors")
     return str(directory)
 
 
@@ -209,12 +212,14 @@ def _one_inf(name, tensor):
 @pytest.mark.parametrize(
     ("poison", "message"),
     [
-        (lambda name, tensor: torch.full_like(tensor, float("nan")),
-         "'model.embed_tokens.weight' has 3145728 non-finite values (NaN or inf) among 3145728"),
+        (
+            lambda name, tensor: torch.full_like(tensor, float("nan")),
+            "'model.embed_tokens.weight' has 3145728 non-finite values (NaN or inf) among 3145728",
+        ),
         (_one_inf, "'model.layers.1.mlp.down_proj.weight' has 1 non-finite values (NaN or inf) among 8192"),
     ],
     ids=["all-nan", "one-inf"],
-)  # fmt: skip
+)
 def test_a_checkpoint_with_non_finite_weights_is_refused_and_the_served_weights_stay(
     http, ckpt, tmp_path, poison, message
 ):

@@ -34,8 +34,13 @@ def test_defaults():
     chat = _request()
     assert chat.messages == [{"role": "user", "content": "hi"}]
     assert (chat.tools, chat.max_tokens, chat.temperature, chat.top_p, chat.stop, chat.seed) == (
-        None, None, None, None, [], None,
-    )  # fmt: skip
+        None,
+        None,
+        None,
+        None,
+        [],
+        None,
+    )
     assert (chat.stream, chat.include_usage) == (False, False)
 
 
@@ -59,9 +64,16 @@ def test_messages_are_normalised_for_the_chat_template():
 
 def test_options():
     chat = _request(
-        tools=[TOOL], max_tokens=5, max_completion_tokens=7, temperature=0.7, top_p=0.9, stop="END", seed=3,
-        stream=True, stream_options={"include_usage": True},
-    )  # fmt: skip
+        tools=[TOOL],
+        max_tokens=5,
+        max_completion_tokens=7,
+        temperature=0.7,
+        top_p=0.9,
+        stop="END",
+        seed=3,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     assert chat.tools == [TOOL]
     assert chat.max_tokens == 7  # the newer field wins
     assert (chat.temperature, chat.top_p, chat.stop, chat.seed) == (0.7, 0.9, ["END"], 3)

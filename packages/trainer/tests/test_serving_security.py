@@ -43,10 +43,25 @@ def server(tmp_path_factory):
     model, tokenizer = build_tiny_model(hidden_size=128, num_layers=4, seed=0)
     checkpoint = str(save_model(model, tokenizer, tmp_path_factory.mktemp("guarded") / MODEL))
     limits = [
-        "--api-key", KEY, "--max-tokens", "16", "--max-tokens-limit", str(LONG),
-        "--max-prompt-tokens", str(MAX_PROMPT_TOKENS), "--max-body-bytes", "65536",
-        "--max-json-depth", "32", "--max-tools-bytes", "4096", "--max-concurrent", "1", "--max-queue", "1",
-    ]  # fmt: skip
+        "--api-key",
+        KEY,
+        "--max-tokens",
+        "16",
+        "--max-tokens-limit",
+        str(LONG),
+        "--max-prompt-tokens",
+        str(MAX_PROMPT_TOKENS),
+        "--max-body-bytes",
+        "65536",
+        "--max-json-depth",
+        "32",
+        "--max-tools-bytes",
+        "4096",
+        "--max-concurrent",
+        "1",
+        "--max-queue",
+        "1",
+    ]
     with ServerProcess(checkpoint, *limits) as server:
         yield server
 
@@ -244,11 +259,13 @@ def test_security_malformed_json_is_400(http, body):
         ({"tools": {"type": "function"}}, "tools"),
         ({"model": ["m"]}, "model"),
         ({"messages": {"role": "user"}}, "messages"),
-        ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": 5}}]}]},
-         "messages[0].tool_calls"),
+        (
+            {"messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": 5}}]}]},
+            "messages[0].tool_calls",
+        ),
         ({"messages": [{"role": ["user"], "content": "hi"}]}, "messages[0].role"),
     ],
-)  # fmt: skip
+)
 def test_security_chat_fields_have_strict_types(http, fields, param):
     response = http.post("/chat/completions", json=_chat(**fields))
     assert 400 <= response.status_code < 500, response.text

@@ -195,8 +195,10 @@ def test_a_seeded_server_samples_the_same_after_a_restart_and_unseeded_ones_diff
 
     def samples(*args):
         with ServerProcess(tiny_path, "--model-name", MODEL, *args) as server:
-            return [[c["token_ids"] for c in _complete(server, prompts, temperature=1.0, return_token_ids=True)["choices"]]
-                    for _ in range(2)]  # fmt: skip
+            return [
+                [c["token_ids"] for c in _complete(server, prompts, temperature=1.0, return_token_ids=True)["choices"]]
+                for _ in range(2)
+            ]
 
     seeded = samples("--seed", "11")
     assert seeded[0] != seeded[1]  # the stream moves on between requests

@@ -440,8 +440,17 @@ def test_online_update_equals_unshared(tiny, tmp_path, monkeypatch, algorithm, u
     """The whole online update (reference, old log-probs and values, the loss, two iterations) on
     episodes sharing their prompt: the same gradients at each optimizer step with and without sharing."""
     model, tok = tiny
-    trainer = online_trainer(model, tok, tmp_path, algorithm=algorithm, use_lora=use_lora, lora_preset="full",
-                             lora_dropout=0.0, gradient_checkpointing=checkpointing, grpo_iterations=2)  # fmt: skip
+    trainer = online_trainer(
+        model,
+        tok,
+        tmp_path,
+        algorithm=algorithm,
+        use_lora=use_lora,
+        lora_preset="full",
+        lora_dropout=0.0,
+        gradient_checkpointing=checkpointing,
+        grpo_iterations=2,
+    )
     if use_lora:
         perturb_lora(trainer.model)
     episodes = rollouts(tok)

@@ -43,9 +43,14 @@ def test_rejects_non_positive_limits(counter_env, bad):
 
 @pytest.mark.parametrize(
     ("task", "cut_after"),
-    [({"description": "t", "max_steps": 2}, 2), (TaskInfo(description="t", max_steps=2), 2),
-     ({"description": "t", "max_steps": 9}, 3), ("plain text task", 3), (None, 3)],
-)  # fmt: skip
+    [
+        ({"description": "t", "max_steps": 2}, 2),
+        (TaskInfo(description="t", max_steps=2), 2),
+        ({"description": "t", "max_steps": 9}, 3),
+        ("plain text task", 3),
+        (None, 3),
+    ],
+)
 def test_a_task_with_its_own_smaller_budget_is_cut_earlier(counter_env, task, cut_after):
     env = MaxStepsWrapper(counter_env, max_steps=3)
     env.reset(task=task)
