@@ -404,7 +404,17 @@ class Judge:
         else:
             messages = [{"role": "user", "content": prompt}]
             create = client.messages.with_streaming_response.create
-            stream = create(model=self.model, system=system, messages=messages, timeout=timeout, **options)
+            # Sampling options go in the body as the API reads them: recent anthropic SDKs no longer
+            # take ``temperature`` as a keyword (a TypeError on every call, so every verdict abstained).
+            sampling = {k: v for k, v in options.items() if k != "max_tokens"}
+            stream = create(
+                model=self.model,
+                system=system,
+                messages=messages,
+                max_tokens=options["max_tokens"],
+                timeout=timeout,
+                extra_body=sampling or None,
+            )
         body = bytearray()
         with stream as response:
             for chunk in response.iter_bytes():
