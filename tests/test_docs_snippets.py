@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from knowlyrcore.testing import REAL_DATA_ENV_VAR, require
+from knowlyrcore.testing import REAL_DATA_ENV_VAR, real_data
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted(
@@ -61,6 +61,8 @@ PYTHON = frozenset({"python", "py", "python3"})
 #: transcripts mix commands and their output: neither runnable nor plainly not a command
 TRANSCRIPT = frozenset({"console", "shell-session", "sh-session", "pycon"})
 #: what a clone's root holds that the docs' commands name (read, never written: outputs are relative)
+#: where the docs' commands read the real agent logs: beside the clone, as in the workplace's layout
+DOCS_REAL_DATA = Path("..", "shared", "data", "real")
 LINKED = ("packages", "examples", "bench", "scripts", "docs", "tests", "Makefile", "pyproject.toml", "conftest.py")
 #: one block's limit; a block near it is no longer a cheap one: mark it skipped, with why
 BLOCK_SECONDS = 120
@@ -302,8 +304,9 @@ def workspace(tmp_path: Path, real_data: Path) -> Path:
     for name in LINKED:
         if (ROOT / name).exists():
             (cwd / name).symlink_to(ROOT / name)
-    (tmp_path / "shared" / "data").mkdir(parents=True)
-    (tmp_path / "shared" / "data" / "real").symlink_to(real_data)
+    beside = cwd / DOCS_REAL_DATA  # where the docs' commands find the logs, beside the "clone"
+    beside.parent.mkdir(parents=True)
+    beside.symlink_to(real_data)
     return cwd
 
 
@@ -359,10 +362,6 @@ def run_document(parsed: Parsed, cwd: Path) -> Outcome:
     finally:
         python.close()
     return outcome
-
-
-def _real_data() -> Path:
-    return Path(os.environ.get(REAL_DATA_ENV_VAR) or ROOT.parent / "shared" / "data" / "real")
 
 
 # -- the checker itself, on made-up documents -----------------------------------------------------
@@ -494,8 +493,8 @@ def test_every_block_of_the_docs_is_a_command_or_says_what_it_is():
 def test_the_commands_of_a_document_run_as_written(doc, tmp_path):
     parsed = _parsed(doc)
     runnable = [b for b in parsed.commands if b.skip is None]
-    real_data = _real_data()
-    if any("shared/data/real" in (b.setup or "") + b.code for b in runnable):
-        require(real_data.is_dir(), f"real agent logs not found: {real_data} (shared/data/real beside the clone)")
-    outcome = run_document(parsed, workspace(tmp_path, real_data))
+    named = DOCS_REAL_DATA.relative_to("..").as_posix()  # as the commands write it, after any ../
+    needs_logs = any(named in (b.setup or "") + b.code for b in runnable)
+    real = real_data() if needs_logs else Path(os.environ.get(REAL_DATA_ENV_VAR) or tmp_path / "no-real-data")
+    outcome = run_document(parsed, workspace(tmp_path, real))
     assert not outcome.failures, "\n\n".join(outcome.failures)
