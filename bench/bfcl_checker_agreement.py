@@ -153,8 +153,8 @@ def generate_local(tasks: list[dict[str, Any]], args: argparse.Namespace) -> lis
     and only the answers are decoded; prefill, not decoding, is what a 2-core CPU pays most for."""
     import torch
 
-    from agenttrainer.generation import LocalGenerator
-    from agenttrainer.inference import AgentInference
+    from agenttrainer.acting.generators import LocalGenerator
+    from agenttrainer.acting.inference import AgentInference
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -183,19 +183,22 @@ def generate_local(tasks: list[dict[str, Any]], args: argparse.Namespace) -> lis
 
 def generate_endpoint(tasks: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Greedy and sampled answers of an OpenAI-compatible endpoint (its native tool calls)."""
-    from agentsandbox.chat_endpoint import post_chat_completion
-    from agenttrainer.inference import chat_template_tools
+    from agenttrainer.acting.chat import chat_template_tools
+    from knowlyrcore.endpoint import ChatEndpoint
 
+    endpoints = {
+        decoding: ChatEndpoint(
+            args.endpoint, args.model, temperature=temperature, max_tokens=args.max_new_tokens, timeout=120
+        )
+        for decoding, temperature in [("greedy", 0.0), ("sampled", 1.0)]
+    }
     outputs = []
     for task in tqdm(tasks, desc="asking", unit="task", file=sys.stderr):
         chat = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task["description"]}]
         tools = chat_template_tools(tool_specs(task["metadata"]["functions"]))
-        for decoding, temperature in [("greedy", 0.0)] + [("sampled", 1.0)] * args.samples:
-            body = {"model": args.model, "messages": chat, "tools": tools, "temperature": temperature,
-                    "max_tokens": args.max_new_tokens}  # fmt: skip
-            reply = post_chat_completion(args.endpoint, body, api_key=None, timeout=120)
-            outputs.append({"task_id": task["metadata"]["bfcl_id"], "kind": decoding,
-                            "message": reply["choices"][0]["message"]})  # fmt: skip
+        for decoding in ["greedy"] + ["sampled"] * args.samples:
+            message = endpoints[decoding].complete(chat, tools)
+            outputs.append({"task_id": task["metadata"]["bfcl_id"], "kind": decoding, "message": message})
     return outputs
 
 

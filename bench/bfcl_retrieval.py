@@ -24,7 +24,8 @@ import random
 import tempfile
 
 from agentsandbox.bfcl.library import bfcl_library, bfcl_query_pairs
-from agenttrainer.retrieval import DenseIndex, Encoder, FusedIndex, RetrieverConfig, train_retriever
+from agenttrainer.config import RetrieverConfig
+from agenttrainer.retrieval import DenseIndex, Encoder, FusedIndex, train_retriever
 from agenttrainer.retrieval.contrastive import recall_at
 from knowlyrcore.tool_library import ToolLibrary
 

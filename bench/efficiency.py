@@ -4,9 +4,9 @@ Each workload runs twice, each time in a fresh process (so peak RSS is that path
 SmolLM2-135M-Instruct in fp32 (bf16 only where the CPU has it natively):
 
 * ``acting_retail``: greedy evaluation of ``--retail-tasks`` retail test tasks, as the demo's
-  ``evaluate`` does (``LocalBatchPolicy``, the suite's system prompt, one batch). Old: every turn
-  prefills each episode's whole history again (``reuse_cache=False``); new: the acting engine
-  keeps each episode's KV cache across turns.
+  ``evaluate`` does (the local policy, ``TokenPolicy``, the suite's system prompt, one batch). Old:
+  every turn prefills each episode's whole history again (``reuse_cache=False``); new: the acting
+  engine keeps each episode's KV cache across turns.
 * ``acting_bfcl_multi_turn``: the same on ``--bfcl-tasks`` BFCL multi-turn test tasks (each
   task's API functions in its prompt).
 * ``acting_retail_vllm``: the retail workload through a real vLLM server (``--vllm``), when
@@ -92,65 +92,56 @@ def model_flops_per_token(model: Any) -> tuple[float, float]:
 # -- workers: one measurement each, in its own process ---------------------------------------------
 
 
-class CountingPolicy:
-    """A ``BatchPolicy`` that adds up the prompt and answer tokens of every action."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy = policy
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.policy, name)
-
-    def reset_batch(self, tasks):
-        self.policy.reset_batch(tasks)
-
-    def act_batch(self, observations):
-        actions = self.policy.act_batch(observations)
-        for action in actions:
-            if action is not None:
-                self.prompt_tokens += action["usage"]["prompt_tokens"]
-                self.completion_tokens += action["usage"]["completion_tokens"]
-        return actions
+def token_counts(runs: list[Any]) -> tuple[int, int]:
+    """(prompt tokens, answer tokens) over every answer of ``runs``, from the ids the local policy
+    recorded: an answer's prompt is the first prompt and every answer and observation before it."""
+    prompt_tokens = completion_tokens = 0
+    for run in runs:
+        length = len(run.metadata["prompt_token_ids"])
+        for step in run.steps:
+            prompt_tokens += length
+            completion_tokens += len(step.token_ids)
+            length += len(step.token_ids) + len(step.metadata["observation_token_ids"])
+    return prompt_tokens, completion_tokens
 
 
 def acting_worker(workload: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from agentsandbox.suites import get_suite
-    from agenttrainer.batch_policy import LocalBatchPolicy
+    from agenttrainer.acting import TokenPolicy
     from trajectoryhub.evaluate import evaluate_policy
 
     torch.set_num_threads(os.cpu_count() or 1)
     suite = get_suite(SUITES[workload])
     n = args.retail_tasks if workload == "acting_retail" else args.bfcl_tasks
     tasks = suite.generate("test", n, args.seed)
-    policy = LocalBatchPolicy.from_pretrained(
+    policy = TokenPolicy.from_pretrained(
         args.policy,
         system_prompt=suite.system_prompt,
         max_new_tokens=args.max_new_tokens,
+        temperature=0.0,
         torch_dtype=torch.float32,
         reuse_cache=path == "new",
     )
-    counting = CountingPolicy(policy)
     start = time.perf_counter()
     summary, runs = evaluate_policy(
-        counting, tasks, env=suite.env_id, name=path, split="test", max_steps=suite.max_steps,
+        policy, tasks, env=suite.env_id, name=path, split="test", max_steps=suite.max_steps,
         env_kwargs=suite.env_kwargs, batch_size=len(tasks), model_name=args.policy, progress=False,
     )  # fmt: skip
     seconds = time.perf_counter() - start
     stats = policy.generator.stats
-    per_token, per_logit = model_flops_per_token(policy.engine.model)
+    per_token, per_logit = model_flops_per_token(policy.generator.model)
     flops = per_token * stats["computed_tokens"] + per_logit * stats["logit_rows"]
-    tokens = counting.prompt_tokens + counting.completion_tokens
+    prompt_tokens, completion_tokens = token_counts(runs)
+    tokens = prompt_tokens + completion_tokens
     return {
         "seconds": round(seconds, 1),
         "episodes": len(runs),
         "steps": sum(len(r.steps) for r in runs),
         "success_rate": summary["success_rate"],
-        "prompt_tokens": counting.prompt_tokens,
-        "generated_tokens": counting.completion_tokens,
+        "prompt_tokens": prompt_tokens,
+        "generated_tokens": completion_tokens,
         "tokens_per_s": round(tokens / seconds, 1),
         "computed_tokens": stats["computed_tokens"],
         "model_gflops": round(flops / seconds / 1e9, 2),
@@ -385,7 +376,7 @@ def rl_iteration_worker(path: str, args: argparse.Namespace) -> dict[str, Any]:
     # consecutive) per micro-batch, so share_prefix computes the group's prompt once per forward;
     # the old path keeps 2 (an unshared micro-batch of 8 full episodes holds 4x the activations).
     batch_size = 8 if new else 2
-    config = OnlineRLConfig(
+    config = OnlineRLConfig.from_dict(dict(
         model_name_or_path=args.policy, env_id=suite.env_id, env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"},
         tasks_file=str(workdir / "rl_tasks.jsonl"), output_dir=str(out / "rl"), system_prompt=suite.system_prompt,
         include_tools=False, group_size=8, tasks_per_iteration=4, num_iterations=1, max_steps=suite.max_steps,
@@ -393,7 +384,7 @@ def rl_iteration_worker(path: str, args: argparse.Namespace) -> dict[str, Any]:
         lr_scheduler="constant", kl_coef=0.0, loss_normalization="token", temperature=1.0, batch_size=batch_size,
         skip_uniform_groups=False, bf16=False, seed=args.seed, progress_bar=False,
         share_prefix=new, reuse_cache=new,
-    )  # fmt: skip
+    ))  # fmt: skip
     trainer = OnlineRLTrainer(config)
     start = time.perf_counter()
     trainer.train()
@@ -483,9 +474,8 @@ def vllm_worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from agentsandbox.suites import get_suite
-    from agenttrainer.generation import LocalGenerator, ServerGenerator
+    from agenttrainer.acting import LocalGenerator, ServerGenerator, TokenPolicy
     from agenttrainer.models import load_model_and_tokenizer
-    from agenttrainer.online.token_policy import TokenPolicy
     from agenttrainer.serving.vllm import running_vllm
 
     torch.set_num_threads(os.cpu_count() or 1)

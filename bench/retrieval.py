@@ -22,7 +22,8 @@ import statistics
 import tempfile
 import time
 
-from agenttrainer.retrieval import DenseIndex, Encoder, RetrieverConfig, train_retriever
+from agenttrainer.config import RetrieverConfig
+from agenttrainer.retrieval import DenseIndex, Encoder, train_retriever
 from agenttrainer.retrieval.contrastive import recall_at
 from knowlyrcore.toolgen import generate_library, query_pairs
 

@@ -1,14 +1,15 @@
 """Batched vs one-at-a-time acting: episodes/s and generated tokens/s of SmolLM2-135M in an env.
 
-The embedded SmolLM2-135M-Instruct (fp32: ``AgentInference`` has no autocast) plays the same
+The embedded SmolLM2-135M-Instruct (fp32: the local policy has no autocast) plays the same
 ``retail`` suite tasks (``knowlyr/retail``: customer-service tool use, the suite's system prompt
-and the domain's tools in the chat template) three times, greedy, same step and token budgets:
+and the domain's tools in the chat template) three times, greedy, same step and token budgets,
+always through the local policy (``agenttrainer.acting.TokenPolicy``):
 
-* one ``Agent`` per episode through ``collect()``: one ``generate`` per episode per turn on the
-  whole prompt (what there was before batched acting);
-* ``LocalBatchPolicy`` with ``batch_size=1`` through ``collect_batched``: one row per
-  ``generate``, but the shared system/tools prefix comes from its KV cache;
-* ``LocalBatchPolicy`` with ``--batch-size`` rows per ``generate`` (the live episodes of a chunk).
+* one agent per episode (``AgentInference.create_agent``: the policy as a batch of one) through
+  ``collect()``: one ``generate`` per episode per turn (what there was before batched acting);
+* the policy with ``batch_size=1`` through ``collect_batched``: one row per prefill forward,
+  the shared system/tools prefix from the engine's KV cache;
+* the policy with ``--batch-size`` rows per forward (the live episodes of a chunk).
 
 Greedy decoding makes the three runs take the same actions (the JSON line reports how many
 trajectories came out identical). Timed: the rollouts, after a warm-up generate; tokens are the
@@ -41,9 +42,8 @@ from pathlib import Path
 import torch
 
 from agentsandbox.suites import get_suite
-from agenttrainer.batch_policy import LocalBatchPolicy
+from agenttrainer.acting import AgentInference, LocalGenerator, TokenPolicy
 from agenttrainer.config import OnlineRLConfig
-from agenttrainer.inference import AgentInference
 from agenttrainer.models import load_model_and_tokenizer
 from agenttrainer.online import OnlineRLTrainer
 from knowlyrcore import get_domain_profile, make, write_jsonl
@@ -53,30 +53,41 @@ MODEL = "smollm2-135m"
 
 
 class TokenCounter:
-    """Passes a BatchPolicy through, adding up the generated tokens its actions report."""
+    """Passes the local policy through, adding up the tokens it sampled (over every batch of episodes)."""
 
-    def __init__(self, policy: LocalBatchPolicy):
+    def __init__(self, policy: TokenPolicy):
         self.policy = policy
-        self.generated = 0
+        self.finished = 0  # sampled by the batches before this one
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    @property
+    def generated(self) -> int:
+        return self.finished + sum(record.sampled_tokens for record in self.policy.records)
 
     def reset_batch(self, tasks):
+        self.finished = self.generated
         self.policy.reset_batch(tasks)
 
     def act_batch(self, observations):
-        actions = self.policy.act_batch(observations)
-        self.generated += sum(a["usage"]["completion_tokens"] for a in actions if a is not None)
-        return actions
+        return self.policy.act_batch(observations)
 
 
-class CountingInference(AgentInference):
-    """``AgentInference`` that adds up the tokens it generates (what ``Agent`` calls per turn)."""
+class CountingAgents:
+    """A factory of the seed API's agents (one episode each) that adds up the tokens they sampled."""
 
-    generated = 0
+    def __init__(self, make_agent):
+        self.make_agent = make_agent
+        self.agents = []
 
-    def complete(self, *args, **kwargs):
-        completion = super().complete(*args, **kwargs)
-        self.generated += completion.completion_tokens
-        return completion
+    def __call__(self):
+        self.agents.append(self.make_agent())
+        return self.agents[-1]
+
+    @property
+    def generated(self) -> int:
+        return sum(record.sampled_tokens for agent in self.agents for record in agent.records)
 
 
 def timed(rollout, counter, n_episodes: int) -> tuple[dict, list]:
@@ -104,14 +115,14 @@ def online_iterations(suite, tasks, args) -> dict:
     """Time ``args.online_iterations`` online RL iterations: rollout vs training, tokens/s of each."""
     with tempfile.TemporaryDirectory() as tmp:
         write_jsonl(Path(tmp) / "tasks.jsonl", tasks)
-        config = OnlineRLConfig(
+        config = OnlineRLConfig.from_dict(dict(
             model_name_or_path=args.online_model, env_id=suite.env_id, env_kwargs=suite.env_kwargs or None,
             tasks_file=str(Path(tmp) / "tasks.jsonl"), output_dir=str(Path(tmp) / "rl"),
             system_prompt=suite.system_prompt, group_size=4, tasks_per_iteration=max(len(tasks) // 4, 1),
             num_iterations=args.online_iterations, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
             learning_rate=1e-6, warmup_ratio=0.0, lr_scheduler="constant", batch_size=4,
             skip_uniform_groups=False, progress_bar=False,
-        )  # fmt: skip
+        ))  # fmt: skip
         trainer = OnlineRLTrainer(config)
         trainer.train()
         history = [json.loads(line) for line in (Path(tmp) / "rl" / "metrics.jsonl").read_text().splitlines()]
@@ -148,20 +159,20 @@ def main() -> None:
     tools = get_domain_profile(probe.domain).tools
     probe.close()
     model, tokenizer = load_model_and_tokenizer(MODEL)
-    engine = CountingInference(model, tokenizer, max_new_tokens=args.max_new_tokens)
+    engine = AgentInference(model, tokenizer, max_new_tokens=args.max_new_tokens)
     engine.generate([{"role": "user", "content": "Hello"}], max_new_tokens=4)  # warm-up
     rollout = dict(max_steps=args.max_steps, env_kwargs=suite.env_kwargs, progress=False)
+    make_agent = CountingAgents(functools.partial(engine.create_agent, system_prompt=suite.system_prompt, tools=tools))
 
     def agents():
-        engine.generated = 0
-        make_agent = functools.partial(engine.create_agent, system_prompt=suite.system_prompt, tools=tools)
         return collect(suite.env_id, agent_factory=make_agent, n_episodes=len(tasks), tasks=tasks, **rollout)
 
     def lockstep(batch_size: int) -> TokenCounter:
-        policy = LocalBatchPolicy(engine, system_prompt=suite.system_prompt, tools=tools, batch_size=batch_size)
-        return TokenCounter(policy)
+        generator = LocalGenerator(model, tokenizer, batch_size=batch_size)
+        settings = dict(system_prompt=suite.system_prompt, tools=tools, max_new_tokens=args.max_new_tokens)
+        return TokenCounter(TokenPolicy(generator, tokenizer, temperature=0.0, **settings))
 
-    per_agent, by_agents = timed(agents, engine, len(tasks))
+    per_agent, by_agents = timed(agents, make_agent, len(tasks))
     one = lockstep(1)
     one_at_a_time, by_one = timed(lambda: collect_batched(suite.env_id, one, tasks, batch_size=args.batch_size,
                                                           **rollout), one, len(tasks))  # fmt: skip

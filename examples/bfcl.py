@@ -48,11 +48,10 @@ from demo import StageMeter, evaluate, print_stage_table, rollout_speed, section
 
 from agentsandbox.bfcl.env import BFCLEnv
 from agentsandbox.suites import get_suite
-from agenttrainer.cli import quiet_library_warnings
-from agenttrainer.inference import observation_message
+from agenttrainer.acting.chat import ChatTokens, observation_message
+from agenttrainer.console import quiet_library_warnings
 from agenttrainer.models.aliases import resolve_model_path
 from agenttrainer.models.loading import load_tokenizer
-from agenttrainer.online.chat_tokens import ChatTokens
 from agenttrainer.precision import resolve_bf16
 from knowlyrcore import write_jsonl, write_trajectories
 from knowlyrcore.domain import tool_schemas

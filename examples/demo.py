@@ -11,7 +11,7 @@
    scored by the process reward model, and SFT (chat messages) and DPO pairs are exported. A
    verifier-only task never reaches this step (``expert_data`` refuses it).
 3. SmolLM2-135M-Instruct as shipped is evaluated on the test splits, one batch per turn for
-   all episodes (``LocalBatchPolicy``).
+   all episodes (the local policy, ``TokenPolicy``: the one online RL acts through).
 4. It is fine-tuned on the expert data with knowlyr-trainer (one epoch: the RL stage gets room
    to learn; bf16 autocast only where the CPU computes bf16 natively) and evaluated again.
 5. Before RL: the SFT policy's pass@1 and pass@k per template on the RL pool (RL can only
@@ -55,9 +55,9 @@ import torch
 
 from agentreward import RewardEngine
 from agentsandbox.suites import SPLIT_ROLES, TaskSuite, get_suite
-from agenttrainer import LocalBatchPolicy, SFTConfig, SFTTrainer
-from agenttrainer.cli import quiet_library_warnings
+from agenttrainer import SFTConfig, SFTTrainer, TokenPolicy
 from agenttrainer.config import OnlineRLConfig
+from agenttrainer.console import quiet_library_warnings
 from agenttrainer.online import OnlineRLTrainer
 from agenttrainer.precision import resolve_bf16
 from knowlyrcore import (
@@ -226,8 +226,8 @@ def evaluate(model: str, name: str, suite: TaskSuite, tasks: dict[str, list[dict
     stages, trajectories, samples = [], {}, None
     with meter.stage(f"evaluate {name}") as row:
         # bf16 weights for generation where bf16 is native (about 2x faster than fp32 with AMX)
-        policy = LocalBatchPolicy.from_pretrained(
-            model, system_prompt=suite.system_prompt, max_new_tokens=args.max_new_tokens,
+        policy = TokenPolicy.from_pretrained(
+            model, system_prompt=suite.system_prompt, max_new_tokens=args.max_new_tokens, temperature=0.0,
             torch_dtype=torch.bfloat16 if args.bf16 else torch.float32, batch_size=args.eval_batch,
         )  # fmt: skip
         # every split in one lockstep batch: the long episodes of one split overlap the others'
@@ -254,7 +254,7 @@ def evaluate(model: str, name: str, suite: TaskSuite, tasks: dict[str, list[dict
                   f"n={summary['n']}", flush=True)  # fmt: skip
         print(f"{name}: {len(everything)} greedy episodes in {seconds:.0f}s", flush=True)
         if sampled and args.eval_samples > 1 and "test" in tasks:
-            policy.engine.temperature = 1.0
+            policy.temperature = 1.0
             random.seed(args.seed)  # as `knowlyr-hub evaluate --samples K --seed S` seeds its sampler
             torch.manual_seed(args.seed)
             start = time.perf_counter()
@@ -279,18 +279,18 @@ def train_sft(model: str, root: Path, args, meter, *, name: str = "sft", train_f
     """SFT of ``model`` on ``train_file`` (default: the expert data) into ``root / name``."""
     out = root / name
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, not a resume of an older one
-    config = SFTConfig(
+    config = SFTConfig.from_dict(dict(
         model_name_or_path=model, train_file=str(train_file or root / "sft.jsonl"), output_dir=str(out),
         num_epochs=args.epochs, max_optimizer_steps=args.max_optimizer_steps, batch_size=args.sft_micro_batch,
         gradient_accumulation_steps=max(1, args.batch_size // args.sft_micro_batch),
         learning_rate=args.lr, warmup_ratio=0.05, max_length=1024, bf16=args.bf16, save_steps=0,
         use_lora=args.lora, seed=args.seed,
-    )  # fmt: skip
+    ))  # fmt: skip
     command = (f"knowlyr-trainer sft --model {model} --train-file {config.train_file} --output-dir {out} "
                f"--num-epochs {config.num_epochs} --max-optimizer-steps {config.max_optimizer_steps} --batch-size {config.batch_size} "
                f"--gradient-accumulation-steps {config.gradient_accumulation_steps} --learning-rate {config.learning_rate} "
                f"--warmup-ratio 0.05 --max-length 1024 --save-steps 0 --seed {config.seed}"
-               + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else ""))  # fmt: skip
+               + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.lora.use_lora else ""))  # fmt: skip
     with meter.stage(f"train {name}", command):
         result = SFTTrainer(config).train()
     print(f"SFT: {result['global_step']} steps, final loss {result['train_loss']:.4f}, "
@@ -309,7 +309,7 @@ def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, r
     out = root / name
     shutil.rmtree(out, ignore_errors=True)
     rl = algorithm != "rft"
-    config = OnlineRLConfig(
+    config = OnlineRLConfig.from_dict(dict(
         model_name_or_path=checkpoint, env_id=suite.env_id,
         env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"} if rl and args.rl_partial_credit else suite.env_kwargs or None,
         tasks_file=str(root / "tasks" / "rl.jsonl"), output_dir=str(out), system_prompt=suite.system_prompt,
@@ -321,19 +321,20 @@ def train_online(name: str, algorithm: str, checkpoint: str, suite: TaskSuite, r
         temperature=1.0, process_reward="rules" if args.rl_step_reward else "none", batch_size=args.rl_micro_batch,
         dynamic_sampling=rl and args.rl_dynamic_sampling, max_refill_rounds=args.rl_refill_rounds,
         task_sampling="pass_rate" if rl else "sequential", bf16=args.bf16, seed=args.seed, use_lora=args.lora,
-    )  # fmt: skip
+    ))  # fmt: skip
     command = (
         f"knowlyr-trainer grpo --online --env {suite.env_id} --tasks {config.tasks_file} --model {checkpoint} "
         f"--output-dir {out}{'' if include_tools else ' --no-include-tools'} --algorithm {algorithm} --group-size {config.group_size} "
         f"--tasks-per-iteration {config.tasks_per_iteration} --num-iterations {config.num_iterations} "
-        f"--max-steps {config.max_steps} --max-new-tokens {config.max_new_tokens} --learning-rate {config.learning_rate} "
+        f"--max-steps {config.max_steps} --max-new-tokens {config.sampling.max_new_tokens} --learning-rate {config.learning_rate} "
         f"--warmup-ratio 0 --lr-scheduler constant --kl-coef {config.kl_coef} --loss-normalization token "
-        f"--batch-size {config.batch_size} --process-reward {config.process_reward} --seed {config.seed}"
+        f"--batch-size {config.batch_size} --process-reward {config.rewards.process_reward} --seed {config.seed}"
         + (f" --env-kwargs '{json.dumps(config.env_kwargs)}'" if config.env_kwargs else "")
         + (f" --clip-eps-high {config.clip_eps_high}" if config.clip_eps_high else "")
-        + (f" --dynamic-sampling --max-refill-rounds {config.max_refill_rounds}" if config.dynamic_sampling else "")
-        + (" --task-sampling pass_rate" if config.task_sampling == "pass_rate" else "")
-        + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.use_lora else "")
+        + (f" --dynamic-sampling --max-refill-rounds {config.selection.max_refill_rounds}"
+           if config.selection.dynamic_sampling else "")
+        + (" --task-sampling pass_rate" if config.selection.task_sampling == "pass_rate" else "")
+        + ("" if config.bf16 else " --no-bf16") + (" --use-lora" if config.lora.use_lora else "")
     )  # fmt: skip
     with meter.stage(f"train {name}", command):
         result = OnlineRLTrainer(config).train()
@@ -355,11 +356,10 @@ def pass_at_k_by_template(checkpoint: str, suite: TaskSuite, tasks: list[dict], 
                f"--max-new-tokens {args.max_new_tokens} --batch-size {len(tasks) * k} "
                f"--dtype {'bfloat16' if args.bf16 else 'float32'}")  # fmt: skip
     with meter.stage(f"pass@{k} of sft on the RL pool", command):
-        policy = LocalBatchPolicy.from_pretrained(
-            checkpoint, system_prompt=suite.system_prompt, max_new_tokens=args.max_new_tokens,
+        policy = TokenPolicy.from_pretrained(
+            checkpoint, system_prompt=suite.system_prompt, max_new_tokens=args.max_new_tokens, temperature=1.0,
             torch_dtype=torch.bfloat16 if args.bf16 else torch.float32, batch_size=args.eval_batch,
         )  # fmt: skip
-        policy.engine.temperature = 1.0
         random.seed(args.seed)
         torch.manual_seed(args.seed)
         summary, runs = evaluate_sampled(policy, tasks, k=k, env=suite.env_id, name="sft", split="rl-pool",

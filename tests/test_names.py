@@ -1,8 +1,7 @@
-"""One meaning per name (#28 item 5): renamed names keep working, and the source keeps names apart.
+"""One meaning per name (#28 item 5, #44 item 5).
 
-1. Every old name, keyword, config field, config-file key and flag still works and warns exactly
-   once, naming its new name, though it is used twice (``knowlyrcore.deprecation`` gives each
-   message once per process; each test starts with none given).
+1. ``--max-steps`` is an episode's step budget (online RL, the only recipe that plays episodes)
+   and ``--max-optimizer-steps`` the optimizer steps of every recipe.
 2. No top-level public function name is defined in two packages with different parameters
    (``max_steps``-style clashes: one name, two meanings), and no module imports another module's
    private (``_name``) name: a name another module uses is public.
@@ -11,187 +10,20 @@
 from __future__ import annotations
 
 import ast
-import importlib
-import warnings
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 import agenttrainer.cli
 import agenttrainer.retrieval
-from agenttrainer.config import DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig
-from agenttrainer.models import overfit_tiny_model
-from agenttrainer.online import collect_rollouts
-from agenttrainer.retrieval import RetrieverConfig
-from knowlyrcore import AgentEnv, TimeStep, deprecation
-from knowlyrcore.policy import as_batch_policy
-from knowlyrcore.rollout import play_episodes, wrap_episode_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC_FOLDERS = sorted(ROOT.glob("packages/*/src"))
 
 
-@pytest.fixture(autouse=True)
-def no_deprecation_given_yet(monkeypatch):
-    """Each test sees every deprecation as not given yet in this process."""
-    monkeypatch.setattr(deprecation, "given", set())
-
-
-def twice_warned(use):
-    """``use()`` called twice: both results and the messages of the DeprecationWarnings given."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        results = use(), use()
-    return results, [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
-
-
-# --- 1. old names still work, warning once -------------------------------------------------------
-
-
-class Coin(AgentEnv):
-    def reset(self, *, task=None, seed=None):
-        return TimeStep("flip?")
-
-    def step(self, action):
-        return TimeStep("heads", reward=1.0, terminated=True)
-
-
-def _collect_rollouts_old():
-    # max_turns=0 reaches collect_rollouts as max_steps=0, which it refuses before playing anything
-    with pytest.raises(ValueError, match="max_steps"):
-        collect_rollouts("unused", [], None, None, max_turns=0)
-    return "max_steps=0 refused"
-
-
-KEYWORDS = {  # the old keyword (or attribute) -> (a use of it, what the use gives, the new name)
-    "SFTConfig(max_steps=)": (
-        lambda: SFTConfig(train_file="t", max_steps=3).max_optimizer_steps,
-        3,
-        "max_optimizer_steps",
-    ),
-    "DPOConfig(max_steps=)": (
-        lambda: DPOConfig(train_file="t", max_steps=3).max_optimizer_steps,
-        3,
-        "max_optimizer_steps",
-    ),
-    "GRPOConfig(max_steps=)": (
-        lambda: GRPOConfig(train_file="t", max_steps=3).max_optimizer_steps,
-        3,
-        "max_optimizer_steps",
-    ),
-    "SFTConfig.max_steps": (
-        lambda: SFTConfig(train_file="t", max_optimizer_steps=4).max_steps,
-        4,
-        "max_optimizer_steps",
-    ),
-    "SFTConfig.from_dict({max_steps})": (
-        lambda: SFTConfig.from_dict({"train_file": "t", "max_steps": 5}).max_optimizer_steps,
-        5,
-        "max_optimizer_steps",
-    ),
-    "OnlineRLConfig(max_turns=)": (
-        lambda: OnlineRLConfig(env_id="e", tasks_file="t", max_turns=3).max_steps,
-        3,
-        "max_steps",
-    ),
-    "OnlineRLConfig.max_turns": (
-        lambda: OnlineRLConfig(env_id="e", tasks_file="t", max_steps=6).max_turns,
-        6,
-        "max_steps",
-    ),
-    "RetrieverConfig(max_steps=)": (lambda: RetrieverConfig(max_steps=7).max_optimizer_steps, 7, "max_optimizer_steps"),
-    "overfit_tiny_model(max_steps=)": (
-        lambda: overfit_tiny_model(torch.nn.Linear(1, 1), None, [], max_steps=1).training,
-        False,  # nothing to fit: returned at once, in eval mode
-        "max_optimizer_steps",
-    ),
-    "play_episodes(max_turns=)": (
-        lambda: [
-            (e.end, e.turns)
-            for e in play_episodes(
-                [wrap_episode_env(Coin())],
-                as_batch_policy(lambda: lambda observation: {"tool": "flip", "params": {}}),
-                [None],
-                max_turns=0,
-            )
-        ],
-        [("max_steps", 0)],
-        "max_steps",
-    ),
-    "collect_rollouts(max_turns=)": (_collect_rollouts_old, "max_steps=0 refused", "max_steps"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(KEYWORDS))
-def test_an_old_keyword_or_field_works_and_warns_once_naming_the_new_one(case):
-    use, expected, new = KEYWORDS[case]
-    results, messages = twice_warned(use)
-    assert results == (expected, expected)
-    assert len(messages) == 1, messages
-    assert f"use {new}" in messages[0]
-
-
-MOVED = [  # (module, old name, module of the new name, new name)
-    ("agenttrainer.inference", "parse_action", "agenttrainer.inference", "action_from_answer"),
-    ("agenttrainer.inference", "tool_schemas", "agenttrainer.inference", "chat_template_tools"),
-    ("agenttrainer.algorithms", "get", "agenttrainer.algorithms", "get_algorithm"),
-    ("agenttrainer.algorithms", "names", "agenttrainer.algorithms", "algorithm_names"),
-    ("agenttrainer.algorithms", "register", "agenttrainer.algorithms", "register_algorithm"),
-    ("agenttrainer.algorithms.registry", "get", "agenttrainer.algorithms", "get_algorithm"),
-    ("agenttrainer.algorithms.registry", "names", "agenttrainer.algorithms", "algorithm_names"),
-    ("agenttrainer.algorithms.registry", "register", "agenttrainer.algorithms", "register_algorithm"),
-    ("agenttrainer.data", "read_jsonl", "agenttrainer.data", "read_located_records"),
-    ("agenttrainer.data.readers", "read_jsonl", "agenttrainer.data", "read_located_records"),
-    ("agentsandbox.bfcl.library", "query_pairs", "agentsandbox.bfcl.library", "bfcl_query_pairs"),
-    ("agentreward", "read_trajectories", "agentreward", "read_trajectory_dicts"),
-    ("agentreward.trajectories", "read_trajectories", "agentreward", "read_trajectory_dicts"),
-    ("agentreward.trajectories", "iter_json_lines", "agentreward.trajectories", "read_json_lines"),
-    ("agentreward.trajectories", "write_jsonl", "knowlyrcore.jsonl", "write_jsonl"),
-    *(
-        ("agenttrainer.trainers.common", name, owner, name)
-        for owner, name in [
-            ("agenttrainer.trainers.setup", "load_policy"),
-            ("agenttrainer.trainers.setup", "make_accelerator"),
-            ("agenttrainer.trainers.setup", "make_optimizer_and_scheduler"),
-            ("agenttrainer.trainers.plan", "epoch_windows"),
-            ("agenttrainer.trainers.plan", "global_batches"),
-            ("agenttrainer.trainers.plan", "shard"),
-            ("agenttrainer.trainers.guards", "NonFiniteLossError"),
-            ("agenttrainer.trainers.guards", "check_finite"),
-            ("agenttrainer.checkpoints", "CHECKPOINT_PREFIX"),
-            ("agenttrainer.checkpoints", "list_checkpoints"),
-            ("agenttrainer.checkpoints", "load_checkpoint"),
-            ("agenttrainer.checkpoints", "resolve_checkpoint"),
-            ("agenttrainer.checkpoints", "save_checkpoint"),
-            ("agenttrainer.checkpoints", "trainable_state"),
-            ("agenttrainer.models.attention", "PACKED_ATTENTION"),
-            ("agenttrainer.models.attention", "HiddenStates"),
-            ("agenttrainer.packed", "sequence_sums"),
-            ("agenttrainer.packed", "to_device"),
-            ("agenttrainer.packed", "unpack_tokens"),
-        ]
-    ),
-]
-
-
-@pytest.mark.parametrize(("module", "old", "owner", "new"), MOVED, ids=[f"{m}.{o}" for m, o, _, _ in MOVED])
-def test_an_old_module_name_is_the_new_object_and_warns_once_naming_it(module, old, owner, new):
-    old_module, new_module = importlib.import_module(module), importlib.import_module(owner)
-    results, messages = twice_warned(lambda: getattr(old_module, old))
-    assert results[0] is results[1] is getattr(new_module, new)
-    assert len(messages) == 1, messages
-    assert f"{owner}.{new}" in messages[0]
-
-
-def test_the_private_kernel_names_left_trainers_common():
-    from agenttrainer.trainers import common
-
-    for name in ("_EXPLICIT_ATTENTION_MAX_LEN", "_base", "_causal_attention", "_packed_sdpa"):
-        with pytest.raises(AttributeError):
-            getattr(common, name)
+# --- 1. one flag, one meaning ----------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -203,42 +35,38 @@ def captured(monkeypatch):
     return seen
 
 
-FLAGS = [  # (the command with an old flag, the field it sets, the value, the new flag)
-    (["sft", "--train-file", "t.jsonl", "--max-steps", "3"], "max_optimizer_steps", 3, "--max-optimizer-steps"),
-    (["dpo", "--train-file", "t.jsonl", "--max-steps", "3"], "max_optimizer_steps", 3, "--max-optimizer-steps"),
-    (["grpo", "--train-file", "t.jsonl", "--max-steps", "3"], "max_optimizer_steps", 3, "--max-optimizer-steps"),
-    (["grpo", "--online", "--env", "e", "--tasks", "t.jsonl", "--max-turns", "3"], "max_steps", 3, "--max-steps"),
-    (["retriever", "--max-steps", "3"], "max_optimizer_steps", 3, "--max-optimizer-steps"),
+def invoke(*args: str):
+    return CliRunner().invoke(agenttrainer.cli.cli, list(args))
+
+
+ONLINE = ("grpo", "--online", "--env", "e", "--tasks", "t.jsonl")
+RECIPES = [
+    ("sft", "--train-file", "t.jsonl"),
+    ("dpo", "--train-file", "t.jsonl"),
+    ("prm", "--train-file", "t.jsonl"),
+    ("grpo", "--train-file", "t.jsonl"),
+    ONLINE,
+    ("retriever",),
 ]
 
 
-@pytest.mark.parametrize(("args", "field", "value", "new_flag"), FLAGS, ids=[" ".join(a[:2]) for a, *_ in FLAGS])
-def test_an_old_flag_works_and_warns_once_naming_the_new_one(captured, args, field, value, new_flag):
-    runs = [CliRunner().invoke(agenttrainer.cli.cli, args) for _ in range(2)]
-    assert [r.exit_code for r in runs] == [0, 0], runs[0].output
-    assert [getattr(config, field) for config in captured] == [value, value]
-    warned = [line for r in runs for line in r.stderr.splitlines() if line.startswith("warning:")]
-    assert warned == [f"warning: {args[-2]} is deprecated: use {new_flag}"]
+@pytest.mark.parametrize("recipe", RECIPES, ids=[" ".join(r[:2]) for r in RECIPES])
+def test_max_optimizer_steps_caps_the_optimizer_steps_of_every_recipe(captured, recipe):
+    result = invoke(*recipe, "--max-optimizer-steps", "3")
+    assert result.exit_code == 0, result.output
+    assert [config.max_optimizer_steps for config in captured] == [3]
 
 
-def test_an_old_config_file_key_works_warns_once_with_its_line_and_a_new_flag_wins(captured, tmp_path):
-    config = tmp_path / "c.yaml"
-    config.write_text("train_file: t.jsonl\nmax_steps: 4\n")
-    runs = [CliRunner().invoke(agenttrainer.cli.cli, ["sft", "--config", str(config)]) for _ in range(2)]
-    runs.append(
-        CliRunner().invoke(agenttrainer.cli.cli, ["sft", "--config", str(config), "--max-optimizer-steps", "9"])
-    )
-    assert [r.exit_code for r in runs] == [0, 0, 0], runs[0].output
-    assert [c.max_optimizer_steps for c in captured] == [4, 4, 9]
-    warned = [line for r in runs for line in r.stderr.splitlines() if line.startswith("warning:")]
-    assert warned == [f"warning: {config}:2: max_steps is deprecated: use max_optimizer_steps"]
-
-
-def test_an_old_and_a_new_name_together_are_refused():
-    with pytest.raises(TypeError, match="give only max_optimizer_steps"):
-        SFTConfig(train_file="t", max_steps=1, max_optimizer_steps=2)
-    result = CliRunner().invoke(agenttrainer.cli.cli, ["sft", "--max-steps", "1", "--max-optimizer-steps", "2"])
-    assert result.exit_code == 2 and "give only --max-optimizer-steps" in result.stderr
+def test_max_steps_is_an_episodes_step_budget_and_only_online_rl_plays_episodes(captured):
+    result = invoke(*ONLINE, "--max-steps", "3")
+    assert result.exit_code == 0, result.output
+    assert [config.max_steps for config in captured] == [3]
+    offline = invoke("grpo", "--train-file", "t.jsonl", "--max-steps", "3")
+    assert offline.exit_code == 2 and "--max-steps: online RL options; add --online" in offline.output
+    for recipe in ("sft", "dpo", "prm", "retriever"):
+        refused = invoke(recipe, "--train-file", "t.jsonl", "--max-steps", "3")
+        assert refused.exit_code == 2 and "--max-steps" in refused.output, recipe
+    assert len(captured) == 1
 
 
 # --- 2. the source keeps names apart ------------------------------------------------------------

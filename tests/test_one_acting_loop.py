@@ -4,9 +4,11 @@ environment and seeds.
 knowlyr-hub's ``collect`` (one episode per call, in threads), ``collect_batched`` (lockstep),
 knowlyr-trainer's online RL (``collect_rollouts``) and the GRPO wrapper's sampling are thin
 callers of ``knowlyrcore.rollout.play_episodes``. With a scripted policy they all record the
-same steps; with the token-recording policy (``TokenPolicy``, greedy, tiny random model) hub's
+same steps; with the local policy (``TokenPolicy``, greedy, tiny random model) hub's
 ``collect_batched`` and online RL record the same token ids and log-probs, and the wrapper
-samples what it sampled before it went through the loop.
+samples what it sampled before it went through the loop. ``knowlyr-hub evaluate --policy
+CHECKPOINT`` (greedy) takes the actions online RL's rollouts of that checkpoint take, on a tiny
+random model and on SmolLM2-135M.
 """
 
 from __future__ import annotations
@@ -16,15 +18,15 @@ import json
 import pytest
 import torch
 
-from agenttrainer.generation import LocalGenerator, TokenSample
-from agenttrainer.inference import AgentInference
-from agenttrainer.models import build_tiny_model
-from agenttrainer.online import TokenPolicy, collect_rollouts
+from agenttrainer.acting import AgentInference, LocalGenerator, TokenPolicy, TokenSample
+from agenttrainer.models import build_tiny_model, load_model_and_tokenizer, save_model
+from agenttrainer.online import collect_rollouts
 from agenttrainer.wrapper import GRPOTrainerWrapper
-from knowlyrcore import AgentEnv, TaskInfo, TimeStep
+from knowlyrcore import AgentEnv, TaskInfo, TimeStep, read_trajectories, register, unregister, write_jsonl
 from knowlyrcore.policy import as_batch_policy
 from knowlyrcore.rollout import env_tools, play_episodes, wrap_episode_env
 from trajectoryhub import collect, collect_batched
+from trajectoryhub.cli import main as hub
 
 TASKS = [{"id": "a", "metadata": {"n": 3}}, {"id": "b", "metadata": {"n": 1}}, {"id": "c", "metadata": {"n": 2}}]
 SEED = 40
@@ -145,7 +147,8 @@ def test_token_policy_hub_collection_equals_online_rl(tokenizer):
 def test_the_wrapper_samples_through_the_loop_what_it_sampled_before(tmp_path, tokenizer):
     """The GRPO wrapper's completions, now one-turn episodes of the loop, equal those of its former
     sampling code (chat template -> ``LocalGenerator`` in chunks of ``batch_size`` groups, one
-    seeded RNG stream per epoch), and a ``TokenPolicy`` in hub's ``collect_batched`` gives them too."""
+    seeded RNG stream per epoch), and a ``TokenPolicy`` in hub's ``collect_batched`` gives them too.
+    The rollouts it trains on hold those ids, and its prompts' as the chat template renders them."""
     rows = [{"prompt": "Say hi"}, {"prompt": [{"role": "user", "content": "Count"}]}, {"prompt": "List files"}]
     model, _ = build_tiny_model(seed=0)
     wrapper = GRPOTrainerWrapper(
@@ -162,7 +165,8 @@ def test_the_wrapper_samples_through_the_loop_what_it_sampled_before(tmp_path, t
         progress_bar=False,
     )
     records = [json.loads(line) for line in wrapper._rollouts(1).read_text().splitlines()]
-    sampled = [t["response"] for record in records for t in record["trajectories"]]
+    attempts = [t for record in records for t in record["trajectories"]]
+    sampled = [t["messages"][0]["token_ids"] for t in attempts]
 
     encode = AgentInference(model, tokenizer).encode
     chats = [[{"role": "user", "content": r["prompt"]}] if isinstance(r["prompt"], str) else r["prompt"] for r in rows]
@@ -174,8 +178,9 @@ def test_the_wrapper_samples_through_the_loop_what_it_sampled_before(tmp_path, t
         for start in (0, 2):
             chunk = [p for p in prompts[start : start + 2] for _ in range(3)]
             samples = generator.generate(chunk, max_new_tokens=6, temperature=1.0)
-            before += [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples]
-    assert sampled == before and len(set(sampled)) > 1
+            before += [s.token_ids for s in samples]
+    assert sampled == before and len({tuple(ids) for ids in sampled}) > 1
+    assert [t["prompt_token_ids"] for t in attempts] == [p for p in prompts for _ in range(3)]
 
     class Prompt(AgentEnv):
         def reset(self, *, task=None, seed=None):
@@ -189,4 +194,46 @@ def test_the_wrapper_samples_through_the_loop_what_it_sampled_before(tmp_path, t
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(wrapper.config.seed + 1)
         hub = collect_batched(Prompt, policy, tasks, batch_size=6, progress=False)
-    assert [tokenizer.decode(t.steps[0].token_ids, skip_special_tokens=True) for t in hub] == sampled
+    assert [t.steps[0].token_ids for t in hub] == sampled
+
+
+@pytest.fixture
+def countdown_id():
+    register("test/countdown-acting", Countdown, domain="generic")
+    yield "test/countdown-acting"
+    unregister("test/countdown-acting")
+
+
+@pytest.mark.parametrize("spec", ["tiny", pytest.param("smollm2-135m", marks=pytest.mark.integration)])
+def test_greedy_evaluate_acts_as_online_rl(spec, countdown_id, tmp_path, capsys):
+    """One checkpoint, the same tasks and seeds: ``knowlyr-hub evaluate --policy`` (the trainer's
+    ``policy_from_spec``) and online RL's rollouts (``collect_rollouts`` over a ``LocalGenerator``)
+    act through the one local policy, so every step's action and sampled token ids are the same."""
+    if spec == "tiny":
+        model, tokenizer = build_tiny_model(seed=0)
+        spec = str(save_model(model, tokenizer, tmp_path / "tiny"))
+    model, tokenizer = load_model_and_tokenizer(spec, torch_dtype=torch.float32)
+    tasks = tmp_path / "tasks.jsonl"
+    write_jsonl(tasks, TASKS)
+    out = tmp_path / "evaluated.jsonl"
+    argv = ["evaluate", "--policy", spec, "--tasks", str(tasks), "--env", countdown_id, "--max-steps", "8"]
+    assert hub([*argv, "--max-new-tokens", "12", "--seed", str(SEED), "-o", str(out)]) == 0
+    capsys.readouterr()
+    evaluated = list(read_trajectories(out))
+    rollouts = collect_rollouts(
+        countdown_id,
+        TASKS,
+        LocalGenerator(model, tokenizer),
+        tokenizer,
+        max_steps=8,
+        max_new_tokens=12,
+        temperature=0.0,
+        seed=SEED,
+    )
+
+    def acted(trajectory):
+        steps = [(s.tool_call.name, s.tool_call.parameters, s.token_ids) for s in trajectory.steps]
+        return trajectory.metadata["prompt_token_ids"], steps
+
+    assert [len(t.steps) for t in evaluated] == [3, 1, 2]
+    assert [acted(t) for t in evaluated] == [acted(r.trajectory) for r in rollouts]

@@ -96,7 +96,7 @@ def test_online_rollouts_exported_train_offline_on_the_sampled_ids(tmp_path):
     data path: the sequence trained on is the rollout's own, token for token."""
     import torch
 
-    from agenttrainer.generation import LocalGenerator
+    from agenttrainer.acting.generators import LocalGenerator
     from agenttrainer.models import build_tiny_model
     from agenttrainer.online import collect_rollouts
 

@@ -78,7 +78,7 @@ def test_defaults_pair_best_against_worst_on_both():
     from agentreward import build_preference_pairs
 
     pairs = build_preference_pairs(_trajectory(*row).model_dump(mode="json") for row in SCORED)
-    assert [(p["chosen"]["id"], p["rejected"]["id"], p["margin"]) for p in pairs] == [("a", "d", 0.8)]
+    assert [(p.chosen.id, p.rejected.id, p.margin) for p in pairs] == [("a", "d", 0.8)]
 
 
 def test_the_pairing_options_have_the_same_names_and_defaults():

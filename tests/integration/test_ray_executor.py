@@ -179,7 +179,6 @@ def test_cli_collect_on_ray_against_a_real_http_policy(tmp_path):
     from knowlyrcore.testing import ScriptedChatServer
     from trajectoryhub.cli import main
 
-    require_module("openai", "the OpenAI policy needs the openai SDK (in [dev])")
     suite = get_suite("retail")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(__import__("json").dumps(t) + "\n" for t in suite.generate("test", 2, 0)))

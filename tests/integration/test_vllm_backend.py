@@ -25,11 +25,10 @@ from knowlyrcore.testing import require, require_module
 
 require_module("agenttrainer", "the vLLM launcher and ServerGenerator are knowlyr-trainer's")
 require_module("agentsandbox", "the retail suite is knowlyr-sandbox's")
-require_module("openai", "knowlyr-hub's endpoint policy needs the openai SDK (knowlyr-hub[llm])")
 require_module("ray", "concurrent endpoint episodes run on Ray actors: pip install 'knowlyr-hub[ray]' (in [dev])")
 
 
-from agenttrainer.generation import LocalGenerator, ServerGenerator  # noqa: E402
+from agenttrainer.acting.generators import LocalGenerator, ServerGenerator  # noqa: E402
 from agenttrainer.models import load_model_and_tokenizer, resolve_model_path  # noqa: E402
 from agenttrainer.serving.vllm import VLLMNotFoundError, VLLMServer, vllm_python  # noqa: E402
 
@@ -130,31 +129,33 @@ def test_online_rl_iteration_pushes_its_weights_into_the_server(vllm, base_model
     suite = get_suite("retail")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in suite.generate("train", 4, seed=0)))
-    config = OnlineRLConfig(
-        model_name_or_path=MODEL,
-        env_id=suite.env_id,
-        env_kwargs={**(suite.env_kwargs or {}), "reward": "partial"},
-        tasks_file=str(tasks),
-        output_dir=str(tmp_path / "out"),
-        system_prompt=suite.system_prompt,
-        include_tools=False,
-        group_size=4,
-        tasks_per_iteration=4,
-        num_iterations=1,
-        max_steps=3,
-        max_new_tokens=48,
-        max_episode_tokens=1024,
-        learning_rate=1e-4,
-        warmup_ratio=0.0,
-        temperature=1.0,
-        process_reward="rules",
-        batch_size=8,
-        bf16=False,
-        progress_bar=False,
-        seed=0,
-        generation_url=vllm.base_url,
-        served_model_name=vllm.model_name,
-        push_weights="vllm",
+    config = OnlineRLConfig.from_dict(
+        {
+            "model_name_or_path": MODEL,
+            "env_id": suite.env_id,
+            "env_kwargs": {**(suite.env_kwargs or {}), "reward": "partial"},
+            "tasks_file": str(tasks),
+            "output_dir": str(tmp_path / "out"),
+            "system_prompt": suite.system_prompt,
+            "include_tools": False,
+            "group_size": 4,
+            "tasks_per_iteration": 4,
+            "num_iterations": 1,
+            "max_steps": 3,
+            "max_new_tokens": 48,
+            "max_episode_tokens": 1024,
+            "learning_rate": 1e-4,
+            "warmup_ratio": 0.0,
+            "temperature": 1.0,
+            "process_reward": "rules",
+            "batch_size": 8,
+            "bf16": False,
+            "progress_bar": False,
+            "seed": 0,
+            "generation_url": vllm.base_url,
+            "served_model_name": vllm.model_name,
+            "push_weights": "vllm",
+        }
     )
     trainer = OnlineRLTrainer(config)
     assert isinstance(trainer.generator, ServerGenerator)

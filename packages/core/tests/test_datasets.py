@@ -150,6 +150,11 @@ def test_integer_task_ids_of_older_files_read_as_text():
         ),
         (DPORecord, {"prompt": "p", "chosen": [], "rejected": "r"}, "chosen: must not be empty"),
         (DPORecord, {"prompt": "p", "chosen": "c", "rejected": [{"role": "bot"}]}, "rejected[0].role: Input should be"),
+        (
+            DPORecord,
+            {"prompt": "p", "chosen": "c", "rejected": "r", "prompt_token_ids": [1, True]},
+            "prompt_token_ids[1]: Input should be a valid integer",
+        ),
         (GRPORecord, {"prompt": "p", "trajectories": [{"response": "x"}]}, "trajectories[0].reward: Field required"),
         (
             GRPORecord,
@@ -207,6 +212,20 @@ def test_recorded_token_ids_need_the_whole_sequence():
     assert complete.trajectories[0].recorded_token_ids() == [[1, 2, 3], [7, 8], [9], []]
     no_prompt = complete.trajectories[0].model_copy(update={"prompt_token_ids": None})
     assert no_prompt.recorded_token_ids() is None
+
+
+def test_each_side_of_a_pair_is_recorded_on_its_own():
+    """A pair of the policy's sample (ids recorded) against an expert's text: the sample is
+    trained on as sampled, the text rendered; without the prompt's ids neither side is."""
+    sampled = [{"role": "assistant", "content": "no", "token_ids": [7, 2], "logprobs": [-1.0, -0.5]}]
+    pair = DPORecord.model_validate(
+        {"prompt": [CHAT[1]], "chosen": "a.py", "rejected": sampled, "prompt_token_ids": [1, 2, 3]}
+    )
+    assert pair.recorded_token_ids("rejected") == [[1, 2, 3], [7, 2]]
+    assert pair.recorded_token_ids("chosen") is None
+    partial = DPORecord.model_validate({**pair.model_dump(), "rejected": [*sampled, CHAT[4]]})  # one without ids
+    assert partial.recorded_token_ids("rejected") is None
+    assert pair.model_copy(update={"prompt_token_ids": None}).recorded_token_ids("rejected") is None
 
 
 # ------------------------------------------------------------------------ pairing

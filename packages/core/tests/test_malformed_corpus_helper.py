@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 
@@ -24,14 +23,6 @@ def test_the_bad_line_is_the_line_asked_for_after_good_ones(tmp_path):
 def test_by_default_the_bad_line_is_50000(tmp_path):
     path = malformed_corpus(tmp_path, GOOD, {}, kinds=["bad_line"])["bad_line"]
     assert path.read_bytes().count(b"\n") == 50_000
-
-
-def test_the_old_kind_name_still_gives_line_50000_and_warns(tmp_path):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        paths = malformed_corpus(tmp_path, GOOD, {}, kinds=["bad_line_50000"])
-    assert [str(w.message) for w in caught] == ["malformed kind 'bad_line_50000' is now 'bad_line'"]
-    assert paths["bad_line_50000"].read_bytes().count(b"\n") == 50_000
 
 
 @pytest.mark.parametrize("line", [0, 1])

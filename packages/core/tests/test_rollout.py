@@ -1,7 +1,5 @@
 """``play_episodes``, the one acting loop: lockstep turns, how episodes end, hooks, tools."""
 
-import warnings
-
 import pytest
 
 from knowlyrcore import AgentEnv, InvalidActionError, TaskInfo, TimeStep
@@ -151,17 +149,3 @@ def test_argument_checks():
     with pytest.raises(ValueError, match="no action for live episode 0"):
         play_episodes(envs(1), Script([[None]]), tasks(1))
     assert Episode().end == ""
-
-
-def test_moved_hub_names_warn_once_and_still_work():
-    from knowlyrcore import rollout
-    from knowlyrcore.deprecation import moved_names
-
-    getattr_ = moved_names("old.rollout", {"ToolWatch": "knowlyrcore.rollout"})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert getattr_("ToolWatch") is rollout.ToolWatch and getattr_("ToolWatch") is rollout.ToolWatch
-    assert [str(w.message) for w in caught] == ["old.rollout.ToolWatch moved to knowlyrcore.rollout.ToolWatch"]
-    assert caught[0].category is DeprecationWarning
-    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
-        getattr_("Nope")

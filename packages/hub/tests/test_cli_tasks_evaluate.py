@@ -172,7 +172,7 @@ def test_evaluate_errors(plan_env, tasks_file, tmp_path, capsys, monkeypatch):
         argv = ["evaluate", "--policy", "expert", "--tasks", str(tasks_file), "--env", plan_env, "-o", str(out)]
         assert "knowlyr-hub[report]" in error([*argv, "--report-dir", str(tmp_path / "r")])
         assert not out.exists()
-    monkeypatch.setitem(sys.modules, "agenttrainer.batch_policy", None)  # as if knowlyr-trainer were absent
+    monkeypatch.setitem(sys.modules, "agenttrainer.acting", None)  # as if knowlyr-trainer were absent
     assert install_command("knowlyr-hub", "trainer") in error(
         ["evaluate", "--policy", "./ckpt", "--tasks", str(tasks_file), "--env", plan_env]
     )
@@ -291,7 +291,6 @@ class ChatCompletions(BaseHTTPRequestHandler):
 def test_evaluate_endpoint_policy(plan_env, tasks_file, capsys):
     """Through a real HTTP server on loopback: the environment's tools and the system prompt reach
     the endpoint, and the served model's calls are played (respond at once: only p3 succeeds)."""
-    require(find_spec("openai") is not None, "endpoint policies need the openai SDK (knowlyr-hub[llm])")
     server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
     server.requests = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)

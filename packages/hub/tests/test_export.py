@@ -67,11 +67,8 @@ def test_sft_keeps_only_successes_by_default(traj, tmp_path):
     assert [r["metadata"]["trajectory_id"] for r in read_jsonl(tmp_path / "s.jsonl")] == ["a"]
     assert report.skipped == {"not_successful": 2}
     assert report.left_out() == "left out 2: 2 not successful (failed or not judged; --include-failures keeps them)"
-    assert exporter.export_sft(tmp_path / "s.jsonl", success_only=True).skipped == report.skipped  # old calls
     assert exporter.export_sft(tmp_path / "s.jsonl", include_failures=True).written == 3
     assert list(read_jsonl(tmp_path / "s.jsonl"))[1]["metadata"]["success"] is False
-    with pytest.raises(ValueError, match="contradict"):
-        exporter.export_sft(tmp_path / "s.jsonl", include_failures=True, success_only=True)
     assert ExportReport().left_out() == "left out none"
 
 

@@ -14,13 +14,12 @@ import json
 import pytest
 
 from knowlyrcore import AgentEnv, TimeStep, read_trajectories, write_jsonl
-from knowlyrcore.testing import ScriptedChatServer, require, require_module
+from knowlyrcore.endpoint import EndpointPolicy
+from knowlyrcore.testing import ScriptedChatServer, require
 from trajectoryhub.cli import main
 from trajectoryhub.export import DatasetExporter
-from trajectoryhub.policy import OpenAIPolicy
 from trajectoryhub.rollout import collect
 
-require_module("openai", "OpenAIPolicy needs the openai SDK (knowlyr-hub[llm], in [dev])")
 # knowlyr-sandbox and knowlyr-trainer are optional siblings of the hub: absent in the hub's
 # isolated venv, where these tests are skipped (CI's strict mode runs them in the full venv)
 pytest.importorskip("agentsandbox", reason="the BFCL environments come with knowlyr-sandbox")
@@ -118,7 +117,7 @@ def test_collect_hands_each_episode_its_tools(server):
     tasks = [bfcl_task("simple_python_1"), bfcl_task("simple_python_0")]
     for task in tasks:
         server.replies.extend(reply(action) for action in task["metadata"]["solution"])
-    agent = OpenAIPolicy("m", base_url=server.base_url)
+    agent = EndpointPolicy(server.base_url, "m")
     trajectories = collect("knowlyr/bfcl", agent, tasks=tasks, n_episodes=2, progress=False)
     assert [t.outcome.success for t in trajectories] == [True, True]
     assert [names(request)[0] for request in server.requests] == ["math.factorial"] * 2 + [
@@ -142,7 +141,7 @@ class FixedTools(AgentEnv):
 
 def test_fixed_tools_are_left_as_the_policy_was_built(server):
     server.replies.append({"content": "ok"})
-    agent = OpenAIPolicy("m", base_url=server.base_url, tools=[{"type": "function", "function": {"name": "mine"}}])
+    agent = EndpointPolicy(server.base_url, "m", tools=[{"type": "function", "function": {"name": "mine"}}])
     (trajectory,) = collect(FixedTools, agent, progress=False)
     assert names(server.requests[0]) == ["mine"] and "tools" not in trajectory.metadata
 
@@ -162,16 +161,16 @@ def test_sft_export_gives_a_bfcl_trajectory_its_functions(server, tmp_path):
         assert all(tool["function"]["parameters"]["type"] == "object" for tool in record["tools"])
 
 
-def test_a_local_batch_policy_is_given_each_episodes_tools():
-    """The lockstep path with a local model (``LocalBatchPolicy.set_tools_batch``), on a tiny random model."""
+def test_the_local_policy_is_given_each_episodes_tools():
+    """The lockstep path with a local model (``TokenPolicy.set_tools_batch``), on a tiny random model."""
     pytest.importorskip("agenttrainer", reason="local model policies need knowlyr-trainer")
-    from agenttrainer.batch_policy import LocalBatchPolicy
-    from agenttrainer.inference import AgentInference
+    from agenttrainer.acting import LocalGenerator, TokenPolicy
     from agenttrainer.models import build_tiny_model
     from trajectoryhub.batched import collect_batched
 
     tasks = [bfcl_task("simple_python_1"), bfcl_task("multiple_0")]
-    policy = LocalBatchPolicy(AgentInference(*build_tiny_model(seed=0), max_new_tokens=4))
+    model, tokenizer = build_tiny_model(seed=0)
+    policy = TokenPolicy(LocalGenerator(model, tokenizer), tokenizer, max_new_tokens=4, temperature=0.0)
     collect_batched("knowlyr/bfcl", policy, tasks, max_steps=2, progress=False)
     offered = [[tool["function"]["name"] for tool in tools] for tools in policy.episode_tools]
     assert offered == [[f["name"] for f in t["metadata"]["functions"]] + ["respond"] for t in tasks]

@@ -117,17 +117,3 @@ def test_record_env_errors_ends_only_the_episode_whose_env_raised(guess_env, cou
         assert out[1].outcome.exit_status == "env_error" and out[1].metadata["env_error"] == "KeyError: 'n'"
         assert out[1].reward == 0.0 and [s.tool_call.parameters for s in out[1].steps] == [{}]
     assert all(env.closed for env in guess_env.instances)
-
-
-def test_the_loop_pieces_moved_to_core_keep_their_hub_names():
-    import warnings
-
-    import knowlyrcore.rollout
-    import trajectoryhub.rollout
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert trajectoryhub.rollout.ToolWatch is knowlyrcore.rollout.ToolWatch
-        assert trajectoryhub.rollout.offer_tools is knowlyrcore.rollout.offer_tools
-    assert all(w.category is DeprecationWarning and "moved to knowlyrcore.rollout." in str(w.message) for w in caught)
-    assert trajectoryhub.rollout.wrap_episode_env is knowlyrcore.rollout.wrap_episode_env

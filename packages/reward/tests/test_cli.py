@@ -9,8 +9,8 @@ def write(path, records):
 
 def traj(tid, task, tool_outputs, success=None):
     steps = [
-        {"tool_call": {"name": n, "parameters": p}, "observation": {"output": o}, "metadata": m}
-        for n, p, o, m in tool_outputs
+        {"index": i, "tool_call": {"name": n, "parameters": p}, "observation": {"output": o}, "metadata": m}
+        for i, (n, p, o, m) in enumerate(tool_outputs)
     ]
     return {
         "id": tid,

@@ -1,10 +1,8 @@
 import json
-import warnings
 
 import pytest
 
 from agentreward import RewardEngine, TrajectoryFormatError, read_trajectory_dicts
-from agentreward import engine as engine_module
 from knowlyrcore import Trajectory
 
 
@@ -74,22 +72,11 @@ def test_score_fills_the_trajectory_models_reward_fields(make_step):
     assert scored.outcome == trajectory.outcome and scored.task == trajectory.task
 
 
-def test_score_of_a_dict_still_works_and_warns_once(make_step, monkeypatch):
-    monkeypatch.setattr(engine_module, "_warned_about_dicts", False)
-    engine = RewardEngine()
-    with pytest.warns(
-        DeprecationWarning, match=r"score\(dict\) is deprecated: pass a knowlyrcore.Trajectory.*score_record"
-    ):
-        scored = engine.score(two_step(make_step))
-    assert scored == engine.score_record(two_step(make_step))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        engine.score(two_step(make_step))  # the second dict: no warning
-
-
 def test_score_refuses_what_is_not_a_trajectory():
     with pytest.raises(TypeError, match="score takes a knowlyrcore.Trajectory, got list"):
         RewardEngine().score([])
+    with pytest.raises(TypeError, match="score takes a knowlyrcore.Trajectory, got dict"):
+        RewardEngine().score({"steps": []})  # a JSONL record is score_record's
 
 
 def test_penalties_and_outcome_weight_validation():

@@ -17,8 +17,13 @@ SERVER = ("-m", "agentreward.mcp_server")
 def test_score_pairs_rubrics_over_stdio(tmp_path):
     step = {"tool_call": {"name": "read_file", "parameters": {"path": "a.py"}}, "observation": {"output": "x"}}
     records = [
-        {"id": "good", "task": {"id": "t"}, "steps": [step], "outcome": {"success": True}},
-        {"id": "bad", "task": {"id": "t"}, "steps": [step, step], "outcome": {"success": False}},
+        {"id": "good", "task": {"id": "t"}, "steps": [{"index": 0, **step}], "outcome": {"success": True}},
+        {
+            "id": "bad",
+            "task": {"id": "t"},
+            "steps": [{"index": i, **step} for i in range(2)],
+            "outcome": {"success": False},
+        },
     ]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -71,6 +71,24 @@ def native_bf16(monkeypatch):
 
 
 @pytest.fixture
+def sampled(monkeypatch):
+    """``(prompt ids, sampled ids)`` of every answer the local generator gives in the test, in the
+    order it was asked: what a writer of sampled records must keep."""
+    from agenttrainer.acting import LocalGenerator
+
+    drawn = []
+    generate = LocalGenerator.generate
+
+    def spy(self, prompts, **kwargs):
+        samples = generate(self, prompts, **kwargs)
+        drawn.extend((list(prompt), sample.token_ids) for prompt, sample in zip(prompts, samples))
+        return samples
+
+    monkeypatch.setattr(LocalGenerator, "generate", spy)
+    return drawn
+
+
+@pytest.fixture
 def tiny():
     """A fresh tiny random Llama (same weights every call) and the real SmolLM2 tokenizer."""
     from agenttrainer.models import build_tiny_model

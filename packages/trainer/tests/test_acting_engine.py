@@ -1,5 +1,5 @@
-"""The acting engine (``agenttrainer.engine``): KV caches kept across turns give the answers a full
-re-prefill gives, and compute each prompt token once.
+"""The acting engine (``agenttrainer.acting.engine``): KV caches kept across turns give the answers
+a full re-prefill gives, and compute each prompt token once.
 
 Reference: ``LocalGenerator(reuse_cache=False)``, which prefills every prompt again on every call.
 Multi-turn runs extend each prompt by its answer and new "observation" tokens, as acting does; a
@@ -18,8 +18,8 @@ import random
 import pytest
 import torch
 
-from agenttrainer.engine import ActingEngine
-from agenttrainer.generation import LocalGenerator
+from agenttrainer.acting.engine import ActingEngine
+from agenttrainer.acting.generators import LocalGenerator
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread per test
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread
 def model_and_tokenizer():
     from agenttrainer.models.tiny import build_tiny_model
 
-    from .test_batch_policy import wide_random_model  # long, prompt-dependent greedy answers; 4 query / 2 kv heads
+    from .test_token_policy import wide_random_model  # long, prompt-dependent greedy answers; 4 query / 2 kv heads
 
     _, tokenizer = build_tiny_model()
     return wide_random_model(tokenizer).eval(), tokenizer
@@ -257,10 +257,10 @@ def test_engine_refuses_an_empty_prompt(model_and_tokenizer):
 
 @pytest.mark.integration
 def test_smollm2_retail_episodes_act_the_same_with_the_cache():
-    """SmolLM2-135M, fp32, greedy: retail test episodes through LocalBatchPolicy give the same
+    """SmolLM2-135M, fp32, greedy: retail test episodes through the local policy give the same
     action at every step with the acting engine as with a full re-prefill each turn."""
     from agentsandbox.suites import get_suite
-    from agenttrainer.batch_policy import LocalBatchPolicy
+    from agenttrainer.acting import TokenPolicy
     from trajectoryhub.evaluate import evaluate_policy
 
     torch.set_num_threads(2)
@@ -268,8 +268,8 @@ def test_smollm2_retail_episodes_act_the_same_with_the_cache():
     tasks = suite.generate("test", 6, 11)
     actions = {}
     for reuse in (True, False):
-        policy = LocalBatchPolicy.from_pretrained(
-            "smollm2-135m", system_prompt=suite.system_prompt, max_new_tokens=48, reuse_cache=reuse
+        policy = TokenPolicy.from_pretrained(
+            "smollm2-135m", system_prompt=suite.system_prompt, max_new_tokens=48, temperature=0.0, reuse_cache=reuse
         )
         _, runs = evaluate_policy(
             policy,
@@ -295,8 +295,8 @@ def test_smollm2_multi_turn_chats_equal_full_reprefill():
     """SmolLM2-135M, fp32, greedy, token-in/token-out as online RL acts (``ChatTokens``): four turns
     of four chats, each turn's prompt the last one + the answer + a tool observation; every answer
     (ids and log-probs) equals a full re-prefill's, and the history is reused, not prefilled."""
+    from agenttrainer.acting.chat import ChatTokens
     from agenttrainer.models import load_model_and_tokenizer
-    from agenttrainer.online.chat_tokens import ChatTokens
 
     torch.set_num_threads(2)
     model, tokenizer = load_model_and_tokenizer("smollm2-135m")

@@ -2,7 +2,6 @@
 
 import json
 import math
-import warnings
 
 import pytest
 
@@ -53,20 +52,6 @@ def test_unknown_and_duplicate_names_are_refused():
         registry.Algorithm("x", "no advantages", grpo_loss, None)
     with pytest.raises(ValueError, match="normalization"):
         registry.Algorithm("x", "", grpo_loss, registry.baseline_advantages, normalization="mean")
-
-
-def test_the_old_loss_names_warn_once_and_are_the_same_functions():
-    import agenttrainer.losses as losses
-    import agenttrainer.losses.advantages as old_advantages
-    from agenttrainer.algorithms import dpo, ppo
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert losses.dpo_loss is dpo.dpo_loss and losses.grpo_loss is grpo_loss and losses.gae is ppo.gae
-        assert algorithms.algorithm_names() == old_advantages.ALGORITHMS
-    # each name warns the first time it is used in a process (an earlier test may have used it)
-    assert all(w.category is DeprecationWarning and "agenttrainer.algorithms" in str(w.message) for w in caught)
-    assert losses.group_baseline_advantages(REWARDS, algorithm="rloo") == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
 
 
 def test_offline_grpo_takes_the_algorithm_and_refuses_online_only_ones(tmp_path, tiny, grpo_file):

@@ -9,9 +9,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from agenttrainer.acting.inference import AgentInference
 from agenttrainer.cli import cli
 from agenttrainer.config import SFTConfig
-from agenttrainer.inference import AgentInference
 from agenttrainer.models import load_model_and_tokenizer
 from agenttrainer.trainers.sft import SFTTrainer
 from knowlyrcore.testing import require_module
@@ -19,16 +19,18 @@ from knowlyrcore.testing import require_module
 
 def _train(tmp_path, sft_file, model, tok, **kw):
     """Two optimizer steps with a checkpoint at step 2, so the in-memory model is the step-2 model."""
-    config = SFTConfig(
-        train_file=sft_file,
-        output_dir=str(tmp_path / "out"),
-        batch_size=2,
-        max_optimizer_steps=2,
-        save_steps=2,
-        progress_bar=False,
-        bf16=False,
-        learning_rate=1e-2,
-        **kw,
+    config = SFTConfig.from_dict(
+        {
+            "train_file": sft_file,
+            "output_dir": str(tmp_path / "out"),
+            "batch_size": 2,
+            "max_optimizer_steps": 2,
+            "save_steps": 2,
+            "progress_bar": False,
+            "bf16": False,
+            "learning_rate": 1e-2,
+            **kw,
+        }
     )
     trainer = SFTTrainer(config, model=model, tokenizer=tok)
     trainer.train()

@@ -100,11 +100,11 @@ def test_security_the_cli_refuses_a_hostile_checkpoint_in_one_line_with_exit_2(t
         "--no-bf16",
         "--no-progress-bar",
     ]
-    first = CliRunner().invoke(cli, [*args, "--max-steps", "2"])
+    first = CliRunner().invoke(cli, [*args, "--max-optimizer-steps", "2"])
     assert first.exit_code == 0, first.output
     marker = tmp_path / "pwned"
     _plant(out / "checkpoint-2", "optimizer.pt", marker, "pickle")
-    resumed = CliRunner().invoke(cli, [*args, "--max-steps", "4", "--resume-from-checkpoint", "latest"])
+    resumed = CliRunner().invoke(cli, [*args, "--max-optimizer-steps", "4", "--resume-from-checkpoint", "latest"])
     assert resumed.exit_code == 2, resumed.output
     # one line, no traceback, no warning (transformers' model-loading bar aside)
     lines = [line for line in resumed.stderr.splitlines() if line.strip() and "Loading weights" not in line]

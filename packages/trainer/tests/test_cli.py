@@ -137,7 +137,7 @@ def test_security_config_errors_never_echo_the_file(tmp_path, command):
 def test_the_known_noisy_future_warnings_are_hidden_by_the_cli_entry_only():
     import warnings
 
-    from agenttrainer.cli import quiet_library_warnings
+    from agenttrainer.console import quiet_library_warnings
 
     def shown(message, *, cli_entry):
         with warnings.catch_warnings(record=True) as caught:

@@ -1,4 +1,5 @@
-"""AgentInference and its agent on a tiny model trained to known answers (tool call, Action text, reply)."""
+"""AgentInference and its agent (the local policy, ``create_agent``) on a tiny model trained to known
+answers (tool call, Action text, reply). The agent keeps its chat as token ids: the tests read it decoded."""
 
 from __future__ import annotations
 
@@ -7,19 +8,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agenttrainer.inference import AgentInference, action_from_answer, chat_template_tools
+from agenttrainer.acting.chat import action_from_answer, chat_template_tools
+from agenttrainer.acting.inference import AgentInference
 from agenttrainer.models import build_tiny_model, overfit_tiny_model, save_model
-from agenttrainer.models.tool_calls import ToolCall, parse_tool_calls, possible_tool_call_start
+from knowlyrcore.tool_parsing import FunctionCall, parse_tool_calls, possible_tool_call_start
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-TOOL_CALL_ANSWER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+from .test_token_policy import TOOL_CALL_ANSWER, WEATHER
+
 EXAMPLES = [
     {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER], "answer": TOOL_CALL_ANSWER},
     {
@@ -47,7 +42,7 @@ def engine(checkpoint):
 
 def test_tool_call_blocks_are_split_from_content():
     text = 'I will check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>{"name": "b", "arguments": "{\\"y\\": 2}"}'
-    assert parse_tool_calls(text) == ("I will check.", [ToolCall("a", {"x": 1}), ToolCall("b", {"y": 2})])
+    assert parse_tool_calls(text) == ("I will check.", [FunctionCall("a", {"x": 1}), FunctionCall("b", {"y": 2})])
 
 
 def test_malformed_tool_call_stays_in_the_content():
@@ -151,33 +146,40 @@ def test_sampling_is_reproducible_with_a_seed(engine):
 # -- the agent ------------------------------------------------------------------------------
 
 
+def chat(agent):
+    """The agent's episode so far, decoded (special tokens kept)."""
+    return agent.tokenizer.decode(agent.records[0].token_ids)
+
+
 def test_agent_turns_a_native_tool_call_into_an_action_and_feeds_back_a_tool_message(engine):
     agent = engine.create_agent(tools=[WEATHER])
     assert agent("Weather in Paris?") == {"tool": "get_weather", "params": {"city": "Paris"}, "thought": ""}
     agent("18 degrees, sunny")
-    roles = [m["role"] for m in agent.messages]
-    assert roles == ["user", "assistant", "tool", "assistant"]
-    assert agent.messages[1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": {"city": "Paris"}}
-    assert agent.messages[2]["content"] == "18 degrees, sunny"
+    answered = f"<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n{TOOL_CALL_ANSWER}<|im_end|>\n"
+    tool_turn = "<|im_start|>user\n<tool_response>\n18 degrees, sunny\n</tool_response><|im_end|>\n"
+    assert answered + tool_turn + "<|im_start|>assistant\n" in chat(agent)
+    assert len(agent.records[0].step_spans) == 2
 
 
 def test_agent_parses_action_text_and_sends_observations_as_user_turns(engine):
     agent = engine.create_agent()
     assert agent("List the files.") == {"tool": "bash", "params": {"input": "ls -la"}, "thought": "look first"}
     agent({"output": "a.py", "exit_code": 0})
-    assert agent.messages[1] == {"role": "assistant", "content": "Thought: look first\nAction: bash ls -la"}
-    assert agent.messages[2] == {"role": "user", "content": 'Observation: {"output": "a.py", "exit_code": 0}'}
+    assert (
+        "<|im_start|>assistant\nThought: look first\nAction: bash ls -la<|im_end|>\n"
+        '<|im_start|>user\nObservation: {"output": "a.py", "exit_code": 0}<|im_end|>\n'
+    ) in chat(agent)
 
 
 def test_system_prompt_leads_the_conversation_and_survives_reset(engine):
     agent = engine.create_agent(system_prompt="You are a coder.")
     agent("List the files.")
-    assert agent.messages[:2] == [
-        {"role": "system", "content": "You are a coder."},
-        {"role": "user", "content": "List the files."},
-    ]
+    opening = "<|im_start|>system\nYou are a coder.<|im_end|>\n<|im_start|>user\nList the files.<|im_end|>\n"
+    assert chat(agent).startswith(opening)
     agent.reset()
-    assert agent.messages == [{"role": "system", "content": "You are a coder."}]
+    assert agent.records[0].token_ids == []
+    agent("List the files.")
+    assert chat(agent).startswith(opening)
 
 
 def test_unparseable_answer_falls_back_to_a_reply(engine):

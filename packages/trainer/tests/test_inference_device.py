@@ -2,8 +2,8 @@
 
 import torch
 
-from agenttrainer import inference
-from agenttrainer.inference import AgentInference
+from agenttrainer.acting import generators
+from agenttrainer.acting.inference import AgentInference
 
 MESSAGES = [{"role": "user", "content": "list the files"}]
 
@@ -25,7 +25,7 @@ def test_the_device_is_honoured_for_model_and_prompt(tiny_path):
 def test_default_device_is_cuda_when_available(tiny, monkeypatch):
     model, tok = tiny
     moved = []
-    monkeypatch.setattr(inference, "load_model_and_tokenizer", lambda *args, **kwargs: (model, tok))
+    monkeypatch.setattr(generators, "load_model_and_tokenizer", lambda *args, **kwargs: (model, tok))
     monkeypatch.setattr(model, "to", lambda device: moved.append(device) or model)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     AgentInference.from_pretrained("any")

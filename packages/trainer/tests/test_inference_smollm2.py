@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agenttrainer.inference import AgentInference
+from agenttrainer.acting.inference import AgentInference
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +39,10 @@ def test_agent_produces_well_formed_actions_over_several_steps(engine):
         assert set(action) == {"tool", "params", "thought"}
         assert isinstance(action["tool"], str) and action["tool"]
         assert isinstance(action["params"], dict) and isinstance(action["thought"], str)
-    assert [m["role"] for m in agent.messages][:3] == ["system", "user", "assistant"]
-    assert len(agent.messages) == 5  # system + 2 x (observation, answer)
+    text = agent.tokenizer.decode(agent.records[0].token_ids)
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant.")
+    assert len(agent.records[0].step_spans) == 2  # two answers, each after its observation
+    assert text.count("<|im_start|>user\n") == 2 and text.count("<|im_start|>assistant\n") == 2
 
 
 def test_the_acting_engine_answers_as_generate_does(engine):

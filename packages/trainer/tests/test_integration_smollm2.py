@@ -65,7 +65,9 @@ def test_dpo_lora_increases_margin(tmp_path, smollm2, rows):
 
     model, tok = copy.deepcopy(smollm2[0]), smollm2[1]
     path = rows.write(tmp_path / "dpo.jsonl", rows.dpo(4, seed=3))
-    config = DPOConfig(**_short_run(path, tmp_path, learning_rate=5e-4, max_length=128, use_lora=True, lora_r=8))
+    config = DPOConfig.from_dict(
+        _short_run(path, tmp_path, learning_rate=5e-4, max_length=128, use_lora=True, lora_r=8)
+    )
     trainer = DPOTrainer(config, model=model, tokenizer=tok)
     lora_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     trainer.train()

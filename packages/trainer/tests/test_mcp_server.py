@@ -154,6 +154,7 @@ def test_security_train_and_eval_refuse_host_files_and_never_echo_them(host, tin
         ("train", {"method": "sft", "config": str(root / "host-model.yaml")}),
         ("train", {"method": "sft", "config": str(good), "overrides": {"output_dir": str(outside / "out")}}),
         ("train", {"method": "sft", "config": str(good), "overrides": {"eval_file": str(outside / "shadow")}}),
+        ("train", {"method": "sft", "config": str(good), "overrides": {"continual_buffer_path": str(outside / "b")}}),
         ("train", {"method": "sft", "config": "sft.yaml", "cwd": str(outside)}),
         ("eval", {"model": tiny_path, "eval_file": str(outside / "shadow")}),
         ("eval", {"model": str(outside), "eval_file": sft_file}),

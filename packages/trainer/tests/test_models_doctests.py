@@ -1,4 +1,4 @@
-"""The ``Example:`` blocks in ``agenttrainer.models`` and ``agenttrainer.inference`` run as doctests."""
+"""The ``Example:`` blocks in ``agenttrainer.models`` and ``agenttrainer.acting.chat`` run as doctests."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.parametrize(
     "name",
     # modules whose examples run offline in milliseconds (the others' need model weights: +SKIP)
-    ["agenttrainer.models.lora", "agenttrainer.models.tool_calls", "agenttrainer.inference"],
+    ["agenttrainer.models.lora", "agenttrainer.acting.chat"],
 )
 def test_doctests(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)

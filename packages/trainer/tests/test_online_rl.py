@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
+from agenttrainer.acting import ChatTokens, GenerationError, LocalGenerator, ServerGenerator, TokenSample
+from agenttrainer.algorithms import get_algorithm
 from agenttrainer.algorithms.grpo import grpo_loss
 from agenttrainer.algorithms.ppo import gae, value_loss
 from agenttrainer.algorithms.rft import rejection_advantages
 from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.config import ConfigError, OnlineRLConfig
-from agenttrainer.generation import GenerationError, LocalGenerator, ServerGenerator, TokenSample
-from agenttrainer.losses import group_baseline_advantages
-from agenttrainer.online import ChatTokens, OnlineRLTrainer, collect_rollouts
+from agenttrainer.online import OnlineRLTrainer, collect_rollouts
 from knowlyrcore import AgentEnv, InfrastructureError, InvalidActionError, TimeStep, register, unregister
 from knowlyrcore.testing import require_module
 
@@ -118,7 +118,7 @@ def config(tmp_path, tasks_file, **overrides):
         batch_size=4,
     )
     values.update(overrides)
-    return OnlineRLConfig(**values)
+    return OnlineRLConfig.from_dict(values)
 
 
 # -- chat tokens ------------------------------------------------------------------------------
@@ -269,7 +269,8 @@ def test_malformed_calls_become_error_observations_and_format_errors(tokenizer, 
     # the refused call does not count down: three more answers end the episode
     assert r.valid and r.format_errors == [True, True, False, False] and r.finish == "terminated"
     steps = r.trajectory.steps
-    assert len(steps) == 4 and steps[0].metadata["format_error"] is True
+    assert len(steps) == 4 and steps[0].metadata["format_error"].startswith("<tool_call> block is not valid JSON")
+    assert steps[1].metadata["format_error"] is True  # the environment refused the call
     assert steps[1].observation.error == "tool 'invalid' does not exist"
     assert "Error: tool 'invalid' does not exist" in tokenizer.decode(steps[1].metadata["observation_token_ids"])
 
@@ -353,15 +354,16 @@ def test_an_endpoint_that_is_down_masks_every_episode(tiny, tmp_path):
 
 
 def test_group_baselines_by_hand():
+    def baseline(name, rewards, valid=None):
+        return get_algorithm(name).advantages(rewards, [None] * len(rewards), valid)
+
     rewards = [1.0, 0.0, 0.0, 1.0]
-    assert group_baseline_advantages(rewards, algorithm="grpo") == pytest.approx(
-        [0.86588, -0.86588, -0.86588, 0.86588], abs=1e-5
-    )
-    assert group_baseline_advantages(rewards, algorithm="dr_grpo") == [0.5, -0.5, -0.5, 0.5]
-    assert group_baseline_advantages(rewards, algorithm="rloo") == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    assert baseline("grpo", rewards) == pytest.approx([0.86588, -0.86588, -0.86588, 0.86588], abs=1e-5)
+    assert baseline("dr_grpo", rewards) == [0.5, -0.5, -0.5, 0.5]
+    assert baseline("rloo", rewards) == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
     # a masked member is left out of the statistics and gets 0
-    assert group_baseline_advantages([1.0, 0.0, 5.0], [True, True, False], algorithm="dr_grpo") == [0.5, -0.5, 0.0]
-    assert group_baseline_advantages([1.0, 0.0], [True, False], algorithm="grpo") == [0.0, 0.0]
+    assert baseline("dr_grpo", [1.0, 0.0, 5.0], [True, True, False]) == [0.5, -0.5, 0.0]
+    assert baseline("grpo", [1.0, 0.0], [True, False]) == [0.0, 0.0]
 
 
 def test_step_spreading_keeps_the_sign_by_hand():
@@ -540,7 +542,6 @@ def test_config_errors_are_clear(tmp_path):
         config(tmp_path, tasks_file, group_size=1)
     with pytest.raises(ConfigError, match="algorithm must be one of"):
         config(tmp_path, tasks_file, algorithm="a2c")
-    assert config(tmp_path, tasks_file, clip_range=0.3).clip_eps == 0.3
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"metadata": {}}\n{"id": 3, "metadata": "x"}\n')
     from agenttrainer.data import DataError

@@ -74,7 +74,7 @@ def make_config(tmp_path, signals, **overrides):
         batch_size=8,
     )
     values.update(overrides)
-    return OnlineRLConfig(**values)
+    return OnlineRLConfig.from_dict(values)
 
 
 # -- the draws ---------------------------------------------------------------------------------
@@ -173,4 +173,4 @@ def test_sampling_config_errors_are_clear(tmp_path):
         make_config(tmp_path, [True], dynamic_sampling=True, algorithm="ppo")
     with pytest.raises(ConfigError, match=r"max_refill_rounds must be in \[0, 9\]"):
         make_config(tmp_path, [True], max_refill_rounds=12)
-    assert make_config(tmp_path, [True], pass_rate_band=["0.1", "0.9"]).pass_rate_band == [0.1, 0.9]
+    assert make_config(tmp_path, [True], pass_rate_band=["0.1", "0.9"]).selection.pass_rate_band == [0.1, 0.9]

@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from agenttrainer.acting.generators import ServerGenerator, TokenSample
 from agenttrainer.config import OnlineRLConfig
-from agenttrainer.generation import ServerGenerator, TokenSample
 from agenttrainer.online import OnlineRLTrainer, collect_rollouts
 from knowlyrcore import AgentEnv, TimeStep, register, unregister
 
@@ -161,7 +161,7 @@ def _config(tmp_path, env_id, **overrides):
         kl_coef=0.0,
     )
     values.update(overrides)
-    return OnlineRLConfig(**values)
+    return OnlineRLConfig.from_dict(values)
 
 
 def _replace(position, value):

@@ -190,7 +190,7 @@ def test_malformed_data_is_one_line_exit_2_and_nothing_written(tmp_path, tiny_be
 
 def test_config_refuses_what_the_recipe_does_not_use_and_bad_values():
     with pytest.raises(ConfigError, match="use_lora: the prm recipe does not use it"):
-        PRMConfig(use_lora=True)
+        PRMConfig.from_dict({"use_lora": True})
     with pytest.raises(ConfigError, match=r"margin must be in \(0, 1\]"):
         PRMConfig(margin=0)
     with pytest.raises(ConfigError, match="pairwise_weight must be >= 0"):
@@ -401,4 +401,4 @@ def test_a_trained_prm_gives_online_rl_its_step_rewards(tmp_path, tiny_bert, mon
     with pytest.raises(RewardError, match="not a process reward model checkpoint"):
         resolve_process_reward(f"learned:{tmp_path / 'nothing'}")
     with pytest.raises(ConfigError, match="needs the checkpoint directory"):
-        OnlineRLConfig(process_reward="learned:")
+        OnlineRLConfig.from_dict({"process_reward": "learned:"})

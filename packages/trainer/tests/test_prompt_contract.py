@@ -44,17 +44,19 @@ def write_rows(path, rows):
 
 
 def sft(tmp_path, model, rows, name="sft", **kw):
-    config = SFTConfig(
-        model_name_or_path=model,
-        train_file=write_rows(tmp_path / f"{name}.jsonl", rows),
-        output_dir=str(tmp_path / name),
-        max_optimizer_steps=2,
-        batch_size=2,
-        save_steps=1,
-        bf16=False,
-        progress_bar=False,
-        learning_rate=1e-3,
-        **kw,
+    config = SFTConfig.from_dict(
+        {
+            "model_name_or_path": model,
+            "train_file": write_rows(tmp_path / f"{name}.jsonl", rows),
+            "output_dir": str(tmp_path / name),
+            "max_optimizer_steps": 2,
+            "batch_size": 2,
+            "save_steps": 1,
+            "bf16": False,
+            "progress_bar": False,
+            "learning_rate": 1e-3,
+            **kw,
+        }
     )
     return SFTTrainer(config).train()["output_dir"]
 
@@ -155,7 +157,7 @@ def test_online_rl_defaults_to_the_checkpoints_contract_and_flags_override_it(tm
                 progress_bar=False,
                 process_reward="none",
             )
-            return OnlineRLTrainer(OnlineRLConfig(**{**values, **overrides}))
+            return OnlineRLTrainer(OnlineRLConfig.from_dict({**values, **overrides}))
 
         assert trainer().prompt == PromptContract(SYSTEM, include_tools=False)
         assert trainer(include_tools=True, system_prompt="mine").prompt == PromptContract("mine", include_tools=True)

@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from agenttrainer.config import ConfigError
-from agenttrainer.retrieval import DenseIndex, Encoder, RetrieverConfig, contrastive_loss, mine_pairs, train_retriever
+from agenttrainer.config import ConfigError, RetrieverConfig
+from agenttrainer.retrieval import DenseIndex, Encoder, contrastive_loss, mine_pairs, train_retriever
 from agenttrainer.retrieval.encoder import RetrieverError, embeddings_cache_path, tool_document
 from knowlyrcore import Step, TaskInfo, ToolCall, Trajectory
 from knowlyrcore.domain import ToolSpec
@@ -65,7 +65,7 @@ def test_config_is_checked(tmp_path):
     with pytest.raises(ConfigError, match="batch_size must be a positive integer"):
         RetrieverConfig(batch_size=0)
     (tmp_path / "c.yaml").write_text("learning_rat: 1\n")
-    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['learning_rat'\]"):
+    with pytest.raises(ConfigError, match=r"unknown RetrieverConfig field\(s\) \['learning_rat'\]"):
         RetrieverConfig.from_yaml(str(tmp_path / "c.yaml"))
     with pytest.raises(RetrieverError, match="not an embedding model directory"):
         Encoder(str(tmp_path))

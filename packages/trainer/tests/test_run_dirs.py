@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from agenttrainer.cli import cli, main
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig
+from agenttrainer.config.run import LoRA
 from agenttrainer.errors import MissingExtraError
 from agenttrainer.models import build_tiny_model, load_model_and_tokenizer, save_model
 from agenttrainer.trainers.dpo import DPOTrainer
@@ -110,7 +111,7 @@ def test_another_recipes_run_is_kept_unless_overwrite_and_the_same_recipe_resume
             "--output-dir",
             out,
             "--overwrite",
-            "--max-steps",
+            "--max-optimizer-steps",
             "1",
             "--no-bf16",
             "--no-progress-bar",
@@ -152,7 +153,7 @@ def test_lora_without_peft_names_the_extra_before_loading_anything(tmp_path, mon
     config = SFTConfig(
         model_name_or_path=str(tmp_path / "no-such-model"),
         train_file=sft_file,
-        use_lora=True,
+        lora=LoRA(use_lora=True),
         output_dir=str(tmp_path / "o"),
     )
     with pytest.raises(MissingExtraError):  # not ModelLoadError: nothing was loaded

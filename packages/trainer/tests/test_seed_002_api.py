@@ -250,7 +250,7 @@ def test_basic_sft_lora_sft_result_and_save(workdir, tiny_path, capsys):
     ns = run(BASIC_SFT, tiny_path)
     assert len(ns["dataset"]) == 2 and (workdir / "output/sft/final/model.safetensors").is_file()
     ns = run(LORA_SFT, tiny_path, ns)
-    assert ns["trainer"].config.use_lora and ns["trainer"].config.lora_r == 16
+    assert ns["trainer"].config.lora.use_lora and ns["trainer"].config.lora.lora_r == 16
     assert (workdir / "output/sft_lora/final/model.safetensors").is_file()
     run(RESULT_AND_SAVE, tiny_path, ns)
     assert "模型保存在: output/sft_lora/final" in capsys.readouterr().out
@@ -279,7 +279,7 @@ def test_basic_grpo(workdir, tiny_path):
 def test_advanced_sft_then_grpo_from_the_sft_run_directory(workdir, tiny_path):
     """Needs ``model_name="./output/sft"`` to load ``./output/sft/final`` (model loading's run-dir resolution)."""
     ns = run(ADVANCED, tiny_path)
-    assert ns["sft_trainer"].config.use_lora and ns["grpo_trainer"].config.use_lora
+    assert ns["sft_trainer"].config.lora.use_lora and ns["grpo_trainer"].config.lora.use_lora
     assert (workdir / "output/grpo/final/model.safetensors").is_file()
 
 
@@ -369,6 +369,53 @@ def test_unknown_suite_names_the_alternatives():
         create_sft_dataset(suite="gsm8k")
     with pytest.raises(ValueError, match="max_samples must be a positive number"):
         create_rl_dataset(max_samples=None)
+
+
+@needs_suites
+def test_the_expert_plays_through_the_acting_loop_within_the_suites_step_budget(monkeypatch):
+    """Before: the expert's dialogs came from a loop of their own, with no step cap. Now each is
+    an episode of ``play_episodes`` capped at the suite's ``max_steps``: an expert that does not
+    finish in it means a broken suite, and within it the dialog is what the environment said."""
+    from agentsandbox.suites import TaskSuite
+    from agenttrainer.compat import hello_agents_rl
+    from knowlyrcore import AgentEnv, TimeStep
+    from knowlyrcore.registry import register, unregister
+
+    class Countdown(AgentEnv):
+        def reset(self, *, task=None, seed=None):
+            self.left = 3
+            return TimeStep("count down from 3")
+
+        def step(self, action):
+            self.left -= 1
+            return TimeStep(f"{self.left} left", terminated=self.left == 0, info={"success": self.left == 0})
+
+    tick = {"tool": "tick", "params": {"by": 1}}
+
+    def tasks(split, n, seed):  # a solution longer than the episode: the environment ends it
+        return [{"id": f"c{i}", "metadata": {"solution": [tick] * 4}} for i in range(n)]
+
+    tight = TaskSuite("countdown", "test/countdown-suite", "three ticks", tasks, max_steps=2)
+    register("test/countdown-suite", Countdown)
+    try:
+        monkeypatch.setattr(hello_agents_rl, "_suite", lambda name: tight)
+        with pytest.raises(RuntimeError, match="did not solve task c0 in 2 steps"):
+            create_sft_dataset(suite="countdown", max_samples=1)
+        roomy = TaskSuite("countdown", "test/countdown-suite", "three ticks", tasks, max_steps=5)
+        monkeypatch.setattr(hello_agents_rl, "_suite", lambda name: roomy)
+        (row,) = create_sft_dataset(suite="countdown", max_samples=1)
+    finally:
+        unregister("test/countdown-suite")
+    call = hello_agents_rl.tool_call_text(tick)
+    assert [m["content"] for m in row["messages"]] == [
+        "count down from 3",
+        call,
+        "2 left",
+        call,
+        "1 left",
+        call,
+        "0 left",
+    ]
 
 
 def test_rl_training_tool_refuses_unknown_algorithms():

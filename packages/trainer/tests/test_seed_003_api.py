@@ -24,6 +24,8 @@ from agenttrainer.compat.agent_training import (
 )
 from agenttrainer.compat.hello_agents_rl import create_rl_dataset, create_sft_dataset
 from agenttrainer.config import ConfigError, DPOConfig, OnlineRLConfig
+from agenttrainer.losses.sft import IGNORE_INDEX
+from knowlyrcore import write_jsonl
 from knowlyrcore.testing import require_module
 from knowlyrcore.tool_parsing import parse_reply
 
@@ -125,10 +127,11 @@ def test_config_snippet_maps_onto_sft_config():
     config = {}
     exec(adapt(CONFIG_WITH_CORESET, "smollm2-135m"), {"AgentSFTConfig": AgentSFTConfig}, config)
     sft = config["sft_config"].to_sft_config("train.jsonl")
-    assert (sft.use_coreset_selection, sft.coreset_target_size, sft.coreset_strategy) == (True, 8000, "hybrid")
-    assert (sft.use_online_continual, sft.continual_buffer_size, sft.continual_replay_ratio) == (True, 4096, 0.3)
-    assert (sft.gradient_accumulation_steps, sft.lora_r, sft.lora_alpha, sft.use_lora) == (8, 64, 128, True)
-    assert len(sft.lora_target_modules) == 7 and sft.max_length == 4096 and sft.lr_scheduler == "cosine"
+    chosen, lora = sft.selection, sft.lora
+    assert (chosen.use_coreset_selection, chosen.coreset_target_size, chosen.coreset_strategy) == (True, 8000, "hybrid")
+    assert chosen.use_online_continual and (chosen.continual_buffer_size, chosen.continual_replay_ratio) == (4096, 0.3)
+    assert (sft.gradient_accumulation_steps, lora.lora_r, lora.lora_alpha, lora.use_lora) == (8, 64, 128, True)
+    assert len(lora.lora_target_modules) == 7 and sft.max_length == 4096 and sft.lr_scheduler == "cosine"
 
 
 def test_seed_defaults_are_kept_except_model_and_data():
@@ -209,11 +212,43 @@ def test_preference_pairs_prefer_the_expert_over_a_lower_scoring_reply():
     replies = [expert[0]] + ["I am not sure what to do."] * (len(rows) - 1)  # the policy matches step 0 only
 
     pairs = preference_pairs(rows, replies, reward_scorer())
-    assert [p["task_id"] for p in pairs] == [r["task_id"] for r in rows[1:]]  # a matching reply gives no pair
+    assert [p.task_id for p in pairs] == [r["task_id"] for r in rows[1:]]  # a matching reply gives no pair
     for pair, row, text in zip(pairs, rows[1:], expert[1:]):
-        assert pair["chosen"] == text and pair["rejected"] != text
-        assert pair["prompt"] == row["prompt"] and pair["margin"] == 1.0
-        assert parse_reply(pair["chosen"]).action["tool"] == row["expected_action"]["tool"]
+        assert pair.chosen == text and pair.rejected != text
+        assert pair.model_dump()["prompt"] == row["prompt"] and pair.margin == 1.0
+        assert parse_reply(pair.chosen).action["tool"] == row["expected_action"]["tool"]
+
+
+def test_the_dpo_recipe_scores_the_reply_the_policy_sampled(workdir, tiny_path, sampled):
+    """Before: the pairs held the sampled reply as text, which the DPO recipe tokenised again with
+    the chat template. Now the rejected side holds the ids the policy sampled and the prompt's,
+    and the recipe's rejected input is exactly them; the expert's text (chosen) is rendered."""
+    drawn = sampled
+    call = {"tool": "get_order", "params": {"order_id": "#W1"}}
+    rows = [
+        {"task_id": f"t/step{i}", "prompt": [{"role": "user", "content": f"Where is order #W{i}?"}]}
+        | {"expected_action": call, "answer_contains": [], "answer_excludes": []}
+        for i in range(2)
+    ]
+    trainer = AgentRLTrainer(
+        RLTrainingConfig(),
+        base_model_path=tiny_path,
+        train_data=str(rows_file(workdir / "rows.jsonl", rows)),
+        max_new_tokens=8,
+        bf16=False,
+    )
+    pairs = trainer.build_pairs()  # a random model never calls get_order: every prompt gives a pair
+    assert len(pairs) == len(drawn) == 2
+    write_jsonl(workdir / "pairs.jsonl", pairs)
+    tokenizer = trainer.trainer.tokenizer
+    for (chosen, rejected), (prompt_ids, ids), row in zip(
+        trainer.trainer.load_pairs(workdir / "pairs.jsonl"), drawn, rows
+    ):
+        template = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, return_dict=True)
+        assert prompt_ids == template["input_ids"]
+        assert rejected.input_ids == prompt_ids + ids
+        assert [t for t in rejected.labels if t != IGNORE_INDEX] == ids
+        assert chosen.input_ids[: len(prompt_ids)] == prompt_ids and chosen.input_ids[len(prompt_ids) :] != ids
 
 
 def test_expert_replies_score_one_and_wrong_arguments_only_select_the_tool():
@@ -254,7 +289,7 @@ def test_rl_config_maps_ppo_and_grpo_names():
     ppo = RLTrainingConfig(algorithm="ppo").to_knowlyr_config()
     assert isinstance(ppo, OnlineRLConfig) and ppo.algorithm == "ppo"
     assert ppo.tasks_per_iteration * ppo.group_size == 128 and ppo.batch_size == 64  # num_rollouts, chunk_size
-    assert (ppo.kl_coef, ppo.clip_eps, ppo.vf_coef) == (0.02, 0.2, 0.5)
+    assert (ppo.kl_coef, ppo.clip_eps, ppo.ppo.vf_coef) == (0.02, 0.2, 0.5)
     grpo = RLTrainingConfig(algorithm="grpo").to_knowlyr_config(num_iterations=2)
     assert (grpo.algorithm, grpo.group_size, grpo.kl_coef, grpo.num_iterations) == ("grpo", 4, 0.1, 2)
     dpo = RLTrainingConfig().to_knowlyr_config()

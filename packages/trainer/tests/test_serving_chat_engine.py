@@ -17,13 +17,13 @@ import pytest
 import torch
 from starlette.testclient import TestClient
 
-from agenttrainer.engine import ActingEngine
-from agenttrainer.inference import AgentInference
+from agenttrainer.acting.engine import ActingEngine
+from agenttrainer.acting.inference import AgentInference
 from agenttrainer.models import save_model
-from agenttrainer.models.tool_calls import parse_tool_calls
 from agenttrainer.serving.app import create_app
+from knowlyrcore.tool_parsing import parse_tool_calls
 
-from .test_batch_policy import WEATHER, wide_random_model
+from .test_token_policy import WEATHER, wide_random_model
 
 MODEL = "wide-random"
 SYSTEM = "You are a careful judge. Score the agent's step against the rubric and answer with JSON only."

@@ -24,7 +24,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from agenttrainer.generation import LocalGenerator
+from agenttrainer.acting.generators import LocalGenerator
 from agenttrainer.models import build_tiny_model, load_model_and_tokenizer, save_model
 from agenttrainer.models.lora import apply_lora
 from agenttrainer.serving.background import ServerProcess

@@ -12,8 +12,7 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from agenttrainer.inference import Completion
-from agenttrainer.models.tool_calls import ToolCall
+from agenttrainer.acting.inference import Completion
 from agenttrainer.serving.cli import serve
 from agenttrainer.serving.protocol import (
     RequestError,
@@ -22,6 +21,7 @@ from agenttrainer.serving.protocol import (
     parse_chat_request,
     sse,
 )
+from knowlyrcore.tool_parsing import FunctionCall
 
 TOOL = {"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}
 
@@ -106,7 +106,7 @@ def test_invalid_fields_are_named(fields, param, status):
 
 def test_completion_with_tool_calls():
     completion = Completion("ignored", prompt_tokens=10, completion_tokens=4, finish_reason="stop")
-    body = completion_json("chatcmpl-1", "m", completion, "", [ToolCall("ls", {"path": "."})])
+    body = completion_json("chatcmpl-1", "m", completion, "", [FunctionCall("ls", {"path": "."})])
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["content"] is None

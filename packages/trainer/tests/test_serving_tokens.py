@@ -21,7 +21,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from agenttrainer.generation import GenerationError, LocalGenerator, ServerGenerator
+from agenttrainer.acting.generators import GenerationError, LocalGenerator, ServerGenerator
 from agenttrainer.models import build_tiny_model, load_model_and_tokenizer, overfit_tiny_model, save_model
 from agenttrainer.models.lora import apply_lora
 from agenttrainer.serving.background import ServerProcess

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from agenttrainer.generation import GenerationError, ServerGenerator
+from agenttrainer.acting.generators import GenerationError, ServerGenerator
 from agenttrainer.serving import vllm as launcher
 from agenttrainer.serving.cli import serve
 from agenttrainer.serving.vllm import VLLMNotFoundError, VLLMServer, vllm_command, vllm_env, vllm_python

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from agenttrainer.config import DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig
+from agenttrainer.config.run import LoRA
 from agenttrainer.data import Example
 from agenttrainer.models import shared_prefix
 from agenttrainer.models.shared_prefix import plan_spans, share_prefixes
@@ -165,7 +166,7 @@ def perturb_lora(model, seed=0):
 
 def prepare(model, attn, use_lora):
     model.config._attn_implementation = attn
-    return dict(use_lora=use_lora, lora_preset="full", lora_dropout=0.0)
+    return {"lora": LoRA(use_lora=use_lora, lora_preset="full", lora_dropout=0.0)}
 
 
 def grpo_records(n_tasks=2, group=3, seed=0, system=SYSTEM):
@@ -376,7 +377,7 @@ def online_trainer(model, tok, tmp_path, **overrides):
         process_reward="none",
         kl_coef=0.1,
     )
-    return OnlineRLTrainer(OnlineRLConfig(**{**values, **overrides}), model=model, tokenizer=tok)
+    return OnlineRLTrainer(OnlineRLConfig.from_dict({**values, **overrides}), model=model, tokenizer=tok)
 
 
 def rollouts(tok, n_groups=2, group=3, seed=0):

@@ -1,6 +1,6 @@
-"""Layering: evaluation, inference, checkpoints, the model code and the online rollout code never
+"""Layering: evaluation, acting, checkpoints, the model code and the online rollout code never
 import the recipes (``agenttrainer.trainers`` and the online recipe ``agenttrainer.online.trainer``);
-the recipes import the leaf modules and the recipe helpers, not ``common`` or each other."""
+the recipes import the leaf modules and the recipe helpers, not each other."""
 
 import ast
 from pathlib import Path
@@ -21,7 +21,7 @@ def _is_module(dotted):
 
 def _imports(path):
     """Modules ``path`` imports from: ``from m import x`` gives ``m``, or ``m.x`` when ``x`` is a
-    submodule (``from agenttrainer.trainers import common`` imports ``agenttrainer.trainers.common``)."""
+    submodule (``from agenttrainer.trainers import loop`` imports ``agenttrainer.trainers.loop``)."""
     tree = ast.parse(path.read_text())
     modules = set()
     for node in ast.walk(tree):
@@ -35,7 +35,7 @@ def _imports(path):
 
 
 def _is_recipe_side(module):
-    """A recipe, ``common``, a recipe helper, or a package whose ``__init__`` pulls a recipe in."""
+    """A recipe, a recipe helper, or a package whose ``__init__`` pulls a recipe in."""
     return module.startswith("agenttrainer.trainers") or module in (
         "agenttrainer.online",
         "agenttrainer.online.trainer",
@@ -43,25 +43,27 @@ def _is_recipe_side(module):
 
 
 RECIPES = ["trainers/sft.py", "trainers/dpo.py", "trainers/grpo.py", "trainers/prm.py", "online/trainer.py"]
-#: what a recipe may import from the recipe side: the helpers, not ``common`` (the compatibility
-#: shim) and not another recipe
+#: what a recipe may import from the recipe side: the helpers, not another recipe
 RECIPE_HELPERS = {
     f"agenttrainer.trainers.{name}" for name in ("setup", "plan", "guards", "reference", "loop", "output_dir")
 }
 
 LEAVES = [
     "eval.py",
-    "inference.py",
     "checkpoints.py",
     "packed.py",
+    "console.py",
     *sorted(f"models/{p.name}" for p in (SRC / "models").glob("*.py")),
-    # the online recipe's rollout, sampling and chat-token code; __init__ re-exports the recipe
+    # where a model acts: the engine, the generators, the chat, the local policy, the factory
+    *sorted(f"acting/{p.name}" for p in (SRC / "acting").glob("*.py")),
+    # the online recipe's rollout and sampling code; __init__ re-exports the recipe
     *sorted(f"online/{p.name}" for p in (SRC / "online").glob("*.py") if p.name not in ("__init__.py", "trainer.py")),
 ]
 
 
-def test_the_online_package_is_covered():
-    assert {"online/chat_tokens.py", "online/rollout.py", "online/sampling.py"} <= set(LEAVES)
+def test_the_acting_and_online_packages_are_covered():
+    assert {"acting/__init__.py", "acting/engine.py", "acting/policy.py", "acting/spec.py"} <= set(LEAVES)
+    assert {"online/rollout.py", "online/sampling.py"} <= set(LEAVES)
     assert "online/trainer.py" in RECIPES
 
 
@@ -71,6 +73,6 @@ def test_leaf_modules_do_not_import_the_recipes(name):
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_recipes_import_leaf_modules_not_common_or_each_other(recipe):
+def test_recipes_import_leaf_modules_not_each_other(recipe):
     imported = {m for m in _imports(SRC / recipe) if _is_recipe_side(m)}
     assert imported <= RECIPE_HELPERS, f"{recipe} imports {sorted(imported - RECIPE_HELPERS)}"

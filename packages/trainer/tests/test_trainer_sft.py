@@ -21,7 +21,7 @@ def _config(tmp_path, train_file, **kw):
         bf16=False,
         learning_rate=1e-3,
     )
-    return SFTConfig(**{**base, **kw})
+    return SFTConfig.from_dict({**base, **kw})
 
 
 def _grads(module):

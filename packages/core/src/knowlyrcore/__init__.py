@@ -1,8 +1,9 @@
 """knowlyr-core: the MDP protocol shared by every knowlyr package.
 
 Environments (``AgentEnv``, ``TimeStep``, wrappers), the registry (``register``/``make``),
-domain profiles, the policy protocol with the one tool-call parser every chat policy uses, and
-the trajectory schema with its JSONL helpers. Depends on pydantic, jsonschema, PyYAML, click and
+domain profiles, the policy protocol with the one tool-call parser every chat policy uses, the
+endpoint policy (a model behind an OpenAI-compatible or Anthropic endpoint), and the trajectory
+schema with its JSONL helpers. Depends on pydantic, jsonschema, PyYAML, click and
 typing_extensions (its pyproject's list); never imports torch. The ``gymnasium`` and ``mcp``
 extras add ``to_gymnasium`` and the MCP servers.
 """
@@ -22,6 +23,7 @@ from knowlyrcore.domain import (
     register_domain_profile,
     tool_schemas,
 )
+from knowlyrcore.endpoint import ChatEndpoint, EndpointError, EndpointPolicy
 from knowlyrcore.env import AgentEnv, EnvWrapper
 from knowlyrcore.errors import (
     DataFormatError,
@@ -98,7 +100,10 @@ __all__ = [
     "parse_action",
     # policies
     "BatchPolicy",
+    "ChatEndpoint",
     "ChatTranscript",
+    "EndpointError",
+    "EndpointPolicy",
     "Policy",
     "SequentialBatchPolicy",
     "SolutionReplay",

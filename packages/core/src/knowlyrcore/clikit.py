@@ -36,7 +36,6 @@ from typing import Any
 
 import click
 
-from knowlyrcore.deprecation import first_time
 from knowlyrcore.errors import KnowlyrError, os_problem
 
 EXIT_OK = 0
@@ -189,14 +188,6 @@ def pairing_options(applies_to: str = "") -> Callable[[Callable[..., Any]], Call
         return command
 
     return decorate
-
-
-def warn_deprecated(message: str) -> None:
-    """Tell the user, once per process, that a flag or config key they used is deprecated, as one
-    ``warning: <message>`` line on stderr (``message`` names the new one). A command's user would
-    never see a ``DeprecationWarning``: Python hides them outside ``__main__``."""
-    if first_time(message):
-        click.echo(f"warning: {message}", err=True)
 
 
 def json_argument(text: str | None, what: str = "value") -> Any:

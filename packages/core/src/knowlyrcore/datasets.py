@@ -14,9 +14,10 @@ Token ids survive export. When a trajectory's steps carry what the policy sample
 (``Step.token_ids`` / ``logprobs``), each assistant message (and agent ``steps`` entry) carries
 them too; an online rollout also records the tokens between answers
 (``metadata.observation_token_ids``, on the step's ``tool`` message here) and the prompt's
-(``metadata.prompt_token_ids``, a GRPO trajectory's ``prompt_token_ids``). When all of these
-are there, ``GRPOTrajectory.recorded_token_ids`` is the exact sequence the policy saw, which
-knowlyr-trainer trains on instead of rendering the chat template again.
+(``metadata.prompt_token_ids``, a GRPO trajectory's or a DPO pair's ``prompt_token_ids``). When
+all of these are there, ``GRPOTrajectory.recorded_token_ids`` (``DPORecord.recorded_token_ids``
+for each side of a pair) is the exact sequence the policy saw, which knowlyr-trainer trains on
+instead of rendering the chat template again.
 
 Examples:
     >>> record = GRPORecord.model_validate({"task_id": "t", "prompt": "say hi", "trajectories": [
@@ -26,6 +27,10 @@ Examples:
     ([[1, 2], [5, 6]], None)
     >>> record.model_dump()["trajectories"][1]  # only what was given: no nulls
     {'response': 'no', 'reward': 0.0}
+    >>> pair = DPORecord(prompt="say hi", chosen="hi", prompt_token_ids=[1, 2],
+    ...                  rejected=[{"role": "assistant", "content": "no", "token_ids": [7]}])
+    >>> pair.recorded_token_ids("chosen"), pair.recorded_token_ids("rejected")  # text was not sampled
+    (None, [[1, 2], [7]])
     >>> [(p.chosen, p.rejected, p.margin) for p in pair_preferences(
     ...     [("a", 0.9), ("b", 0.1), ("c", 0.5)], task_id=lambda x: "t", reward=lambda x: x[1])]
     [(('a', 0.9), ('b', 0.1), 0.8)]
@@ -272,16 +277,35 @@ class SFTRecord(_Record):
         return "messages" if self.messages is not None else "steps" if self.steps is not None else "response"
 
 
+def _recorded(prompt_token_ids: list[int] | None, messages: Any) -> list[list[int]] | None:
+    """``[prompt ids, ids of message 0, ids of message 1, ...]`` when the prompt's ids and every
+    message's were recorded (``messages`` a list of them, not text), else None."""
+    if prompt_token_ids is None or not isinstance(messages, list):
+        return None
+    if any(m.token_ids is None for m in messages):
+        return None
+    return [prompt_token_ids, *(m.token_ids for m in messages)]
+
+
 class DPORecord(_Record):
-    """One preference pair: ``chosen`` and ``rejected`` completions of the same ``prompt``."""
+    """One preference pair: ``chosen`` and ``rejected`` completions of the same ``prompt``, and
+    ``prompt_token_ids`` when the prompt's ids were recorded (a side whose messages all carry
+    ``token_ids`` is then trained on as sampled: ``recorded_token_ids``)."""
 
     prompt: TextOrMessages
     chosen: TextOrMessages
     rejected: TextOrMessages
     margin: Number | None = None  # the pair's reward difference
     metadata: dict[str, Any] = Field(default_factory=dict)  # the hub writes chosen_id, rejected_id
+    prompt_token_ids: list[TokenId] | None = None  # the prompt's ids, first assistant header included
 
     _completions = field_validator("chosen", "rejected")(_needs_assistant)
+
+    def recorded_token_ids(self, side: Literal["chosen", "rejected"]) -> list[list[int]] | None:
+        """``[prompt ids, ids of message 0, ...]`` of one side when its whole sequence was recorded
+        (``prompt_token_ids`` and the ``token_ids`` of every message of that side), else None: that
+        side is rendered with the chat template."""
+        return _recorded(self.prompt_token_ids, getattr(self, side))
 
 
 class GRPOTrajectory(_Model):
@@ -305,11 +329,7 @@ class GRPOTrajectory(_Model):
     def recorded_token_ids(self) -> list[list[int]] | None:
         """``[prompt ids, ids of message 0, ids of message 1, ...]`` when the whole sequence the
         policy saw was recorded (``prompt_token_ids`` and every message's ``token_ids``), else None."""
-        if self.prompt_token_ids is None or self.messages is None:
-            return None
-        if any(m.token_ids is None for m in self.messages):
-            return None
-        return [self.prompt_token_ids, *(m.token_ids for m in self.messages)]
+        return _recorded(self.prompt_token_ids, self.messages)
 
 
 class GRPORecord(_Record):

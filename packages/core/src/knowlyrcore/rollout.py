@@ -42,7 +42,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from knowlyrcore.deprecation import renamed_kwargs
 from knowlyrcore.domain import tool_schemas
 from knowlyrcore.env import AgentEnv
 from knowlyrcore.models import TaskInfo
@@ -175,8 +174,7 @@ class Episode:
 
 
 # max_steps counts an episode's steps as everywhere in knowlyr (collect, MaxStepsWrapper); each turn
-# every live episode takes one. The old keyword, max_turns, still works, warning once.
-@renamed_kwargs(max_turns="max_steps")
+# every live episode takes one.
 def play_episodes(
     envs: Sequence[RecorderWrapper],
     policy: BatchPolicy,

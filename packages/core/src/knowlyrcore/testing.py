@@ -36,8 +36,9 @@ and ``model_requests`` returns the message lists the model received::
             return [request["body"]["messages"] for request in self.server.requests]
 
 ``ScriptedChatServer`` is a real OpenAI-compatible ``/v1/chat/completions`` server on loopback
-(stdlib ``http.server`` in a thread) that answers with scripted assistant messages and keeps
-every request body, for testing endpoint clients without a model.
+(stdlib ``http.server`` in a thread), with Anthropic's ``/v1/messages`` beside it, that answers
+with scripted assistant messages and keeps every request, for testing endpoint clients without a
+model.
 
 ``malformed_corpus(folder, good, wrong_types)`` writes the files every file-reading command
 must refuse with one ``error:`` line and exit code 2 (empty, truncated, binary, UTF-16,
@@ -143,16 +144,26 @@ class _ChatHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         owner: ScriptedChatServer = self.server.owner
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-        if self.path != "/v1/chat/completions":
+        if self.path not in ("/v1/chat/completions", "/v1/messages"):
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
         with owner.lock:
-            owner.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"), "body": body})
+            owner.requests.append(
+                {
+                    "path": self.path,
+                    "authorization": self.headers.get("Authorization"),
+                    "headers": {name.lower(): value for name, value in self.headers.items()},
+                    "body": body,
+                }
+            )
             reply = owner.replies.pop(0) if owner.replies else None
         if reply is None:
             self._send(500, {"error": {"message": "the scripted server has no reply left"}})
             return
         message = {"role": "assistant", "content": None, **reply}
+        if self.path == "/v1/messages":
+            self._send(200, _anthropic_reply(message, (body or {}).get("model", ""), len(owner.requests)))
+            return
         choice = {
             "index": 0,
             "message": message,
@@ -182,12 +193,38 @@ class _ChatHandler(BaseHTTPRequestHandler):
         pass
 
 
+def _anthropic_reply(message: dict[str, Any], model: str, number: int) -> dict[str, Any]:
+    """The scripted OpenAI-style ``message`` as a Messages API reply. A call's arguments that are
+    not JSON go as the raw string (the API itself always sends an object), so a client's handling
+    of unusable arguments is tested over this API too."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": message["content"]}] if message.get("content") else []
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        try:
+            given = json.loads(function["arguments"])
+        except json.JSONDecodeError:
+            given = function["arguments"]
+        blocks.append({"type": "tool_use", "id": call.get("id"), "name": function["name"], "input": given})
+    return {
+        "id": f"msg_{number}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": "tool_use" if message.get("tool_calls") else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    }
+
+
 class ScriptedChatServer:
-    """An OpenAI-compatible chat-completions server on ``127.0.0.1`` answering from a script.
+    """A chat server on ``127.0.0.1`` answering from a script: OpenAI-compatible chat completions,
+    and Anthropic's Messages API.
 
     Append assistant messages (``{"content", "tool_calls"}``) to ``replies``; each POST to
-    ``{base_url}/chat/completions`` pops one (HTTP 500 when none is left) and is recorded in
-    ``requests`` as ``{"path", "authorization", "body"}``. Use it as a context manager.
+    ``{base_url}/chat/completions`` (or ``{base_url}/messages``, answered in the Messages API's
+    form) pops one (HTTP 500 when none is left) and is recorded in ``requests`` as ``{"path",
+    "authorization", "headers" (lower-case names), "body"}``. Use it as a context manager.
 
     Examples:
         >>> import urllib.request
@@ -507,8 +544,6 @@ MALFORMED_KINDS = {
     "wrong_types": "a record whose fields have the wrong types",
     "bad_line": "good records, then a broken line (line 50,000 unless ``bad_line`` says otherwise)",
 }
-#: The kind's earlier name, when the broken line was always line 50,000.
-_OLD_KINDS = {"bad_line_50000": "bad_line"}
 
 
 def malformed_corpus(
@@ -528,9 +563,8 @@ def malformed_corpus(
     but breaks the format. The long line is written in chunks (never held in memory). The
     ``bad_line`` kind breaks line ``bad_line``: any line past the first shows that the error names
     the line a reader got to; a table of many commands can use a few thousand, one scale check
-    per reader the default 50,000. The old kind name ``bad_line_50000`` still works (it warns).
+    per reader the default 50,000.
     """
-    import warnings
     from pathlib import Path
 
     if bad_line < 2:
@@ -552,16 +586,11 @@ def malformed_corpus(
         "bad_line": ((line + "\n") * (bad_line - 1) + '{"broken\n').encode(),
     }
     wanted = set(MALFORMED_KINDS if kinds is None else kinds)
-    renamed = wanted & _OLD_KINDS.keys()
-    for old in renamed:
-        warnings.warn(f"malformed kind {old!r} is now {_OLD_KINDS[old]!r}", DeprecationWarning, stacklevel=2)
-    wanted = (wanted - renamed) | {_OLD_KINDS[old] for old in renamed}
     paths = {}
     for kind, data in contents.items():
         if kind in wanted:
             paths[kind] = folder / f"{kind}{suffix}"
             paths[kind].write_bytes(data)
-    paths.update({old: paths[_OLD_KINDS[old]] for old in renamed})  # the old key, for old callers
     if "long_line" not in wanted:
         return paths
     paths["long_line"] = folder / f"long_line{suffix}"

@@ -4,8 +4,9 @@
 episode. A local model is faster when it generates for many conversations in one batch, so here
 the episodes of a chunk of ``batch_size`` tasks advance together: at every turn the policy gets
 one observation per episode (``None`` for an episode that has ended) and returns one action per
-episode through ``act_batch`` (knowlyr-core's ``BatchPolicy``, e.g. agenttrainer's
-``LocalBatchPolicy``); every live environment then takes its step. A per-episode agent factory
+episode through ``act_batch`` (knowlyr-core's ``BatchPolicy``, e.g. the trainer's local policy,
+``agenttrainer.acting.TokenPolicy``, which generates for every live episode in one call and keeps
+each episode's keys and values cached across turns); every live environment then takes its step. A per-episode agent factory
 works too (``as_batch_policy`` calls one fresh agent per episode in turn), and gives the same
 trajectories as ``collect()`` with that factory.
 

@@ -311,7 +311,8 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
 @cli.command("evaluate")
 @click.option("-t", "--trajectories", multiple=True, help="Summarise a recorded run (repeatable).")
 @click.option(
-    "--policy", help="'expert', a local checkpoint or alias (smollm2-135m), or an http(s) OpenAI-compatible base URL."
+    "--policy",
+    help="'expert', a local checkpoint or alias (smollm2-135m), or an http(s) endpoint (OpenAI-compatible or Anthropic).",
 )
 @click.option("--tasks", type=click.Path(dir_okay=False), help="JSONL of tasks, e.g. from `knowlyr-hub tasks`.")
 @click.option("--env", help="Environment id (default: the tasks' suite's, else the one of their domain).")
@@ -428,17 +429,17 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
         from trajectoryhub.evaluate import ExpertReplay
 
         return (suite.expert if suite is not None else ExpertReplay), "expert"
-    system_prompt = args.system_prompt or (getattr(suite, "system_prompt", "") if suite is not None else "") or None
     tools = _tool_specs(env_id, env_kwargs)
-    if args.policy.startswith(("http://", "https://")):
+    if args.policy.startswith(("http://", "https://")):  # a served model: no trainer needed
         if not args.model:
             raise click.UsageError("an endpoint policy needs --model, the name the server serves the model under")
-        from trajectoryhub.policy import OpenAIPolicy
+        system_prompt = args.system_prompt or (getattr(suite, "system_prompt", "") if suite is not None else "") or None
+        from knowlyrcore.endpoint import EndpointPolicy
 
-        def factory() -> OpenAIPolicy:
-            return OpenAIPolicy(
+        def factory() -> EndpointPolicy:
+            return EndpointPolicy(
+                args.policy,
                 args.model,
-                base_url=args.policy,
                 api_key=args.api_key,
                 system_prompt=system_prompt,
                 tools=None if args.include_tools is False else tools,
@@ -448,9 +449,8 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
             )
 
         return factory, args.model
-    try:
-        from agenttrainer.batch_policy import LocalBatchPolicy
-        from agenttrainer.models.errors import ModelLoadError
+    try:  # the trainer's one door for hub (packages/hub/tests/test_layering.py)
+        from agenttrainer.acting import policy_from_spec
     except ImportError as exc:
         raise MissingExtraError(
             f"--policy {args.policy!r} (a local checkpoint or model alias)",
@@ -458,36 +458,16 @@ def _policy(args: Any, suite: Any, env_id: str, env_kwargs: dict[str, Any]) -> t
             "trainer",
             hint="or pass an http(s) endpoint or 'expert'",
         ) from exc
-    from agenttrainer.cli import quiet_library_warnings
-
-    quiet_library_warnings()  # a command's output, not transformers' deprecation notices
-    try:
-        from agenttrainer.models import read_contract, resolve_model_path
-
-        saved = read_contract(path) if Path(path := resolve_model_path(args.policy)).is_dir() else None
-        if saved is not None:  # prompt the checkpoint as it was trained, unless told otherwise
-            system_prompt = args.system_prompt or saved.system_prompt
-            click.echo(
-                f"prompting {args.policy} by its prompt contract ({saved.describe()}); "
-                "--system-prompt / --include-tools override it",
-                err=True,
-            )
-        include_tools = (
-            args.include_tools if args.include_tools is not None else (saved.include_tools if saved else True)
-        )
-        import torch
-
-        policy = LocalBatchPolicy.from_pretrained(
-            args.policy,
-            system_prompt=system_prompt,
-            tools=tools if include_tools else None,
-            include_tools=include_tools,
-            max_new_tokens=args.max_new_tokens,
-            temperature=temperature,
-            torch_dtype=getattr(torch, args.dtype),
-        )
-    except ModelLoadError as exc:
-        raise InputError(f"--policy {args.policy!r}: {exc}") from exc
+    policy = policy_from_spec(
+        args.policy,
+        system_prompt=args.system_prompt,  # else a checkpoint's prompt contract, else each task's own
+        tools=tools,
+        include_tools=args.include_tools,
+        max_new_tokens=args.max_new_tokens,
+        temperature=temperature,
+        dtype=args.dtype,
+        announce=lambda line: click.echo(f"{line}; --system-prompt / --include-tools override it", err=True),
+    )
     return policy, args.model or args.policy.rstrip("/")
 
 
@@ -742,7 +722,11 @@ def _formats(value: str) -> tuple[str, ...]:
 
 @cli.command("collect")
 @click.argument("env_id")
-@click.option("--endpoint", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--endpoint",
+    required=True,
+    help="Base URL: OpenAI-compatible (http://127.0.0.1:8000/v1) or Anthropic (https://api.anthropic.com/v1).",
+)
 @click.option("--model", required=True)
 @click.option("--api-key")
 @click.option("--tasks", type=click.Path(dir_okay=False), help="JSONL of tasks (cycled over the episodes).")
@@ -755,9 +739,9 @@ def _formats(value: str) -> tuple[str, ...]:
 @executor_options("thread", "Run episodes in threads, or as Ray actors (extra: ray).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def collect_command(**options: Any) -> None:
-    """Roll out an OpenAI-compatible policy in an environment."""
+    """Roll out a policy served at an endpoint (OpenAI-compatible or Anthropic) in an environment."""
     args = SimpleNamespace(**options)
-    from trajectoryhub.policy import OpenAIPolicy
+    from knowlyrcore.endpoint import EndpointPolicy
     from trajectoryhub.rollout import collect
 
     tasks = list(read_jsonl(args.tasks, TaskInfo)) if args.tasks else None
@@ -770,8 +754,8 @@ def collect_command(**options: Any) -> None:
         reward_fn = make_reward_fn(args.reward_domain)
     trajectories = collect(
         args.env_id,
-        agent_factory=lambda: OpenAIPolicy(
-            model=args.model, base_url=args.endpoint, api_key=args.api_key, system_prompt=args.system_prompt
+        agent_factory=lambda: EndpointPolicy(
+            args.endpoint, args.model, api_key=args.api_key, system_prompt=args.system_prompt
         ),
         n_episodes=args.n_episodes,
         tasks=tasks,

@@ -165,7 +165,7 @@ def tools_of(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
 
 def _offered_tools(t: Trajectory) -> list[dict[str, Any]]:
     """The tools of an episode whose environment offered the task's own: as the rollout recorded
-    them (``metadata["tools"]``, see ``trajectoryhub.rollout.ToolWatch``), else, for a BFCL task
+    them (``metadata["tools"]``, see ``knowlyrcore.rollout.ToolWatch``), else, for a BFCL task
     recorded elsewhere, its functions as knowlyr-sandbox's ``knowlyr/bfcl`` offers them."""
     recorded = t.metadata.get("tools")
     if isinstance(recorded, list):
@@ -294,7 +294,6 @@ class DatasetExporter:
         format: str = "steps",
         min_reward: float | None = None,
         include_failures: bool = False,
-        success_only: bool = False,
         system_prompt: str | None = None,
         include_tools: bool = True,
     ) -> ExportReport:
@@ -302,15 +301,13 @@ class DatasetExporter:
 
         Kept: trajectories with steps whose outcome says success (``include_failures`` drops
         that condition: failed and unjudged ones too) and, with ``min_reward``, at least that
-        reward. ``success_only`` is the default and only accepted so that older calls still work.
+        reward.
         ``messages`` records open with ``system_prompt`` when given and carry the tools' schemas
         unless ``include_tools`` is false; train with the same system prompt (and tools) the
         policy will be given when it acts, so it sees at inference what it saw in training.
         """
         if format not in ("steps", "messages"):
             raise ValueError(f"format must be 'steps' or 'messages', got {format!r}")
-        if include_failures and success_only:
-            raise ValueError("include_failures and success_only contradict each other: give one")
         report = ExportReport()
         records = []
         for t in self._kept(report, min_reward=min_reward, success_only=not include_failures):

@@ -40,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from knowlyrcore import AgentEnv, InfrastructureError, TaskInfo, TimeStep, Trajectory, write_trajectories
-from knowlyrcore.deprecation import moved_names
 from knowlyrcore.policy import as_batch_policy
 from knowlyrcore.rollout import build_env as _build_env
 from knowlyrcore.rollout import play_episodes, wrap_episode_env
@@ -48,9 +47,6 @@ from knowlyrcore.wrappers import RecorderWrapper
 from trajectoryhub.ray_executor import INFRASTRUCTURE_FAILURE
 
 Agent = Callable[[Any], dict[str, Any]]
-
-# The acting loop and its pieces moved to knowlyr-core (knowlyrcore.rollout), shared with online RL.
-__getattr__ = moved_names(__name__, {"ToolWatch": "knowlyrcore.rollout", "offer_tools": "knowlyrcore.rollout"})
 
 
 #: ``outcome.exit_status`` and ``metadata`` key of an episode whose environment raised on an action.

@@ -27,11 +27,7 @@ from agentreward.rubrics import (
 )
 from agentreward.rules import analyse, rule_scores
 from agentreward.seed003 import AgentRewardConfig, AgentRewardModel
-from agentreward.trajectories import RENAMED, read_trajectory_dicts
-from knowlyrcore.deprecation import moved_names
-from knowlyrcore.jsonl import write_jsonl
-
-__getattr__ = moved_names(__name__, {}, {"read_trajectories": RENAMED["read_trajectories"]})
+from agentreward.trajectories import read_trajectory_dicts
 
 __all__ = [
     "AgentRewardConfig",
@@ -65,7 +61,6 @@ __all__ = [
     # data
     "build_preference_pairs",
     "read_trajectory_dicts",
-    "write_jsonl",
     # errors
     "RewardError",
     "TrajectoryFormatError",

@@ -8,15 +8,11 @@ if find_spec("knowlyrcore") is None or find_spec("knowlyrcore.origin") is None: 
     error = ImportError(
         "knowlyr-reward needs knowlyr-core from the knowlyr checkout, not PyPI's (another project); fix: pip install ./packages/core (docs/install.md)"
     )
-
-    # Each package carries its own copy of these lines: the only code they share, knowlyr-core, is the wrong one here.
-    def _one_line(kind, value, traceback, previous=sys.excepthook):  # as knowlyrcore.origin.exit_in_one_line
-        if value is not error:
-            return previous(kind, value, traceback)
-        print(f"error: {value}", file=sys.stderr)  # uncaught (a knowlyr-* command): this line, no traceback
-        raise SystemExit(2)
-
-    sys.excepthook = _one_line
+    # a knowlyr-* command that meets it ends on one line, exit 2, as knowlyrcore.origin.exit_in_one_line does (each
+    # package keeps its own copy of this: the only code they share, knowlyr-core, is the wrong one here)
+    sys.excepthook = lambda kind, value, tb, previous=sys.excepthook: (
+        sys.exit(print(f"error: {value}", file=sys.stderr) or 2) if value is error else previous(kind, value, tb)
+    )
     raise error
 from knowlyrcore.origin import check_siblings
 

@@ -53,7 +53,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,8 +73,6 @@ TrajectoryT = TypeVar("TrajectoryT", bound=Trajectory)
 
 #: the layers a ``RewardEngine`` scores with, in the order they apply
 LAYERS = ("rules", "judge", "calibration", "learned")
-
-_warned_about_dicts = False  # score(dict) warns once per process, not once per trajectory
 
 
 class RewardEngine:
@@ -138,12 +135,7 @@ class RewardEngine:
 
     def score(self, trajectory: TrajectoryT) -> TrajectoryT:
         """A scored copy of ``trajectory``, of its type: per-step ``reward`` / ``rubric_scores``
-        and the total ``reward`` filled in.
-
-        A dict still works, scored as ``score_record`` does, with a ``DeprecationWarning``."""
-        if isinstance(trajectory, dict):
-            _warn_dict_input()
-            return self.score_record(trajectory)  # type: ignore[return-value]
+        and the total ``reward`` filled in. A JSONL record (a dict) is ``score_record``'s."""
         if not callable(getattr(trajectory, "model_dump", None)):  # a Trajectory, or a model of its format
             raise TypeError(f"score takes a knowlyrcore.Trajectory, got {type(trajectory).__name__}")
         # the layers read the JSONL format, so the scoring itself runs on the record
@@ -236,18 +228,6 @@ class RewardEngine:
     def score_file(self, path: str | os.PathLike, output: str | os.PathLike) -> int:
         """Score every trajectory of ``path`` into ``output`` (JSONL, written atomically)."""
         return write_jsonl(output, map(self.score_record, read_trajectory_dicts(path)))
-
-
-def _warn_dict_input() -> None:
-    global _warned_about_dicts
-    if not _warned_about_dicts:
-        _warned_about_dicts = True
-        warnings.warn(
-            "RewardEngine.score(dict) is deprecated: pass a knowlyrcore.Trajectory, "
-            "or call RewardEngine.score_record for a JSONL record",
-            DeprecationWarning,
-            stacklevel=3,
-        )
 
 
 def _finite(value: Any) -> bool:

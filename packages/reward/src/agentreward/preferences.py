@@ -5,7 +5,12 @@ The pairing rule is knowlyr-core's ``knowlyrcore.datasets.pair_preferences``, th
 each task's best trajectory against its worst; ``"all_above_margin"`` pairs every two, keeping
 the ``max_pairs_per_task`` largest margins. Either way the total rewards differ by at least
 ``min_margin``, and a pair whose chosen trajectory failed (``outcome.success`` false) is left
-out. Trajectories without a task id cannot be paired and are skipped.
+out. As in the hub, trajectories without a task id or without steps (no completion to train
+on) cannot be paired and are left out.
+
+Each pair is a ``knowlyrcore.datasets.PreferenceRecord``, the record ``knowlyr-hub export
+--format dpo -p`` reads: its two sides are whole trajectories, so what a step recorded (the
+sampled ``token_ids`` and ``logprobs``, the scores) reaches the DPO records the hub writes.
 """
 
 from __future__ import annotations
@@ -13,18 +18,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agentreward.errors import UnscoredError
-from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, pair_preferences
+from pydantic import ValidationError
+
+from agentreward.errors import TrajectoryFormatError, UnscoredError
+from knowlyrcore.datasets import DEFAULT_MIN_MARGIN, DEFAULT_PAIRING, PreferenceRecord, pair_preferences
+from knowlyrcore.jsonl import validation_error
+from knowlyrcore.trajectory import Trajectory
 
 
-def task_key(trajectory: dict[str, Any]) -> str | None:
-    task = trajectory.get("task") or {}
-    return str(task.get("id") or "") or None
-
-
-def _failed(trajectory: dict[str, Any]) -> bool:
-    outcome = trajectory.get("outcome")
-    return isinstance(outcome, dict) and outcome.get("success") is False
+def _trajectory(record: dict[str, Any]) -> Trajectory:
+    """A scored record as the ``Trajectory`` a pair holds; one the schema refuses is named by its id."""
+    if record.get("reward") is None:
+        raise UnscoredError(f"trajectory {record.get('id')!r} has no reward: score it first")
+    try:
+        return Trajectory.model_validate(record)
+    except ValidationError as err:
+        problem = validation_error(f"trajectory {record.get('id')!r}", None, err)
+        raise TrajectoryFormatError(problem.path, None, problem.problem, field=problem.field) from None
 
 
 def build_preference_pairs(
@@ -33,21 +43,20 @@ def build_preference_pairs(
     pairing: str = DEFAULT_PAIRING,
     min_margin: float = DEFAULT_MIN_MARGIN,
     max_pairs_per_task: int | None = None,
-) -> list[dict[str, Any]]:
-    """Return ``{"task_id", "chosen", "rejected", "margin"}`` records, largest margins first per task."""
-    trajectories = list(scored)
-    for trajectory in trajectories:
-        if trajectory.get("reward") is None:
-            raise UnscoredError(f"trajectory {trajectory.get('id')!r} has no reward: score it first")
+) -> list[PreferenceRecord]:
+    """``PreferenceRecord`` pairs (``task_id``, ``chosen``, ``rejected``, ``margin``), largest
+    margins first per task."""
+    trajectories = [_trajectory(record) for record in scored]
     pairs = pair_preferences(
-        trajectories,
-        task_id=task_key,
-        reward=lambda t: t["reward"],
-        failed=_failed,
+        (t for t in trajectories if t.steps),
+        task_id=lambda t: t.task.id,
+        reward=lambda t: t.reward,
+        failed=lambda t: t.outcome.success is False,
         pairing=pairing,
         min_margin=min_margin,
         max_pairs_per_task=max_pairs_per_task,
     )
     return [
-        {"task_id": p.task_id, "chosen": p.chosen, "rejected": p.rejected, "margin": round(p.margin, 6)} for p in pairs
+        PreferenceRecord(task_id=p.task_id, chosen=p.chosen, rejected=p.rejected, margin=round(p.margin, 6))
+        for p in pairs
     ]

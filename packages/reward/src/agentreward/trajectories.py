@@ -11,9 +11,7 @@ is refused in one line instead of a ``RecursionError``, and ``knowlyrcore.write_
 package writes with, refuses to write a non-finite number.
 
 ``knowlyrcore.read_trajectories`` reads ``Trajectory`` models, so this module's readers say what
-they give: ``read_trajectory_dicts`` and ``read_json_lines`` (any JSON value per line). Their old
-names, ``read_trajectories`` and ``iter_json_lines``, still work, warning once, as does this module's
-former copy of ``write_jsonl``.
+they give: ``read_trajectory_dicts`` and ``read_json_lines`` (any JSON value per line).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from agentreward.errors import TrajectoryFormatError
-from knowlyrcore.deprecation import moved_names
 from knowlyrcore.errors import DataFormatError
 from knowlyrcore.jsonl import (
     DEFAULT_MAX_LINE_BYTES,
@@ -35,12 +32,6 @@ from knowlyrcore.jsonl import (
     non_finite_field,
     schema_version_problem,
 )
-
-RENAMED = {
-    "read_trajectories": ("agentreward.read_trajectory_dicts", lambda: read_trajectory_dicts),
-    "iter_json_lines": ("agentreward.trajectories.read_json_lines", lambda: read_json_lines),
-}
-__getattr__ = moved_names(__name__, {"write_jsonl": "knowlyrcore.jsonl"}, RENAMED)
 
 
 def max_line_bytes() -> int:

@@ -8,7 +8,7 @@ sandbox is used.
 """
 
 from agentsandbox._siblings import __version__ as __version__  # first: knowlyr-core must be ours
-from agentsandbox.agents import EndpointAgent, ScriptedAgent
+from agentsandbox.agents import ScriptedAgent
 from agentsandbox.backends import (
     BackendUnavailable,
     DockerSandbox,
@@ -46,7 +46,6 @@ __all__ = [
     "SandboxEnv",
     "SimulatedUser",
     # agents and replay
-    "EndpointAgent",
     "ReplayReport",
     "ScriptedAgent",
     "StepMismatch",

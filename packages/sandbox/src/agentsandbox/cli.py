@@ -4,6 +4,7 @@ knowlyr-sandbox backends                          which backends work here, and 
 knowlyr-sandbox exec [--repo DIR] -- CMD ...      run one command in a fresh sandbox
 knowlyr-sandbox run TASK.json --actions A.jsonl   an episode with a scripted agent
 knowlyr-sandbox run TASK.json --endpoint URL --model M   ... or a model behind an endpoint
+                                                  (OpenAI-compatible or Anthropic)
 knowlyr-sandbox replay TRAJ.jsonl                 re-execute trajectories, report differing steps
 knowlyr-sandbox gc [--all] [--dry-run]            remove orphaned containers and workspaces
 
@@ -172,12 +173,19 @@ def _load_actions(path: str) -> list[dict[str, Any]]:
     return [action for _, action in records]
 
 
+#: What the endpoint policy of ``run`` is told before the task.
+ENDPOINT_SYSTEM_PROMPT = "You are an agent. Use the tools to complete the task."
+
+
 @cli.command("run")
 @backend_option
 @click.argument("task")
 @click.option("--env", help="Environment id (default: from the task's domain).")
 @click.option("--actions", help="JSON/JSONL file of actions for a scripted agent.")
-@click.option("--endpoint", help="OpenAI-compatible base URL of the policy, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--endpoint",
+    help="Base URL of the policy: OpenAI-compatible (http://127.0.0.1:8000/v1) or Anthropic (https://api.anthropic.com/v1).",
+)
 @click.option("--model", help="Model name at the endpoint.")
 @click.option("--api-key", help="API key for the endpoint.")
 @click.option("--agent-name", default="agent", show_default=True)
@@ -199,11 +207,14 @@ def run_command(
 
     Exit 0 when the episode succeeded (or has no verdict), 1 when it failed.
     """
-    from agentsandbox.agents import EndpointAgent, ScriptedAgent
+    from agentsandbox.agents import ScriptedAgent
     from agentsandbox.env import TaskFilesError
     from agentsandbox.replay import DOMAIN_ENVS
+    from knowlyrcore.endpoint import EndpointPolicy
+    from knowlyrcore.jsonl import write_trajectories
+    from knowlyrcore.policy import as_batch_policy
     from knowlyrcore.registry import make
-    from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
+    from knowlyrcore.rollout import env_tools, play_episodes, wrap_episode_env
 
     if not actions and not (endpoint and model):
         raise click.UsageError("give --actions FILE, or --endpoint URL and --model NAME")
@@ -211,26 +222,21 @@ def run_command(
     script = _load_actions(actions) if actions else None
     env_id = env or DOMAIN_ENVS.get(task_info.domain, "knowlyr/sandbox")
     environment = make(env_id, backend=backend)
-    if script is not None:
-        agent: Any = ScriptedAgent(script)
-    else:
-        agent = EndpointAgent(endpoint, model, domain=environment.domain, api_key=api_key)
-    recorder = RecorderWrapper(
-        MaxStepsWrapper(environment, max_steps=max_steps),
-        agent_name=agent_name,
-        model_name=model or "",
-        output_path=output,
-    )
     try:
-        try:
-            ts = recorder.reset(task=task_info)
-        except TaskFilesError as exc:  # metadata.files / protected_paths of the task file
-            raise DataFormatError(task, task_line, str(exc)) from None
-        while not ts.done:
-            ts = recorder.step(agent(ts.observation))
-        trajectory = recorder.get_trajectory()
+        if script is not None:
+            agent: Any = ScriptedAgent(script)
+        else:
+            tools = env_tools(environment)
+            agent = EndpointPolicy(endpoint, model, api_key=api_key, system_prompt=ENDPOINT_SYSTEM_PROMPT, tools=tools)
+        recorded = wrap_episode_env(environment, max_steps=max_steps, agent_name=agent_name, model_name=model or "")
+        (episode,) = play_episodes([recorded], as_batch_policy(lambda: agent), [task_info], max_steps=max_steps)
+    except TaskFilesError as exc:  # metadata.files / protected_paths of the task file, refused at reset
+        raise DataFormatError(task, task_line, str(exc)) from None
     finally:
-        recorder.close()
+        environment.close()
+    trajectory = episode.trajectory
+    if output:
+        write_trajectories(output, [trajectory], append=True)
     outcome = trajectory.outcome
     summary = {
         "env": env_id,

@@ -1,15 +1,16 @@
-"""``SimulatedUser``: the other side of a dialog, played by any OpenAI-compatible endpoint.
+"""``SimulatedUser``: the other side of a dialog, played by a model behind a chat endpoint.
 
 The user model gets the task's user instructions as its system prompt and sees the agent's
 messages as the "user" turns of its own chat, so from its point of view it is an ordinary
 assistant conversation with the roles swapped. It ends the conversation by including
-``STOP`` in a reply (as tau-bench's simulated users do). Plain ``urllib``: no SDK needed.
+``STOP`` in a reply (as tau-bench's simulated users do). The endpoint is reached through
+``knowlyrcore.endpoint.ChatEndpoint`` (an Anthropic URL works too); its failures are
+``EndpointError``s naming the simulated user's endpoint.
 """
 
 from __future__ import annotations
 
-from agentsandbox.chat_endpoint import TRANSPORT_ERRORS, ChatEndpoint
-from knowlyrcore.errors import InfrastructureError
+from knowlyrcore.endpoint import ChatEndpoint
 
 STOP = "###STOP###"
 
@@ -20,12 +21,10 @@ SYSTEM_PROMPT = (
 )
 
 
-class SimulatedUserError(InfrastructureError):
-    """The endpoint failed or answered something that is not a chat completion."""
-
-
 class SimulatedUser(ChatEndpoint):
     """A user played by ``model`` at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``)."""
+
+    role = "simulated user"
 
     def __init__(
         self,
@@ -60,16 +59,6 @@ class SimulatedUser(ChatEndpoint):
 
     def _turn(self, assistant_message: str) -> str:
         self.messages.append({"role": "user", "content": assistant_message})
-        content = self._complete(self.messages)
+        content = self.complete(self.messages)["content"] or ""
         self.messages.append({"role": "assistant", "content": content})
         return content
-
-    def _complete(self, messages: list[dict[str, str]]) -> str:
-        try:
-            payload = self.post(messages)
-        except TRANSPORT_ERRORS as exc:
-            raise SimulatedUserError(f"simulated user endpoint {self.base_url} failed: {exc}") from exc
-        try:
-            return str(payload["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError):
-            raise SimulatedUserError(f"not a chat completion from {self.base_url}: {str(payload)[:200]}") from None

@@ -7,11 +7,10 @@ Example:
 """
 
 from agenttrainer._siblings import __version__ as __version__  # first: knowlyr-core must be ours
-from agenttrainer.batch_policy import LocalBatchPolicy
+from agenttrainer.acting import AgentInference, TokenPolicy
 from agenttrainer.config import ConfigError, DPOConfig, GRPOConfig, OnlineRLConfig, PRMConfig, SFTConfig
 from agenttrainer.data import DataError
 from agenttrainer.eval import evaluate_model
-from agenttrainer.inference import AgentInference
 from agenttrainer.models import LORA_PRESETS, apply_lora, create_lora_config, load_model_and_tokenizer, save_model
 from agenttrainer.trainers.dpo import DPOTrainer
 from agenttrainer.trainers.grpo import GRPOTrainer
@@ -38,10 +37,10 @@ __all__ = [
     # evaluation and data
     "DataError",
     "evaluate_model",
-    # models, LoRA, inference (agenttrainer.models / agenttrainer.inference / agenttrainer.batch_policy)
+    # models, LoRA, acting (agenttrainer.models / agenttrainer.acting)
     "LORA_PRESETS",
     "AgentInference",
-    "LocalBatchPolicy",
+    "TokenPolicy",
     "apply_lora",
     "create_lora_config",
     "load_model_and_tokenizer",

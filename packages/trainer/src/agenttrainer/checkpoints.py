@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agenttrainer.config import TrainConfig
+from agenttrainer.config import RunConfig
 from agenttrainer.errors import CheckpointError
 from agenttrainer.models.saving import save_model
 
@@ -61,7 +61,7 @@ def save_checkpoint(
     model: nn.Module,
     optimizer: Any,
     scheduler: Any,
-    config: TrainConfig,
+    config: RunConfig,
     state: dict[str, Any],
     *,
     lm: Any = None,
@@ -115,7 +115,7 @@ def list_checkpoints(root: Path) -> list[Path]:
     ]
 
 
-def resolve_checkpoint(config: TrainConfig) -> Path | None:
+def resolve_checkpoint(config: RunConfig) -> Path | None:
     if not config.resume_from_checkpoint:
         return None
     if config.resume_from_checkpoint == "latest":

@@ -3,7 +3,8 @@
 Every config field is a flag (``--batch-size``, ``--mask-observations/--no-mask-observations``,
 ``--report-to wandb,tensorboard``, ``--task-weights '{"a": 0.7, "b": 0.3}'``); ``--model`` is
 ``model_name_or_path``. ``--config file.yaml`` provides defaults, flags given on the command line
-win. Each training command prints its result as one JSON line.
+win. Each training command prints its result as one JSON line. ``--max-optimizer-steps`` caps the
+optimizer steps of any run; ``--max-steps`` is an episode's step budget (``grpo --online``).
 
 Multi-process: ``accelerate launch --num_processes 2 -m agenttrainer.cli sft --config c.yaml``.
 """
@@ -12,24 +13,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
 
 from agenttrainer.config import (
+    Config,
     DPOConfig,
     GRPOConfig,
     OnlineRLConfig,
     PRMConfig,
+    RetrieverConfig,
+    RunConfig,
     SFTConfig,
     TrainConfig,
     read_config_file,
 )
+from agenttrainer.config.base import Key
+from agenttrainer.console import quiet_library_warnings
 from agenttrainer.serving.cli import serve
-from knowlyrcore.clikit import Group, json_argument, mcp_command, run, warn_deprecated
+from knowlyrcore.clikit import Group, json_argument, mcp_command, run
 
 
 def _parse_list(value: str | None) -> list[str] | None:
@@ -47,97 +51,94 @@ def _parse_dict(value: str | None) -> dict[str, float] | None:
 FLAG_ALIASES = {"model_name_or_path": ("--model",), "env_id": ("--env",), "tasks_file": ("--tasks",)}
 
 
-def _field_option(f: dataclasses.Field, name: str, *, hidden: bool = False):
-    """The click option of config field ``f``, as ``--name`` (an old name is a hidden option)."""
-    help_text = f.metadata.get("help", "")
-    flag = _flag(name)
-    typ = str(f.type)
-    names = [flag, *FLAG_ALIASES.get(name, ())]
-    common = {"default": None, "hidden": hidden}
+def _key_option(key: Key):
+    """The click option of config key ``key``, as ``--name`` (default None: not given)."""
+    flag = _flag(key.name)
+    names = [flag, *FLAG_ALIASES.get(key.name, ())]
+    help_text, typ = key.help, key.type
     if typ.startswith("bool"):
-        return click.option(f"{flag}/--no-{flag[2:]}", name, help=help_text, **common)
+        return click.option(f"{flag}/--no-{flag[2:]}", key.name, default=None, help=help_text)
     if typ.startswith("int"):
-        return click.option(*names, name, type=int, help=help_text, **common)
+        return click.option(*names, key.name, type=int, default=None, help=help_text)
     if typ.startswith("float"):
-        return click.option(*names, name, type=float, help=help_text, **common)
+        return click.option(*names, key.name, type=float, default=None, help=help_text)
     if typ.startswith("list"):
         return click.option(
-            *names, name, callback=lambda c, p, v: _parse_list(v), help=help_text + " (comma-separated)", **common
+            *names, key.name, callback=lambda c, p, v: _parse_list(v), help=help_text + " (comma-separated)"
         )
     if typ.startswith("dict"):
-        return click.option(*names, name, callback=lambda c, p, v: _parse_dict(v), help=help_text + " (JSON)", **common)
-    if "choices" in f.metadata:  # a registry's names, each with its summary
-        choices = f.metadata["choices"]()
+        return click.option(*names, key.name, callback=lambda c, p, v: _parse_dict(v), help=help_text + " (JSON)")
+    if key.choices is not None:  # a registry's names, each with its summary
+        choices = key.choices()
         described = "; ".join(f"{choice}: {summary}" for choice, summary in choices.items())
-        return click.option(*names, name, type=click.Choice(list(choices)), help=f"{help_text} {described}.", **common)
-    return click.option(*names, name, type=str, help=help_text, **common)
+        return click.option(*names, key.name, type=click.Choice(list(choices)), help=f"{help_text} {described}.")
+    return click.option(*names, key.name, type=str, default=None, help=help_text)
 
 
-def _config_options(config_cls: type[TrainConfig]):
-    """Decorator adding one option per config field (default None = not given) the recipe uses
-    (not its ``unused_fields``), and a hidden one per old field name (``renamed_fields``) that is
-    no field of ``config_cls``."""
+def _options(keys: Iterable[Key]):
+    """Decorator adding one option per key and ``--config``."""
 
     def decorate(fn):
-        fields = {f.name: f for f in dataclasses.fields(config_cls) if f.name not in config_cls.unused_fields}
-        for old, new in config_cls.renamed_fields.items():
-            if old not in fields:
-                fn = _field_option(fields[new], old, hidden=True)(fn)
-        for f in reversed(fields.values()):
-            fn = _field_option(f, f.name)(fn)
+        for key in reversed(list(keys)):
+            fn = _key_option(key)(fn)
         return click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML config file.")(fn)
 
     return decorate
+
+
+def _usable_keys(config_cls: type[Config]) -> dict[str, Key]:
+    """The keys of ``config_cls`` its recipe uses (not its ``unused_fields``)."""
+    unused = getattr(config_cls, "unused_fields", ())
+    return {name: key for name, key in config_cls.flat_keys().items() if name not in unused}
+
+
+def _config_options(config_cls: type[Config]):
+    """Decorator adding one option per key of ``config_cls`` its recipe uses, and ``--config``."""
+    return _options(_usable_keys(config_cls).values())
+
+
+def _grpo_keys() -> list[Key]:
+    """The ``grpo`` command's keys: offline GRPO's, then those only online RL has; the help says
+    which of the two a key belongs to when not both, or what it means in each when that differs."""
+    offline, online = _usable_keys(GRPOConfig), _usable_keys(OnlineRLConfig)
+    keys = []
+    for name in {**offline, **online}:
+        if name not in online:
+            keys.append(dataclasses.replace(offline[name], help=f"Offline: {offline[name].help}"))
+        elif name not in offline:
+            keys.append(dataclasses.replace(online[name], help=f"--online: {online[name].help}"))
+        elif offline[name].help != online[name].help:
+            both = f"Offline: {offline[name].help} --online: {online[name].help}"
+            keys.append(dataclasses.replace(offline[name], help=both))
+        else:
+            keys.append(offline[name])
+    return keys
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _renamed(renamed: dict[str, str], values: dict[str, Any], spell: Any = str, where: Any = None) -> dict[str, Any]:
-    """``values`` (flags, or a config file's keys) with each old name given under its new one, the
-    user told once. ``spell`` writes a name as they typed it; ``where(old)`` places it (a file and line)."""
-    out = dict(values)
-    for old, new in renamed.items():
-        if out.get(old) is None:
-            out.pop(old, None)
-            continue
-        place = f"{where(old)}: " if where else ""
-        if out.get(new) is not None:
-            raise click.UsageError(f"{place}{spell(old)} is the old name of {spell(new)}: give only {spell(new)}")
-        warn_deprecated(f"{place}{spell(old)} is deprecated: use {spell(new)}")
-        out[new] = out.pop(old)
-    return out
-
-
-def _config_values(
-    renamed: dict[str, str], config_file: str | None, flags: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, int]]:
-    """The config file's values overridden by the flags given, old names under their new ones,
-    and the line of each of the file's keys."""
+def _config_values(config_file: str | None, flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The config file's values overridden by the flags given, and the line of each of the file's keys."""
     values, lines = read_config_file(config_file) if config_file else ({}, {})
-    values = _renamed(
-        renamed, values, where=lambda name: f"{config_file}:{lines[name]}" if name in lines else config_file
-    )
-    given = _renamed(renamed, {k: v for k, v in flags.items() if v is not None}, _flag)
-    return {**values, **given}, lines
+    return {**values, **{k: v for k, v in flags.items() if v is not None}}, lines
 
 
-def _build(config_cls: type[TrainConfig], config_file: str | None, flags: dict[str, Any]) -> Any:
-    values, lines = _config_values(config_cls.renamed_fields, config_file, flags)
-    return _offline_config(config_cls, values, lines, config_file)
+def _build(config_cls: type[Config], config_file: str | None, values: dict[str, Any], lines: dict[str, int]) -> Any:
+    return config_cls.from_dict(values, source=config_file or "command line", lines=lines)  # ConfigError: exit 2
 
 
 def _offline_config(
-    config_cls: type[TrainConfig], values: dict[str, Any], lines: dict[str, int], config_file: str | None
+    config_cls: type[TrainConfig], config_file: str | None, values: dict[str, Any], lines: dict[str, int]
 ) -> Any:
-    config = config_cls.from_dict(values, source=config_file or "config", lines=lines)  # ConfigError: exit 2
+    config = _build(config_cls, config_file, values, lines)
     if not config.train_file:
         raise click.UsageError("--train-file (or train_file in --config) is required")
     return config
 
 
-def _run(trainer_cls: Any, config: TrainConfig) -> None:
+def _run(trainer_cls: Any, config: RunConfig) -> None:
     # bad data / config (exit 2) and a non-finite loss (exit 1) reach clikit.run as one line each
     trainer = trainer_cls(config)
     result = trainer.train()
@@ -157,7 +158,7 @@ def sft(config_file: str | None, **flags: Any) -> None:
     """Supervised fine-tuning (agent format, observation masking, step-weighted loss, ...)."""
     from agenttrainer.trainers.sft import SFTTrainer
 
-    _run(SFTTrainer, _build(SFTConfig, config_file, flags))
+    _run(SFTTrainer, _offline_config(SFTConfig, config_file, *_config_values(config_file, flags)))
 
 
 @cli.command()
@@ -166,7 +167,7 @@ def dpo(config_file: str | None, **flags: Any) -> None:
     """Direct preference optimisation on prompt/chosen/rejected pairs."""
     from agenttrainer.trainers.dpo import DPOTrainer
 
-    _run(DPOTrainer, _build(DPOConfig, config_file, flags))
+    _run(DPOTrainer, _offline_config(DPOConfig, config_file, *_config_values(config_file, flags)))
 
 
 @cli.command()
@@ -176,39 +177,34 @@ def dpo(config_file: str | None, **flags: Any) -> None:
     default=None,
     help="Online RL: act in a live environment (--env, --tasks) every iteration instead of reading --train-file.",
 )
-@_config_options(OnlineRLConfig)
+@_options(_grpo_keys())
 def grpo(config_file: str | None, online: bool | None, **flags: Any) -> None:
     """GRPO: offline over scored trajectory groups (--train-file), or online in a live environment.
 
     Online: knowlyr-trainer grpo --online --env knowlyr/retail --tasks train.jsonl --model ./sft/final
     (--algorithm: any registered algorithm; YAML configs may set online: true).
     """
-    values = _yaml_values(config_file)
+    values, lines = _config_values(config_file, flags)
     online = bool(online or values.pop("online", False))
-    if online:
-        from agenttrainer.online import OnlineRLTrainer
-
-        values, lines = _config_values(OnlineRLConfig.renamed_fields, config_file, flags)
-        values.pop("online", None)
-        config = OnlineRLConfig.from_dict(values, source=config_file or "command line", lines=lines)
-        if not config.env_id or not config.tasks_file:
-            raise click.UsageError("--online needs --env (a registered environment id) and --tasks (tasks JSONL)")
-        _run(OnlineRLTrainer, config)
-        return
-    # Offline, --max-steps (max_steps) is the old name of --max-optimizer-steps; online it counts an
-    # episode's steps. An online option (or its old name, --max-turns) needs --online.
-    values, lines = _config_values(GRPOConfig.renamed_fields, config_file, flags)
-    values.pop("online", None)
-    offline = {f.name for f in dataclasses.fields(GRPOConfig)}
-    online_fields = {f.name for f in dataclasses.fields(OnlineRLConfig)} | set(OnlineRLConfig.renamed_fields)
-    # keys that are no field at all are left to the config's own (content-safe) unknown-field error
-    online_only = sorted(k for k in values if k not in offline and k in online_fields)
-    if online_only:
-        given = ", ".join(_flag(k) for k in online_only)
+    config_cls, other = (OnlineRLConfig, GRPOConfig) if online else (GRPOConfig, OnlineRLConfig)
+    # keys that are no field of either are left to the config's own (content-safe) unknown-field error
+    misplaced = sorted(k for k in values if k not in config_cls.flat_keys() and k in other.flat_keys())
+    if misplaced:
+        given = ", ".join(_flag(k) for k in misplaced)
+        if online:
+            raise click.UsageError(f"{given}: options of offline GRPO over a --train-file; drop --online")
         raise click.UsageError(f"{given}: online RL options; add --online (or online: true in the config)")
-    from agenttrainer.trainers.grpo import GRPOTrainer
+    if not online:
+        from agenttrainer.trainers.grpo import GRPOTrainer
 
-    _run(GRPOTrainer, _offline_config(GRPOConfig, values, lines, config_file))
+        _run(GRPOTrainer, _offline_config(GRPOConfig, config_file, values, lines))
+        return
+    from agenttrainer.online import OnlineRLTrainer
+
+    config = _build(OnlineRLConfig, config_file, values, lines)
+    if not config.env_id or not config.tasks_file:
+        raise click.UsageError("--online needs --env (a registered environment id) and --tasks (tasks JSONL)")
+    _run(OnlineRLTrainer, config)
 
 
 @cli.command()
@@ -232,14 +228,7 @@ def prm(config_file: str | None, **flags: Any) -> None:
     """
     from agenttrainer.trainers.prm import PRMTrainer
 
-    _run(PRMTrainer, _build(PRMConfig, config_file, flags))
-
-
-def _yaml_values(config_file: str | None) -> dict[str, Any]:
-    if config_file is None:
-        return {}
-    values, _lines = read_config_file(config_file)  # errors name the file and line, never echo content
-    return dict(values)
+    _run(PRMTrainer, _offline_config(PRMConfig, config_file, *_config_values(config_file, flags)))
 
 
 @cli.command("eval")
@@ -265,25 +254,13 @@ def eval_command(model_name_or_path: str, eval_file: str, **options: Any) -> Non
 
 
 @cli.command("retriever")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML of RetrieverConfig fields.")
-@click.option("--model", "model_name_or_path", help="Encoder to start from (default: all-minilm-l6-v2).")
-@click.option("--library", help="Tools JSONL/JSON (OpenAI tools, MCP tools/list), or 'generated'.")
-@click.option("--train-file", help="{query, tool} JSONL, trajectory JSONL to mine pairs from, or 'generated'.")
-@click.option("--output-dir")
-@click.option("--max-optimizer-steps", type=click.IntRange(min=1))
-@click.option("--max-steps", type=click.IntRange(min=1), hidden=True)  # the old name of --max-optimizer-steps
-@click.option("--batch-size", type=click.IntRange(min=1))
-@click.option("--learning-rate", type=float)
-@click.option("--hard-negatives", type=click.IntRange(min=0))
+@_config_options(RetrieverConfig)
 def retriever_command(config_file: str | None, **flags: Any) -> None:
     """Fine-tune a tool-retrieval encoder contrastively (in-batch and BM25-mined hard negatives);
     prints a JSON report with recall@5 / MRR before and after on held-out pairs (extra: retriever)."""
-    from agenttrainer.retrieval import RetrieverConfig, train_retriever
+    from agenttrainer.retrieval import train_retriever
 
-    renamed = RetrieverConfig.renamed_fields
-    _renamed(renamed, _yaml_values(config_file), where=lambda name: config_file)  # from_yaml maps the file's keys
-    config = RetrieverConfig.from_yaml(config_file, **_renamed(renamed, flags, _flag))
-    click.echo(json.dumps(train_retriever(config)))
+    click.echo(json.dumps(train_retriever(_build(RetrieverConfig, config_file, *_config_values(config_file, flags)))))
 
 
 @cli.command("retriever-search")
@@ -319,31 +296,6 @@ def retriever_search_command(query: str, library: str, model_name_or_path: str, 
 cli.add_command(mcp_command("knowlyr-trainer", "agenttrainer.mcp_server"))
 # `serve` needs the serve extra only when it runs (it says so then); listing it needs nothing.
 cli.add_command(serve)
-
-
-# Deprecation notices transformers (5.x) raises on every LoRA run (peft reads is_gradient_checkpointing),
-# every rollout or generation (the KV cache passed as past_key_values, which transformers 4.x needs) and
-# old configs; nothing the user wrote triggers them. Silenced here only, for the command line.
-NOISY_FUTURE_WARNINGS = (
-    r"`past_key_values` is deprecated",
-    r"`is_gradient_checkpointing` is deprecated",
-    r"`gradient_checkpointing_(enable|disable)` is deprecated",
-    r"`rope_scaling` is deprecated",
-)
-
-
-def quiet_library_warnings() -> None:
-    """Hide the known noisy FutureWarnings and show knowlyr-trainer's own info lines (which model a
-    run directory resolved to, a model conversion) on stderr."""
-    for message in NOISY_FUTURE_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
-    logger = logging.getLogger("agenttrainer")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False  # printed once, even where the root logger has a handler too
 
 
 def main(argv: Sequence[str] | None = None) -> int:

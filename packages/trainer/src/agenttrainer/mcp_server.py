@@ -187,9 +187,9 @@ async def train(
         checked = METHODS[method].from_yaml(config_path, **{**overrides, "output_dir": "."})
     except ConfigError as exc:
         raise ToolError(str(exc)) from None
-    for name in ("train_file", "eval_file", "continual_buffer_path"):
-        if getattr(checked, name, None):
-            _guard(roots.readable, getattr(checked, name), workdir)
+    for name in ("train_file", "eval_file", "continual_buffer_path"):  # the last is in SFT's selection group
+        if name in checked.flat_keys() and checked.value(name):
+            _guard(roots.readable, checked.value(name), workdir)
     if checked.resume_from_checkpoint not in (None, "latest"):
         _guard(roots.readable, checked.resume_from_checkpoint, workdir)
     for name in ("model_name_or_path", "ref_model_name_or_path"):

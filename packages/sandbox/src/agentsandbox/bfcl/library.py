@@ -30,14 +30,7 @@ from typing import Any
 from agentsandbox.bfcl.data import CATEGORIES, BFCLError, load_answers, load_entries
 from agentsandbox.bfcl.env import tool_specs
 from agentsandbox.suites.bfcl import SPLIT_CATEGORIES, excluded, render_question
-from knowlyrcore.deprecation import moved_names
 from knowlyrcore.domain import ToolSpec
-
-# knowlyrcore.toolgen.query_pairs(library, split, n=...) gives the generated library's pairs; this
-# module's were named alike. The old name still works, warning once.
-__getattr__ = moved_names(
-    __name__, {}, {"query_pairs": ("agentsandbox.bfcl.library.bfcl_query_pairs", lambda: bfcl_query_pairs)}
-)
 
 
 def _key(function: dict[str, Any]) -> tuple[str, str]:

@@ -20,19 +20,9 @@ Example:
 import importlib
 import pkgutil
 
-from agenttrainer.algorithms.registry import (
-    RENAMED,
-    Algorithm,
-    algorithm_names,
-    get_algorithm,
-    register_algorithm,
-    summaries,
-)
-from knowlyrcore.deprecation import moved_names
+from agenttrainer.algorithms.registry import Algorithm, algorithm_names, get_algorithm, register_algorithm, summaries
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
-
-__getattr__ = moved_names(__name__, {}, RENAMED)
 
 __all__ = ["Algorithm", "algorithm_names", "get_algorithm", "register_algorithm", "summaries"]

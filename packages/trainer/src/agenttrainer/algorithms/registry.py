@@ -21,10 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from knowlyrcore.deprecation import moved_names
-
 if TYPE_CHECKING:
-    from agenttrainer.config import GRPOConfig
+    from agenttrainer.config.grpo import PolicyGradientFields
 
 AdvantageFn = Callable[[Sequence[float], Sequence[bool | None], Sequence[bool]], list[float]]
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -53,16 +51,6 @@ class Algorithm:
 
 
 _ALGORITHMS: dict[str, Algorithm] = {}
-
-#: The registry's former names (get, names and register said nothing of what they get, name or
-#: register; knowlyrcore.register registers environments): they still work here and in
-#: agenttrainer.algorithms, warning once.
-RENAMED = {
-    "get": ("agenttrainer.algorithms.get_algorithm", lambda: get_algorithm),
-    "names": ("agenttrainer.algorithms.algorithm_names", lambda: algorithm_names),
-    "register": ("agenttrainer.algorithms.register_algorithm", lambda: register_algorithm),
-}
-__getattr__ = moved_names(__name__, {}, RENAMED)
 
 
 def register_algorithm(algorithm: Algorithm) -> Algorithm:
@@ -111,7 +99,7 @@ def baseline_advantages(
     return [(float(r) - mean) * factor if ok else 0.0 for r, ok in zip(rewards, valid)]
 
 
-def loss_options(config: GRPOConfig, algorithm: Algorithm, *, max_tokens: int) -> dict[str, Any]:
+def loss_options(config: PolicyGradientFields, algorithm: Algorithm, *, max_tokens: int) -> dict[str, Any]:
     """The keywords of ``algorithm.loss`` that a run's ``config`` sets (offline and online alike):
     its clip range, KL weight and ``normalization`` (``loss_normalization``, else the algorithm's
     own), with ``max_tokens``, the token budget of the ``constant`` normalization. The step's

@@ -17,7 +17,7 @@ seed 003 name                        knowlyr API
 ``RLTrainingConfig``                 ``to_knowlyr_config()``: ``dpo`` -> ``DPOConfig`` (``beta``,
                                      ``reference_free``, ``label_smoothing``, ``loss_type``);
                                      ``ppo`` -> ``OnlineRLConfig(algorithm="ppo")`` (``kl_coef``,
-                                     ``clip_range``, ``vf_coef``; ``num_rollouts`` -> episodes
+                                     ``clip_range`` -> ``clip_eps``, ``vf_coef``; ``num_rollouts`` -> episodes
                                      per iteration = ``tasks_per_iteration * group_size``
                                      (``group_size`` 2 unless given);
                                      ``chunk_size`` -> ``batch_size``); ``grpo`` ->
@@ -31,9 +31,11 @@ seed 003 name                        knowlyr API
 ``AgentRewardModel``                 knowlyr-reward is installed)
 ``AgentRLTrainer``                   ``dpo``: pairs (expert action chosen, the SFT policy's sampled
                                      reply rejected when it scores lower under the reward) written
-                                     as DPO JSONL, then :class:`~agenttrainer.trainers.dpo.DPOTrainer`
-                                     from the SFT model (also the reference); ``ppo`` / ``grpo``
-                                     refused in one line naming ``OnlineRLTrainer``
+                                     as :class:`~knowlyrcore.datasets.DPORecord` lines, the reply
+                                     with the ids it was sampled as, then
+                                     :class:`~agenttrainer.trainers.dpo.DPOTrainer` from the SFT
+                                     model (also the reference); ``ppo`` / ``grpo`` refused in one
+                                     line naming ``OnlineRLTrainer``
 ``AgentTrainingEvaluator``           greedy next action at each expert step of a suite split:
                                      ``tool_selection_accuracy`` (the expert's tool) and
                                      ``plan_success_rate`` (the expert's exact action), per step
@@ -49,12 +51,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from agenttrainer.config import ConfigError, DPOConfig, OnlineRLConfig, SFTConfig
+from knowlyrcore.datasets import ChatMessage, DPORecord
 from knowlyrcore.errors import MissingExtraError
 from knowlyrcore.jsonl import write_jsonl
 from knowlyrcore.tool_parsing import parse_reply
@@ -66,6 +69,7 @@ __all__ = [
     "AgentSFTTrainer",
     "AgentTrainingEvaluator",
     "RLTrainingConfig",
+    "SampledReply",
     "next_action_metrics",
     "preference_pairs",
     "reward_scorer",
@@ -96,9 +100,9 @@ def _data_file(spec: str, path: Path, max_samples: int, seed: int) -> str:
             f"data {spec!r}: SAGE's data sources do not exist here; use '<suite>:<split>' (e.g. 'retail:train') "
             "or a JSONL path"
         )
-    from agenttrainer.compat.hello_agents_rl import create_sft_dataset
+    from agenttrainer.compat.hello_agents_rl import expert_sft_records
 
-    write_jsonl(path, create_sft_dataset(split, max_samples, suite=suite, seed=seed))
+    write_jsonl(path, expert_sft_records(suite, split, max_samples, seed))
     return str(path)
 
 
@@ -256,6 +260,8 @@ class RLTrainingConfig:
             if rollouts % group:
                 raise ConfigError(f"num_rollouts ({rollouts}) must be a multiple of group_size ({group})")
             mapped = {"algorithm": "ppo", "group_size": group, "tasks_per_iteration": rollouts // group}
+            if "clip_range" in ppo:  # PPO's name for the clip range of the ratio
+                ppo["clip_eps"] = ppo.pop("clip_range")
             return OnlineRLConfig.from_dict(
                 {**mapped, "batch_size": chunk, **ppo, **fields}, source="RLTrainingConfig.ppo_config"
             )
@@ -287,14 +293,24 @@ def _rl_rows(spec: str, split: str | None, max_samples: int, seed: int) -> list[
     return create_rl_dataset(split or spec_split or "train", max_samples, suite=suite, seed=seed)
 
 
+@dataclass(frozen=True)
+class SampledReply:
+    """A reply as the policy sampled it: its ``text``, its ``token_ids`` and its prompt's
+    (``prompt_token_ids``: the chat template's rendering, first assistant header included)."""
+
+    text: str
+    token_ids: list[int]
+    prompt_token_ids: list[int]
+
+
 def _replies(
     model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_new_tokens: int, temperature: float, seed: int = 0
-) -> list[str]:
+) -> list[SampledReply]:
     """The model's reply to each row's prompt (its chat template), sampled in batches of 16
     (``temperature`` 0: greedy) from ``seed`` without touching the global RNG."""
     import torch
 
-    from agenttrainer.generation import LocalGenerator
+    from agenttrainer.acting import LocalGenerator
 
     prompts = [
         tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, return_dict=True)["input_ids"]
@@ -305,7 +321,14 @@ def _replies(
         samples = LocalGenerator(model, tokenizer, batch_size=16, logprobs=False).generate(
             prompts, max_new_tokens=max_new_tokens, temperature=temperature
         )
-    return [tokenizer.decode(sample.token_ids, skip_special_tokens=True) for sample in samples]
+    return [
+        SampledReply(tokenizer.decode(sample.token_ids, skip_special_tokens=True), sample.token_ids, list(prompt))
+        for prompt, sample in zip(prompts, samples)
+    ]
+
+
+def _text(reply: str | SampledReply) -> str:
+    return reply if isinstance(reply, str) else reply.text
 
 
 def _trace(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -364,13 +387,25 @@ def reward_scorer(reward_model: Any = None, closing_tool: str = "respond") -> Sc
     return score_with_model
 
 
-def preference_pairs(rows: list[dict[str, Any]], replies: list[str], score: Scorer) -> list[dict[str, Any]]:
-    """DPO records (docs/formats.md "DPO"): for each row, ``chosen`` = the expert's action,
-    ``rejected`` = the policy's reply, kept only when the reply scores lower (``margin`` > 0)."""
+def _rejected(reply: str | SampledReply) -> dict[str, Any]:
+    """The ``rejected`` side of a pair (and the prompt's ids): a sampled reply keeps its ids, so
+    DPO scores the tokens the policy produced rather than its text tokenised again."""
+    if isinstance(reply, str):
+        return {"rejected": reply}
+    message = ChatMessage(role="assistant", content=reply.text, token_ids=reply.token_ids)
+    return {"rejected": [message], "prompt_token_ids": reply.prompt_token_ids}
+
+
+def preference_pairs(
+    rows: list[dict[str, Any]], replies: Sequence[str | SampledReply], score: Scorer
+) -> list[DPORecord]:
+    """DPO records (docs/formats.md "DPO"): for each row, ``chosen`` = the expert's action (text),
+    ``rejected`` = the policy's reply, kept only when the reply scores lower (``margin`` > 0). A
+    :class:`SampledReply` is written with its token ids and its prompt's (``prompt_token_ids``)."""
     chosen = [_expert_text(row["expected_action"]) for row in rows]
-    chosen_scores, reply_scores = score(chosen, rows), score(replies, rows)
+    chosen_scores, reply_scores = score(chosen, rows), score([_text(r) for r in replies], rows)
     return [
-        {"task_id": row["task_id"], "prompt": row["prompt"], "chosen": good, "rejected": bad, "margin": s_good - s_bad}
+        DPORecord(task_id=row["task_id"], prompt=row["prompt"], chosen=good, margin=s_good - s_bad, **_rejected(bad))
         for row, good, bad, s_good, s_bad in zip(rows, chosen, replies, chosen_scores, reply_scores)
         if s_bad < s_good
     ]
@@ -385,7 +420,8 @@ class AgentRLTrainer:
     own reply (sampled at ``temperature``) when it scores lower under ``reward_model`` (see
     :func:`reward_scorer`; none: the verifiable accuracy reward). Prompts where the policy's
     reply scores as well as the expert's give no pair. The pairs are written to
-    ``<output_dir>/pairs.jsonl`` and trained by :class:`~agenttrainer.trainers.dpo.DPOTrainer`
+    ``<output_dir>/pairs.jsonl`` (the reply with the token ids it was sampled as, which DPO scores
+    as they are) and trained by :class:`~agenttrainer.trainers.dpo.DPOTrainer`
     (``config.to_knowlyr_config(**fields)``) from the SFT model, which is also the reference.
     ``sft_model_path`` ``None`` starts from ``base_model_path``.
 
@@ -429,7 +465,7 @@ class AgentRLTrainer:
     def model(self) -> Any:
         return self.trainer.model
 
-    def build_pairs(self) -> list[dict[str, Any]]:
+    def build_pairs(self) -> list[DPORecord]:
         """Sample the SFT policy on every prompt and keep the pairs it loses (see the class docstring)."""
         rows = _rl_rows(self.train_data, None, self.max_samples, self.seed)
         replies = _replies(
@@ -512,7 +548,7 @@ class AgentTrainingEvaluator:
             tokenizer = load_tokenizer(model.name_or_path)
         rows = _rl_rows(self.benchmark, split, max_samples, self.seed)
         replies = _replies(model, tokenizer, rows, max_new_tokens, temperature=0.0)
-        return next_action_metrics(replies, rows)
+        return next_action_metrics([reply.text for reply in replies], rows)
 
 
 try:  # the reward half of seed 003 lives in knowlyr-reward (the ``online`` extra)

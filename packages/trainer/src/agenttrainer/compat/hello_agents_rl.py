@@ -15,10 +15,13 @@ seed 002 name                knowlyr API
 ===========================  ==================================================================
 
 Data. Seed 002 downloads GSM8K; nothing is downloaded here. The datasets come from a task suite
-(``knowlyr.task_suites`` entry points; knowlyr-sandbox ships ``retail`` and ``coding``): each task
-is played by the suite's scripted expert in its real environment, so every observation is what
-the environment returned. ``create_sft_dataset`` gives one chat record per task (system prompt,
-request, the expert's tool calls as ``<tool_call>`` blocks, tool results, the final reply).
+(found by knowlyr-sandbox's ``agentsandbox.suites.get_suite``, as ``knowlyr-hub`` finds them:
+``retail``, ``coding``, ``bfcl``, ... and any other ``knowlyr.task_suites`` entry point): each
+task is played by the suite's scripted expert in its real environment, through knowlyr-core's
+acting loop (``knowlyrcore.rollout.play_episodes``, capped at the suite's ``max_steps``), so
+every observation is what the environment returned. ``create_sft_dataset`` gives one chat
+record per task (an :class:`~knowlyrcore.datasets.SFTRecord` as a dict: system prompt, request,
+the expert's tool calls as ``<tool_call>`` blocks, tool results, the final reply).
 ``create_rl_dataset`` gives one prompt per expert step: the dialog up to that step, with the
 expert's action in ``expected_action`` and the task's answer checks (``answer_contains`` /
 ``answer_excludes``) for the final reply. ``data_file=`` reads a JSONL file instead (any SFT
@@ -38,14 +41,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from agenttrainer.config import ConfigError
 from agenttrainer.models import create_lora_config
 from agenttrainer.wrapper import GRPOTrainerWrapper, SFTTrainerWrapper
-from knowlyrcore.origin import install_command
+from knowlyrcore.datasets import SFTRecord
+from knowlyrcore.errors import require_extra
 from knowlyrcore.tool_parsing import parse_reply
 
 __all__ = [
@@ -58,16 +61,21 @@ __all__ = [
     "create_sft_dataset",
 ]
 
-SUITE_ENTRY_POINTS = "knowlyr.task_suites"
-
 
 def _suite(name: str) -> Any:
-    for ep in entry_points(group=SUITE_ENTRY_POINTS):
-        if ep.name == name:
-            return ep.load()
-    known = sorted(ep.name for ep in entry_points(group=SUITE_ENTRY_POINTS))
-    hint = f"known: {', '.join(known)}" if known else f"none installed: {install_command('knowlyr-sandbox')}"
-    raise ConfigError(f"unknown task suite {name!r} ({hint}); or pass data_file= a JSONL file")
+    """The task suite ``name``, found as every knowlyr command finds one (``agentsandbox.suites``,
+    the ``suites`` extra; without it, ``MissingExtraError``)."""
+    suites = require_extra(
+        "agentsandbox.suites",
+        "knowlyr-trainer",
+        "suites",
+        f"task suite {name!r}",
+        hint="or pass data_file= a JSONL file",
+    )
+    try:
+        return suites.get_suite(name)
+    except suites.SuiteError as exc:
+        raise ConfigError(f"{exc}; or pass data_file= a JSONL file") from None
 
 
 def tool_call_text(action: dict[str, Any]) -> str:
@@ -77,36 +85,61 @@ def tool_call_text(action: dict[str, Any]) -> str:
 def expert_dialogs(suite: str, split: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` tasks of ``suite`` played by its expert: ``{task, messages, actions}`` per task.
 
-    The closing reply (``respond``) is plain assistant text, as a chat model answers; every other
-    action is a ``<tool_call>`` block followed by the environment's observation as a tool message."""
+    Each task is one episode of knowlyr-core's acting loop, capped at the suite's ``max_steps``
+    (the expert's budget, with room to spare: an expert that does not finish in it means a
+    broken suite). The closing reply (``respond``) is plain assistant text, as a chat model
+    answers; every other action is a ``<tool_call>`` block followed by the environment's
+    observation as a tool message."""
     from knowlyrcore import make
-    from knowlyrcore.recording import observation_text
+    from knowlyrcore.policy import as_batch_policy
+    from knowlyrcore.rollout import play_episodes, wrap_episode_env
 
     spec = _suite(suite)
     dialogs = []
-    for task in spec.generate(split, n, seed):
-        env, expert = make(spec.env_id, **spec.env_kwargs), spec.expert()
+    for task in spec.generate(split, n, seed):  # one environment at a time, as a suite's may be costly
+        env = wrap_episode_env(make(spec.env_id, **spec.env_kwargs), max_steps=spec.max_steps)
         try:
-            ts = env.reset(task=task)
-            expert.reset(task)
-            messages = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
-            messages.append({"role": "user", "content": observation_text(ts.observation)})
-            actions = []
-            while not (ts.terminated or ts.truncated):
-                action = dict(expert(ts.observation))
-                actions.append(action)
-                ts = env.step(action)
-                if action["tool"] == "respond":
-                    messages.append({"role": "assistant", "content": action["params"]["message"]})
-                else:
-                    messages.append({"role": "assistant", "content": tool_call_text(action)})
-                    messages.append({"role": "tool", "content": observation_text(ts.observation)})
+            (episode,) = play_episodes([env], as_batch_policy(spec.expert), [task], max_steps=spec.max_steps)
         finally:
             env.close()
-        if not ts.info.get("success", True):
-            raise RuntimeError(f"the {suite} expert failed task {task['id']}; the suite is broken")
+        trajectory = episode.trajectory
+        if episode.end != "terminated" or not episode.info.get("success", True):
+            raise RuntimeError(
+                f"the {suite} expert did not solve task {task['id']} in {spec.max_steps} steps "
+                f"({episode.end}); the suite is broken"
+            )
+        messages = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
+        messages.append({"role": "user", "content": trajectory.metadata["initial_observation"]})
+        actions = []
+        for step in trajectory.steps:
+            action = {"tool": step.tool_call.name, "params": step.tool_call.parameters}
+            if step.thought:  # the expert's reason, as its solution gives it
+                action["thought"] = step.thought
+            actions.append(action)
+            if action["tool"] == "respond":
+                messages.append({"role": "assistant", "content": action["params"]["message"]})
+            else:
+                messages.append({"role": "assistant", "content": tool_call_text(action)})
+                messages.append({"role": "tool", "content": step.observation.output})
         dialogs.append({"task": task, "messages": messages, "actions": actions})
     return dialogs
+
+
+def expert_sft_records(suite: str, split: str, n: int, seed: int = 0) -> list[SFTRecord]:
+    """``n`` expert dialogs of ``suite``'s ``split`` as chat SFT records (``messages``,
+    ``task_id``, ``task_type`` = the task's template, ``metadata`` naming suite and split)."""
+    records = []
+    for d in expert_dialogs(suite, split, n, seed):
+        meta = d["task"].get("metadata", {})
+        records.append(
+            SFTRecord(
+                task_id=d["task"]["id"],
+                messages=d["messages"],
+                task_type=meta.get("template") or d["task"].get("domain"),
+                metadata={"suite": suite, "split": split},
+            )
+        )
+    return records
 
 
 def _file_rows(data_file: str | Path, max_samples: int | None) -> list[dict[str, Any]]:
@@ -135,18 +168,7 @@ def create_sft_dataset(
     first ``max_samples`` records of ``data_file`` (``None``: all of them)."""
     if data_file is not None:
         return _file_rows(data_file, max_samples)
-    rows = []
-    for d in expert_dialogs(suite, split, _suite_size(max_samples), seed):
-        meta = d["task"].get("metadata", {})
-        rows.append(
-            {
-                "task_id": d["task"]["id"],
-                "messages": d["messages"],
-                "task_type": meta.get("template") or d["task"].get("domain"),
-                "metadata": {"suite": suite, "split": split},
-            }
-        )
-    return rows
+    return [record.model_dump() for record in expert_sft_records(suite, split, _suite_size(max_samples), seed)]
 
 
 def create_rl_dataset(
@@ -292,7 +314,7 @@ class RLTrainingTool:
         return {"status": "success", "algorithm": algorithm, **result}
 
     def _evaluate(self, params: dict[str, Any]) -> dict[str, Any]:
-        from agenttrainer.inference import AgentInference
+        from agenttrainer.acting import AgentInference
 
         data = {"split": "test", **{k: params.pop(k) for k in _DATA_KEYS if k in params}}
         rows = create_rl_dataset(**data)

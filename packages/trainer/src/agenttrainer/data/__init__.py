@@ -11,7 +11,6 @@ from agenttrainer.data.batching import (
 )
 from agenttrainer.data.formatting import Example, chunk_conversation, message_spans, tokenize_conversation
 from agenttrainer.data.readers import (
-    RENAMED,
     Conversation,
     DataError,
     dpo_pair,
@@ -28,9 +27,6 @@ from agenttrainer.data.selection import (
     curriculum_indices,
     task_weighted_indices,
 )
-from knowlyrcore.deprecation import moved_names
-
-__getattr__ = moved_names(__name__, {}, RENAMED)
 
 __all__ = [
     # reading

@@ -8,7 +8,8 @@ Each record is validated with the knowlyr-core model ``knowlyr-hub export`` writ
 * SFT (``SFTRecord``): ``instruction`` / ``input`` / ``response``; agent ``steps`` ``[{thought,
   action, observation, reward}]``; a ``response`` holding ``Step N: / Thought: / Action: /
   Observation:`` text; chat ``messages`` (+ ``tools``).
-* DPO (``DPORecord``): ``prompt`` / ``chosen`` / ``rejected``, each text or a list of messages.
+* DPO (``DPORecord``): ``prompt`` / ``chosen`` / ``rejected``, each text or a list of messages,
+  and ``prompt_token_ids``; a side whose whole token sequence was recorded keeps it (as below).
 * GRPO (``GRPORecord``): ``task_id``, ``prompt``, ``trajectories`` ``[{response | messages,
   reward, step_rewards, prompt_token_ids}]``. An attempt whose whole token sequence was recorded
   (``prompt_token_ids`` and every message's ``token_ids``) keeps it in ``Conversation.token_ids``,
@@ -40,7 +41,6 @@ from pydantic import BaseModel, ValidationError
 from agenttrainer.errors import TrainerError
 from agenttrainer.losses.sft import step_weights
 from knowlyrcore.datasets import ChatMessage, DPORecord, GRPORecord, SFTRecord, SFTStep
-from knowlyrcore.deprecation import moved_names
 from knowlyrcore.errors import DataFormatError, no_such_file
 from knowlyrcore.jsonl import iter_json_lines, validation_error
 
@@ -83,12 +83,6 @@ class Conversation:
 
     def with_flags(self, trainable: list[bool]) -> Conversation:
         return replace(self, trainable=trainable)
-
-
-# knowlyrcore.read_jsonl yields records; this reader yields ("file:line", record) and was named
-# alike. The old name still works (here and in agenttrainer.data), warning once.
-RENAMED = {"read_jsonl": ("agenttrainer.data.read_located_records", lambda: read_located_records)}
-__getattr__ = moved_names(__name__, {}, RENAMED)
 
 
 def read_located_records(
@@ -258,14 +252,28 @@ def _completion_conversation(
     return Conversation(messages, trainable, [1.0] * len(messages), source=where)
 
 
+def _keep_recorded(
+    conv: Conversation, prompt: list[dict[str, Any]], recorded: list[list[int]] | None, messages: Any
+) -> None:
+    """Train ``conv`` on the ids the policy saw when they were all recorded (``recorded``: the
+    prompt's, then each completion message's); the prompt's ids go on its last message, which is
+    never trained on."""
+    if recorded is not None:
+        conv.token_ids = [[] for _ in prompt[:-1]] + recorded
+        conv.logprobs = [None] * len(prompt) + [m.logprobs for m in messages]
+
+
 def dpo_pair(record: DPORecord | dict[str, Any], where: str) -> tuple[Conversation, Conversation]:
-    """``(chosen, rejected)`` conversations sharing the prompt; only completion turns are trainable."""
+    """``(chosen, rejected)`` conversations sharing the prompt; only completion turns are trainable.
+    A side whose whole sequence was recorded (``DPORecord.recorded_token_ids``) keeps its ids."""
     record = _validated(DPORecord, record, where)
     prompt = _as_messages(record.prompt, "user")
     chosen, rejected = (
         _completion_conversation(prompt, _as_messages(completion, "assistant"), where)
         for completion in (record.chosen, record.rejected)
     )
+    _keep_recorded(chosen, prompt, record.recorded_token_ids("chosen"), record.chosen)
+    _keep_recorded(rejected, prompt, record.recorded_token_ids("rejected"), record.rejected)
     chosen.task_id = rejected.task_id = record.task_id
     return chosen, rejected
 
@@ -296,10 +304,7 @@ def grpo_group(record: GRPORecord | dict[str, Any], where: str) -> list[Conversa
             conv.weights = [
                 next(per_step) if t and m["role"] == "assistant" else 1.0 for t, m in zip(conv.trainable, conv.messages)
             ]
-        recorded = traj.recorded_token_ids()
-        if recorded is not None:  # the prompt's ids go on its last message, which is never trained on
-            conv.token_ids = [[] for _ in prompt[:-1]] + recorded
-            conv.logprobs = [None] * len(prompt) + [m.logprobs for m in traj.messages]
+        _keep_recorded(conv, prompt, traj.recorded_token_ids(), traj.messages)
         conv.reward, conv.step_rewards, conv.task_id = traj.reward, step_rewards, record.task_id
         group.append(conv)
     return group

@@ -20,7 +20,6 @@ import torch
 
 from agenttrainer.models.aliases import resolve_model_path
 from agenttrainer.models.loading import load_tokenizer
-from knowlyrcore.deprecation import renamed_kwargs
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,7 +69,6 @@ def build_tiny_model(
     return model.eval(), tokenizer
 
 
-@renamed_kwargs(max_steps="max_optimizer_steps")  # max_steps counts an episode's steps in knowlyr
 def overfit_tiny_model(
     model: Any, tokenizer: Any, examples: list[dict[str, Any]], *, lr: float = 1e-2, max_optimizer_steps: int = 300
 ) -> Any:

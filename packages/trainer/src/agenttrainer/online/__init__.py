@@ -4,18 +4,12 @@ Needs the ``online`` extra (``pip install 'knowlyr-trainer[online]'``) for the d
 reward (knowlyr-reward's rule layer) and an environment package that registers the env id.
 """
 
-from agenttrainer.online.chat_tokens import ChatTokens, TemplateError
 from agenttrainer.online.rollout import Rollout, collect_rollouts
-from agenttrainer.online.token_policy import TokenPolicy, TokenRecord
 from agenttrainer.online.trainer import OnlineRLTrainer, load_tasks, rollout_metrics
 
 __all__ = [
-    "ChatTokens",
     "OnlineRLTrainer",
     "Rollout",
-    "TemplateError",
-    "TokenPolicy",
-    "TokenRecord",
     "collect_rollouts",
     "load_tasks",
     "rollout_metrics",

@@ -1,8 +1,9 @@
 """Batched multi-turn rollouts that keep every token: ``collect_rollouts``.
 
 ``G`` episodes per task run in lockstep in live environments, played by knowlyr-core's acting
-loop (``knowlyrcore.rollout.play_episodes``, shared with knowlyr-hub's ``collect``) with a
-``TokenPolicy``: each turn, every live episode's token ids go to the generator in ONE call, each
+loop (``knowlyrcore.rollout.play_episodes``, shared with knowlyr-hub's ``collect``) with
+the local policy (``agenttrainer.acting.TokenPolicy``, the one ``knowlyr-hub evaluate`` acts
+through): each turn, every live episode's token ids go to the generator in ONE call, each
 sampled answer is parsed into an action by the rules every knowlyr policy shares
 (``knowlyrcore.tool_parsing``), and each environment steps.
 
@@ -33,10 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agenttrainer.generation import Generator
-from agenttrainer.online.token_policy import TokenPolicy, TokenRecord
+from agenttrainer.acting.generators import Generator
+from agenttrainer.acting.policy import TokenPolicy, TokenRecord
 from knowlyrcore import AgentEnv, TaskInfo, TimeStep, Trajectory
-from knowlyrcore.deprecation import renamed_kwargs
 from knowlyrcore.errors import InfrastructureError, InvalidActionError
 from knowlyrcore.rollout import Episode, build_env, env_tools, play_episodes
 from knowlyrcore.wrappers import MaxStepsWrapper, RecorderWrapper
@@ -67,7 +67,6 @@ class Rollout(TokenRecord):
         return self.infra_error is None and bool(self.step_spans)
 
 
-@renamed_kwargs(max_turns="max_steps")
 def collect_rollouts(
     env: str | Callable[..., AgentEnv],
     tasks: Sequence[Any],

@@ -50,6 +50,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from agenttrainer.acting.generators import Generator, LocalGenerator, ServerGenerator
 from agenttrainer.algorithms import get_algorithm
 from agenttrainer.algorithms.ppo import gae, value_loss, whiten
 from agenttrainer.algorithms.registry import loss_options
@@ -57,14 +58,13 @@ from agenttrainer.algorithms.steps import spread_over_steps
 from agenttrainer.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
 from agenttrainer.config import ConfigError, OnlineRLConfig
 from agenttrainer.data import DataError, Example
-from agenttrainer.generation import Generator, LocalGenerator, ServerGenerator
 from agenttrainer.logging_backends import MetricsLogger
 from agenttrainer.models.attention import HiddenStates, base_model
 from agenttrainer.models.prompt_contract import PromptContract, attach_contract, contract_of
 from agenttrainer.models.shared_prefix import token_logps
 from agenttrainer.online.rollout import Rollout, collect_rollouts
 from agenttrainer.online.sampling import informative_groups, pass_rate_indices, record_outcomes, sequential_indices
-from agenttrainer.trainers.guards import check_finite
+from agenttrainer.trainers.loop import optimizer_step
 from agenttrainer.trainers.output_dir import check_extras, check_output_dir, claim_output_dir
 from agenttrainer.trainers.setup import load_policy, make_accelerator, make_optimizer_and_scheduler
 from knowlyrcore import TaskInfo, Trajectory, read_jsonl, write_trajectories
@@ -162,7 +162,9 @@ class OnlineRLTrainer:
         self.tasks = load_tasks(c.tasks_file)
         claim_output_dir(c)
         self.pass_rates: dict[str, list[int]] = {}  # str(task index) -> [successes, attempts]
-        self.process_reward = resolve_process_reward(c.process_reward) if process_reward == "config" else process_reward
+        self.process_reward = (
+            resolve_process_reward(c.rewards.process_reward) if process_reward == "config" else process_reward
+        )
         self.model, self.tokenizer = load_policy(c, model, tokenizer)
         self.prompt = self._prompt_contract()
         attach_contract(self.model, self.prompt)  # the checkpoints this run writes are prompted this way
@@ -179,32 +181,37 @@ class OnlineRLTrainer:
         # The reference of the KL: with LoRA the base under disabled adapters, else a frozen copy
         # of the initial weights (taken before any checkpoint is loaded into the policy).
         self.reference: HiddenStates | None = None
-        if c.kl_coef and not c.use_lora:
+        if c.kl_coef and not c.lora.use_lora:
             frozen = copy.deepcopy(self.model).eval()
             frozen.requires_grad_(False)
             self.reference = HiddenStates(frozen)
         if generator is not None:
             self.generator = generator
-        elif c.generation_url:
+        elif c.generation.generation_url:
             # The key comes from the environment, never the config: configs are saved with runs.
             self.generator = ServerGenerator(
-                c.generation_url,
-                c.served_model_name or c.model_name_or_path,
-                push_weights=c.push_weights,
+                c.generation.generation_url,
+                c.generation.served_model_name or c.model_name_or_path,
+                push_weights=c.generation.push_weights,
                 api_key=os.environ.get("KNOWLYR_GENERATION_API_KEY") or os.environ.get("KNOWLYR_SERVE_API_KEY"),
             )
         else:
             self.generator = LocalGenerator(
-                self.model, self.tokenizer, batch_size=c.generation_batch_size, reuse_cache=c.reuse_cache
+                self.model,
+                self.tokenizer,
+                batch_size=c.generation.generation_batch_size,
+                reuse_cache=c.generation.reuse_cache,
             )
 
     def _prompt_contract(self) -> PromptContract:
         """How episodes are prompted: the config's fields where set, else the starting model's
         prompt contract (a checkpoint keeps being prompted as it was trained), else the tasks'
         own system prompt (``metadata.system_prompt``, used per task) with tool schemas shown."""
-        c, saved = self.config, contract_of(self.model)
-        system = c.system_prompt if c.system_prompt is not None else (saved.system_prompt if saved else None)
-        include_tools = c.include_tools if c.include_tools is not None else (saved.include_tools if saved else True)
+        asked, saved = self.config.prompt, contract_of(self.model)
+        system = asked.system_prompt if asked.system_prompt is not None else (saved.system_prompt if saved else None)
+        include_tools = (
+            asked.include_tools if asked.include_tools is not None else (saved.include_tools if saved else True)
+        )
         if system is None:  # the tasks' own prompt; the checkpoints can name it when the tasks share one
             shared = {t.metadata.get("system_prompt") or None for t in self.tasks}
             system = shared.pop() if len(shared) == 1 else None
@@ -215,9 +222,11 @@ class OnlineRLTrainer:
     def iteration_task_indices(self, iteration: int) -> list[int]:
         """Indices into ``self.tasks`` of the tasks ``iteration`` plays (``task_sampling``)."""
         c = self.config
-        if c.task_sampling == "pass_rate":
+        if c.selection.task_sampling == "pass_rate":
             rng = random.Random(c.seed * 1_000_003 + iteration)
-            return pass_rate_indices(len(self.tasks), c.tasks_per_iteration, self.pass_rates, c.pass_rate_band, rng)
+            return pass_rate_indices(
+                len(self.tasks), c.tasks_per_iteration, self.pass_rates, c.selection.pass_rate_band, rng
+            )
         return sequential_indices(len(self.tasks), iteration, c.tasks_per_iteration, c.seed)
 
     def iteration_tasks(self, iteration: int) -> list[TaskInfo]:
@@ -257,12 +266,12 @@ class OnlineRLTrainer:
             env_kwargs=c.env_kwargs,
             system_prompt=self.prompt.system_prompt,
             include_tools=self.prompt.include_tools,
-            closing_tool=c.closing_tool,
+            closing_tool=c.prompt.closing_tool,
             max_steps=c.max_steps,
-            max_new_tokens=c.max_new_tokens,
-            max_episode_tokens=c.max_episode_tokens,
-            temperature=c.temperature,
-            top_p=c.top_p,
+            max_new_tokens=c.sampling.max_new_tokens,
+            max_episode_tokens=c.sampling.max_episode_tokens,
+            temperature=c.sampling.temperature,
+            top_p=c.sampling.top_p,
             seed=c.seed * 1_000_003 + iteration * 10_000 + refill_round * 1_000,
             model_name=c.model_name_or_path,
             on_turn=on_turn,
@@ -277,12 +286,12 @@ class OnlineRLTrainer:
         Returns every rollout (scored, groups numbered on), every task index, and the counts."""
         c = self.config
         rounds = 0
-        while len(informative_groups(rollouts)) < c.tasks_per_iteration and rounds < c.max_refill_rounds:
+        while len(informative_groups(rollouts)) < c.tasks_per_iteration and rounds < c.selection.max_refill_rounds:
             rounds += 1
             need = c.tasks_per_iteration - len(informative_groups(rollouts))
             rng = random.Random(c.seed * 1_000_003 + iteration * 10_000 + rounds)
-            records = self.pass_rates if c.task_sampling == "pass_rate" else {}
-            extra = pass_rate_indices(len(self.tasks), need, records, c.pass_rate_band, rng, exclude=indices)
+            records = self.pass_rates if c.selection.task_sampling == "pass_rate" else {}
+            extra = pass_rate_indices(len(self.tasks), need, records, c.selection.pass_rate_band, rng, exclude=indices)
             if not extra:
                 break  # every task was played this iteration
             more = self.rollout(iteration, extra, refill_round=rounds)
@@ -318,7 +327,8 @@ class OnlineRLTrainer:
                 steps = [float(x) for x in self.process_reward(r.trajectory)][:n]
                 steps += [0.0] * (n - len(steps))
             r.step_rewards = steps
-            r.reward = r.env_reward + c.process_reward_coef * (sum(steps) / n) - c.format_penalty * sum(r.format_errors)
+            coef, penalty = c.rewards.process_reward_coef, c.rewards.format_penalty
+            r.reward = r.env_reward + coef * (sum(steps) / n) - penalty * sum(r.format_errors)
             if not math.isfinite(r.reward):  # one NaN would reach every weight through the advantages
                 raise DataError(
                     f"task {r.task.id or '?'}: episode reward is not finite (environment {r.env_reward!r}, "
@@ -358,8 +368,8 @@ class OnlineRLTrainer:
         rewards: list[float] = []
         for j, (s, e) in enumerate(r.step_spans):
             rewards += [0.0] * (e - s)
-            rewards[-1] += c.process_reward_coef * r.step_rewards[j] / len(r.step_spans)
-            rewards[-1] -= c.format_penalty * r.format_errors[j]
+            rewards[-1] += c.rewards.process_reward_coef * r.step_rewards[j] / len(r.step_spans)
+            rewards[-1] -= c.rewards.format_penalty * r.format_errors[j]
         rewards[-1] += r.env_reward
         return rewards
 
@@ -430,7 +440,7 @@ class OnlineRLTrainer:
         uniform = 0
         if not algorithm.value_head:
             group_advantages = self.token_advantages(rollouts)
-            if c.skip_uniform_groups:  # no policy-gradient signal: spare their forward and backward
+            if c.selection.skip_uniform_groups:  # no policy-gradient signal: spare their forward and backward
                 keep = [k for k, a in enumerate(group_advantages) if any(x != 0.0 for x in a)]
                 uniform = len(valid) - len(keep)
                 valid, group_advantages = [valid[k] for k in keep], [group_advantages[k] for k in keep]
@@ -448,7 +458,7 @@ class OnlineRLTrainer:
         else:
             advantages, returns = [torch.tensor(a) for a in group_advantages], None
         total_tokens = sum(int(a.numel()) for a in advantages)
-        options = loss_options(c, algorithm, max_tokens=c.max_steps * c.max_new_tokens)
+        options = loss_options(c, algorithm, max_tokens=c.max_steps * c.sampling.max_new_tokens)
         num_items = total_tokens if options["normalization"] == "token" else len(valid)
         params = [p for p in self.trainable.parameters() if p.requires_grad]
         index = list(range(len(valid)))
@@ -474,7 +484,7 @@ class OnlineRLTrainer:
                         mask,
                         clip_range=c.clip_eps,
                     )
-                    loss = loss + c.vf_coef * vloss * mb_tokens / total_tokens
+                    loss = loss + c.ppo.vf_coef * vloss * mb_tokens / total_tokens
                     metrics["train/value_loss"] = float(vloss.detach())
                 self.accelerator.backward(loss)
                 step_loss += float(loss.detach())
@@ -489,12 +499,16 @@ class OnlineRLTrainer:
                         n = sampling[i].numel()
                         mismatch_sum += float((current[row, :n].cpu() - sampling[i]).abs().sum())
                         mismatch_n += n
-            grad_norm = self.accelerator.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm > 0 else None
             # a NaN reward or log-prob would turn every weight into NaN, and the run would save them
-            check_finite(state["optimizer_steps"] + 1, step_loss, grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = optimizer_step(
+                self.accelerator,
+                params,
+                optimizer,
+                scheduler,
+                step=state["optimizer_steps"] + 1,
+                loss=step_loss,
+                max_grad_norm=c.max_grad_norm,
+            )
             state["optimizer_steps"] += 1
             sums["loss/train"] = step_loss
             if grad_norm is not None:
@@ -516,7 +530,7 @@ class OnlineRLTrainer:
         advantages, returns = [], []
         for r, v in zip(valid, values_old):
             rewards = torch.tensor(self.token_rewards(r))
-            a = gae(rewards, v, gamma=c.gamma, lam=c.gae_lambda)
+            a = gae(rewards, v, gamma=c.ppo.gamma, lam=c.ppo.gae_lambda)
             advantages.append(a)
             returns.append(a + v)
         return whiten(advantages), returns
@@ -590,7 +604,7 @@ class OnlineRLTrainer:
         rollouts = self.rollout(iteration, indices)
         self.score(rollouts)
         refilled: dict[str, float] = {}
-        if c.dynamic_sampling:
+        if c.selection.dynamic_sampling:
             rollouts, indices, refilled = self.refill(iteration, rollouts, indices)
         rollout_seconds = time.perf_counter() - t0
         valid = [r for r in rollouts if r.valid]
@@ -606,7 +620,9 @@ class OnlineRLTrainer:
         t1 = time.perf_counter()
         steps_before = state["optimizer_steps"]
         metrics.update(
-            self.update(self.with_signal(rollouts) if c.dynamic_sampling else rollouts, optimizer, scheduler, state)
+            self.update(
+                self.with_signal(rollouts) if c.selection.dynamic_sampling else rollouts, optimizer, scheduler, state
+            )
         )
         if state["optimizer_steps"] > steps_before:
             self.generator.weights_updated(self.model, path=self._push_weights(iteration + 1))
@@ -617,7 +633,7 @@ class OnlineRLTrainer:
 
     def _push_weights(self, iteration: int) -> str | None:
         """Save the current weights where a generation server can load them (None when local)."""
-        if not isinstance(self.generator, ServerGenerator) or self.config.push_weights == "none":
+        if not isinstance(self.generator, ServerGenerator) or self.config.generation.push_weights == "none":
             return None
         from agenttrainer.models import save_model
 

@@ -15,19 +15,16 @@ description paired with every library tool its agent called: ``mine_pairs``), or
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from agenttrainer.config import ConfigError, read_config_file
-from agenttrainer.retrieval.encoder import DEFAULT_ENCODER, DenseIndex, Encoder, RetrieverError, tool_document
-from knowlyrcore.deprecation import rename_keys, renamed_fields
+from agenttrainer.config import RetrieverConfig
+from agenttrainer.retrieval.encoder import DenseIndex, Encoder, RetrieverError, tool_document
 
 
 def contrastive_loss(
@@ -58,61 +55,6 @@ def mine_pairs(trajectories: Any, library: Any) -> list[tuple[str, str]]:
         used = dict.fromkeys(step.tool_call.name for step in trajectory.steps if step.tool_call.name in library)
         pairs += [(description, tool) for tool in used]
     return pairs
-
-
-@renamed_fields(max_steps="max_optimizer_steps")  # max_steps counts an episode's steps in knowlyr
-@dataclass
-class RetrieverConfig:
-    """``knowlyr-trainer retriever --config cfg.yaml``."""
-
-    #: Old field name -> new one (``knowlyrcore.deprecation.renamed_fields``).
-    renamed_fields: ClassVar[dict[str, str]] = {}
-
-    model_name_or_path: str = field(default=DEFAULT_ENCODER, metadata={"help": "Encoder to start from."})
-    library: str = field(default="generated", metadata={"help": "Tools JSONL/JSON, or 'generated' (toolgen)."})
-    train_file: str = field(
-        default="generated", metadata={"help": "{query, tool} JSONL, trajectory JSONL to mine, or 'generated'."}
-    )
-    generated_pairs: int = field(default=2000, metadata={"help": "Pairs drawn from toolgen's train split."})
-    eval_split: str | None = field(default="test", metadata={"help": "toolgen split to report recall@5 on."})
-    eval_pairs: int = field(default=400, metadata={"help": "Pairs of the eval split."})
-    output_dir: str = field(default="runs/retriever", metadata={"help": "Where the fine-tuned encoder goes."})
-    num_epochs: int = 1
-    max_optimizer_steps: int | None = field(default=None, metadata={"help": "Stop after this many optimizer steps."})
-    batch_size: int = 32
-    learning_rate: float = 3e-5
-    temperature: float = 0.05
-    hard_negatives: int = field(default=2, metadata={"help": "BM25-mined confusable tools per query."})
-    max_length: int = 64
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("num_epochs", "batch_size", "max_length", "generated_pairs", "eval_pairs"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.hard_negatives < 0:
-            raise ConfigError(f"hard_negatives must be >= 0, got {self.hard_negatives}")
-        for name in ("learning_rate", "temperature"):
-            if not isinstance(getattr(self, name), (int, float)) or not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
-
-    @classmethod
-    def from_yaml(cls, path: str | None = None, **overrides: Any) -> RetrieverConfig:
-        values: dict[str, Any] = read_config_file(path)[0] if path else {}
-        renamed = cls.renamed_fields
-        try:  # old names, the file's before the overrides', so a new name among the overrides wins
-            values = rename_keys(values, renamed, cls.__name__)
-            values.update(rename_keys({k: v for k, v in overrides.items() if v is not None}, renamed, cls.__name__))
-        except TypeError as exc:
-            raise ConfigError(f"{path or 'config'}: {exc}") from None
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in values if k not in known)
-        if unknown:
-            raise ConfigError(f"{path or 'config'}: unknown field(s) {unknown[:5]}")
-        try:
-            return cls(**values)
-        except TypeError as exc:
-            raise ConfigError(f"{path or 'config'}: {exc}") from None
 
 
 def load_library(spec: str) -> Any:
@@ -209,7 +151,9 @@ def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[s
 
     optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=config.learning_rate)
     steps_per_epoch = (len(pairs) + config.batch_size - 1) // config.batch_size
-    total = min(config.max_optimizer_steps or steps_per_epoch * config.num_epochs, steps_per_epoch * config.num_epochs)
+    total = steps_per_epoch * config.num_epochs
+    if config.max_optimizer_steps > 0:
+        total = min(total, config.max_optimizer_steps)
     losses: list[float] = []
     started = time.perf_counter()
     bar = tqdm(total=total, desc="retriever", unit="step", disable=not progress)
@@ -257,5 +201,5 @@ def train_retriever(config: RetrieverConfig, *, progress: bool = True) -> dict[s
     )
     if eval_pairs is not None:
         report["after"] = _evaluate(library, encoder, eval_pairs, "after" if progress else None)
-    (out / "retriever_report.json").write_text(json.dumps({"config": dataclasses.asdict(config), **report}, indent=2))
+    (out / "retriever_report.json").write_text(json.dumps({"config": config.to_dict(), **report}, indent=2))
     return report

@@ -12,7 +12,7 @@ OpenAI ``tool_calls`` (``finish_reason: "tool_calls"``); when streaming, text th
 start of a block is held back until it is known not to be one.
 
 ``/v1/completions`` makes the server a token-in / token-out backend for online RL, speaking vLLM's
-fields so ``agenttrainer.generation.ServerGenerator`` drives it unchanged: prompts as token ids,
+fields so ``agenttrainer.acting.ServerGenerator`` drives it unchanged: prompts as token ids,
 the prompts of a request sampled in batched ``LocalGenerator`` calls of at most
 ``max_batch_tokens`` padded tokens each (a request holds at most ``max_request_tokens``), and the
 sampled ``token_ids`` with their log-probs in the answer. ``/v1/load_weights`` (off unless
@@ -20,7 +20,7 @@ sampled ``token_ids`` with their log-probs in the answer. ``/v1/load_weights`` (
 just saved, a full checkpoint or a LoRA adapter, between two generations, once every tensor is
 checked (names, shapes, no NaN or inf).
 
-Both endpoints generate through one acting engine (``agenttrainer.engine``, the served
+Both endpoints generate through one acting engine (``agenttrainer.acting.engine``, the served
 ``AgentInference``'s ``acting_engine``), as every local policy acts: it keeps the last request's
 keys and values, so a request sharing a prefix with it (a judge's next verdict under the same
 system prompt and rubric, an agent's next turn) prefills only what follows that prefix. Loading
@@ -53,10 +53,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from agenttrainer.generation import LocalGenerator, TokenSample
-from agenttrainer.inference import AgentInference, TextStream, seeded
+from agenttrainer.acting.generators import LocalGenerator, TokenSample
+from agenttrainer.acting.inference import AgentInference, TextStream, seeded
 from agenttrainer.models.prompt_contract import contract_of
-from agenttrainer.models.tool_calls import parse_tool_calls, possible_tool_call_start
 from agenttrainer.serving.limits import (
     CLIENT_CLOSED_REQUEST,
     Cancellation,
@@ -89,6 +88,7 @@ from agenttrainer.serving.protocol import (
     usage_json,
 )
 from knowlyrcore.errors import MissingExtraError, require_extra
+from knowlyrcore.tool_parsing import parse_tool_calls, possible_tool_call_start
 
 ADAPTER_NAME = "default"  # one adapter at a time: a new one replaces it
 FALLBACK_MAX_PROMPT_TOKENS = 32768  # when neither --max-prompt-tokens nor the model's config says

@@ -8,7 +8,7 @@ and as a token-in / token-out generation backend for online RL (``/v1/completion
     knowlyr-trainer serve --engine vllm smollm2-135m --port 8000      # a real vLLM (docs/vllm.md)
 
 Then any OpenAI client works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``,
-and so does ``agenttrainer.generation.ServerGenerator("http://127.0.0.1:8000/v1", name)``.
+and so does ``agenttrainer.acting.ServerGenerator("http://127.0.0.1:8000/v1", name)``.
 ``--api-key KEY`` (or ``$KNOWLYR_SERVE_API_KEY``) makes every route but ``/health`` require
 ``Authorization: Bearer KEY``; binding anything but loopback without a key is refused unless
 ``--insecure``. Requests are capped (``--max-body-bytes``, ``--max-prompt-tokens``,
@@ -225,7 +225,7 @@ def serve(
         )
     uvicorn = require_extra("uvicorn", "knowlyr-trainer", "serve", "serving")
     require_extra("starlette", "knowlyr-trainer", "serve", "serving")  # the app below imports it
-    from agenttrainer.inference import AgentInference
+    from agenttrainer.acting.inference import AgentInference
     from agenttrainer.models import ModelLoadError
     from agenttrainer.serving.app import create_app
 

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agenttrainer.acting.generators import TokenSample
+from agenttrainer.acting.inference import Completion
 from agenttrainer.errors import TrainerError
-from agenttrainer.generation import TokenSample
-from agenttrainer.inference import Completion
-from agenttrainer.models.tool_calls import ToolCall
+from knowlyrcore.tool_parsing import FunctionCall
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 TOOL_CHOICES = {"none", "auto", "required"}
@@ -372,7 +372,7 @@ def new_completion_id(prefix: str = "chatcmpl-") -> str:
     return prefix + secrets.token_hex(12)
 
 
-def tool_call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
+def tool_call_json(call: FunctionCall, index: int | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "id": "call_" + secrets.token_hex(12),
         "type": "function",
@@ -396,7 +396,7 @@ def completion_json(
     model: str,
     completion: Completion,
     content: str | None,
-    calls: list[ToolCall],
+    calls: list[FunctionCall],
     logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}

@@ -1,6 +1,6 @@
 """The part of a training run every recipe shares: start (optimizer, schedule, ``accelerate``,
-resume, logger, bar), the optimizer steps to take, one optimizer step with its guards, logging,
-evaluation with best-model tracking and early stopping, checkpoints, finish.
+resume, logger, bar), the optimizer steps to take, one optimizer step with its guards (online RL
+takes it too), logging, evaluation with best-model tracking and early stopping, checkpoints, finish.
 
 SFT, DPO and GRPO call these instead of writing them three times, so their resume, logging and
 checkpoint semantics are one (``tests/test_recipe_semantics.py`` checks them together).
@@ -18,7 +18,24 @@ import torch
 from torch import nn
 
 from agenttrainer.config import TrainConfig
+from agenttrainer.trainers.guards import check_finite
 from agenttrainer.trainers.setup import make_optimizer_and_scheduler
+
+
+def optimizer_step(
+    acc: Any, params: list[Any], optimizer: Any, scheduler: Any, *, step: int, loss: float, max_grad_norm: float
+) -> Any:
+    """Optimizer step ``step`` with its guards, the one every recipe and online RL take: refuse a
+    non-finite ``loss`` or gradient norm before anything changes, clip to ``max_grad_norm`` (0: no
+    clipping), step the optimizer and the schedule, zero the gradients. Returns the gradient norm
+    (None without clipping)."""
+    check_finite(step, loss)
+    grad_norm = acc.clip_grad_norm_(params, max_grad_norm) if max_grad_norm > 0 else None
+    check_finite(step, loss, grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
 
 
 @dataclass
@@ -55,19 +72,19 @@ class RunStart:
                     return
 
     def optimizer_step(self, step_loss: torch.Tensor) -> tuple[float, Any]:
-        """Average the step's loss over processes, refuse a non-finite loss or gradient norm
-        before anything changes, clip, step the optimizer and the schedule, count the step.
+        """Average the step's loss over processes, take the :func:`optimizer_step`, count it.
         Returns the loss and the gradient norm (None without clipping)."""
-        from agenttrainer.trainers.guards import check_finite
-
-        c, step = self.config, self.state["global_step"] + 1
+        step = self.state["global_step"] + 1
         loss = float(self.acc.reduce(step_loss, reduction="mean"))
-        check_finite(step, loss)
-        grad_norm = self.acc.clip_grad_norm_(self.params, c.max_grad_norm) if c.max_grad_norm > 0 else None
-        check_finite(step, loss, grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = optimizer_step(
+            self.acc,
+            self.params,
+            self.optimizer,
+            self.scheduler,
+            step=step,
+            loss=loss,
+            max_grad_norm=self.config.max_grad_norm,
+        )
         self.state["global_step"] = step
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{loss:.4f}")

@@ -15,13 +15,13 @@ import json
 import sys
 from pathlib import Path
 
-from agenttrainer.config import ConfigError, TrainConfig
+from agenttrainer.config import ConfigError, RunConfig
 from knowlyrcore.errors import MissingExtraError
 
 RUN_FILE = "trainer_run.json"  # {"recipe": "sft"} in every output_dir a trainer wrote into
 
 
-def _input_models(config: TrainConfig) -> list[str]:
+def _input_models(config: RunConfig) -> list[str]:
     names = [config.model_name_or_path, getattr(config, "ref_model_name_or_path", None)]
     return [n for n in names if n]
 
@@ -34,7 +34,7 @@ def recorded_recipe(output_dir: str | Path) -> str | None:
         return None
 
 
-def check_output_dir(config: TrainConfig) -> None:
+def check_output_dir(config: RunConfig) -> None:
     """Raise a one-line ``ConfigError`` when ``config.output_dir`` holds an input model, or holds a
     run of another recipe and ``config.overwrite`` is not set. Writes nothing."""
     out = Path(config.output_dir).expanduser().resolve()
@@ -56,7 +56,7 @@ def check_output_dir(config: TrainConfig) -> None:
         )
 
 
-def claim_output_dir(config: TrainConfig, *, main_process: bool = True) -> Path:
+def claim_output_dir(config: RunConfig, *, main_process: bool = True) -> Path:
     """:func:`check_output_dir`, then record ``config.recipe`` in the directory (main process only)."""
     check_output_dir(config)
     out = Path(config.output_dir)
@@ -66,10 +66,10 @@ def claim_output_dir(config: TrainConfig, *, main_process: bool = True) -> Path:
     return out
 
 
-def check_extras(config: TrainConfig) -> None:
+def check_extras(config: RunConfig) -> None:
     """A one-line ``MissingExtraError`` (exit 2) naming the extra to install when the config needs a
     package that is not installed; called before anything is loaded."""
-    if config.use_lora and not _importable("peft"):
+    if config.lora.use_lora and not _importable("peft"):
         raise MissingExtraError("use_lora", "knowlyr-trainer", "peft", module="peft")
     for sink in config.report_to:  # wandb, tensorboard: extra, module and sink share the name
         if not _importable(sink):

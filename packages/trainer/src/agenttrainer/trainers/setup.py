@@ -8,12 +8,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from agenttrainer.config import TrainConfig
+from agenttrainer.config import RunConfig, TrainConfig
 from agenttrainer.models.attention import HiddenStates
 from agenttrainer.precision import resolve_bf16, resolve_fp16
 
 
-def make_accelerator(config: TrainConfig) -> Any:
+def make_accelerator(config: RunConfig) -> Any:
     """An ``accelerate.Accelerator`` with fp16 autocast when asked for (CUDA only, else a ``ConfigError``),
     or bf16 autocast when asked for and native (``precision``)."""
     from accelerate import Accelerator
@@ -49,7 +49,7 @@ def _allow_new_precision(mixed: str) -> None:
         AcceleratorState._reset_state(reset_partial_state=False)
 
 
-def load_policy(config: TrainConfig, model: Any = None, tokenizer: Any = None) -> tuple[Any, Any]:
+def load_policy(config: RunConfig, model: Any = None, tokenizer: Any = None) -> tuple[Any, Any]:
     """The model to train (fp32 master weights), with LoRA adapters if ``use_lora``."""
     from agenttrainer.models import apply_lora, create_lora_config, load_model_and_tokenizer
 
@@ -66,21 +66,22 @@ def load_policy(config: TrainConfig, model: Any = None, tokenizer: Any = None) -
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if config.use_lora:
+    lora = config.lora
+    if lora.use_lora:
         model = apply_lora(
             model,
             create_lora_config(
-                config.lora_preset,
-                r=config.lora_r,
-                lora_alpha=config.lora_alpha,
-                lora_dropout=config.lora_dropout,
-                target_modules=config.lora_target_modules,
+                lora.lora_preset,
+                r=lora.lora_r,
+                lora_alpha=lora.lora_alpha,
+                lora_dropout=lora.lora_dropout,
+                target_modules=lora.lora_target_modules,
             ),
         )
     return model, tokenizer
 
 
-def make_optimizer_and_scheduler(model: nn.Module, config: TrainConfig, total_steps: int) -> tuple[Any, Any]:
+def make_optimizer_and_scheduler(model: nn.Module, config: RunConfig, total_steps: int) -> tuple[Any, Any]:
     """AdamW over the trainable parameters and the configured schedule over ``total_steps`` optimizer steps."""
     from transformers import get_scheduler
 

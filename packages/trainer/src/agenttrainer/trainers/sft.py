@@ -72,7 +72,7 @@ class SFTTrainer(Recipe):
             convs.append(
                 sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
             )
-            if c.use_online_continual:
+            if c.selection.use_online_continual:
                 records.append(record)
         if not convs:
             raise DataError(f"{path}: no training records")
@@ -99,10 +99,10 @@ class SFTTrainer(Recipe):
         c = self.config
         train, records = self.read_conversations(c.train_file)
         replay, buffer = [], None
-        if c.use_online_continual:
-            path = c.continual_buffer_path or str(Path(c.output_dir) / "replay_buffer.jsonl")
-            buffer = ReplayBuffer.load(path, c.continual_buffer_size, seed=c.seed)
-            for i, record in enumerate(buffer.sample(int(len(records) * c.continual_replay_ratio))):
+        if c.selection.use_online_continual:
+            path = c.selection.continual_buffer_path or str(Path(c.output_dir) / "replay_buffer.jsonl")
+            buffer = ReplayBuffer.load(path, c.selection.continual_buffer_size, seed=c.seed)
+            for i, record in enumerate(buffer.sample(int(len(records) * c.selection.continual_replay_ratio))):
                 where = f"{path}:replay[{i}]"
                 replay.append(
                     sft_conversation(record, where, agent_format=c.agent_format, mask_observations=c.mask_observations)
@@ -131,10 +131,12 @@ class SFTTrainer(Recipe):
         plan = []
         for epoch in range(c.num_epochs):
             rng = random.Random(c.seed * 1000 + epoch)
-            if c.curriculum:
-                pool = curriculum_indices(examples, epoch, c.curriculum_start_ratio, c.curriculum_warmup_epochs)
-            elif c.task_weights:
-                pool = task_weighted_indices(examples, c.task_weights, rng)
+            if c.selection.curriculum:
+                pool = curriculum_indices(
+                    examples, epoch, c.selection.curriculum_start_ratio, c.selection.curriculum_warmup_epochs
+                )
+            elif c.selection.task_weights:
+                pool = task_weighted_indices(examples, c.selection.task_weights, rng)
             else:
                 pool = list(range(len(examples)))
             if c.packing:
@@ -244,12 +246,14 @@ class SFTTrainer(Recipe):
             attach_contract(self.model, contract)
         examples = self.tokenize(data["train"]) + self.tokenize(data["replay"], chunk=False)
         buffer = data["buffer"]
-        if c.use_coreset_selection:
+        if c.selection.use_coreset_selection:
             hints = [ex.meta.get("loss") for ex in examples]
             losses = hints if all(h is not None for h in hints) else None
-            if losses is None and c.coreset_strategy in ("loss_topk", "hybrid"):
+            if losses is None and c.selection.coreset_strategy in ("loss_topk", "hybrid"):
                 losses = self.example_losses(examples)
-            keep = coreset_indices(examples, losses, c.coreset_strategy, c.coreset_target_size, random.Random(c.seed))
+            keep = coreset_indices(
+                examples, losses, c.selection.coreset_strategy, c.selection.coreset_target_size, random.Random(c.seed)
+            )
             examples = [examples[i] for i in keep]
         eval_examples = self.tokenize(data["eval"]) if data["eval"] is not None else None
         del data
@@ -274,7 +278,7 @@ class SFTTrainer(Recipe):
         final_dir = Path(c.output_dir) / "final"
         self.save_model(final_dir)
         if buffer is not None and acc.is_main_process:
-            buffer.save(c.continual_buffer_path or Path(c.output_dir) / "replay_buffer.jsonl")
+            buffer.save(c.selection.continual_buffer_path or Path(c.output_dir) / "replay_buffer.jsonl")
         return {
             "output_dir": str(final_dir),
             "global_step": state["global_step"],

@@ -4,10 +4,10 @@ Acting is token-in/token-out: an episode's next prompt is its last prompt, the a
 it and the new observation's tokens. ``ActingEngine`` keeps the keys and values of the last call's
 rows (one row per prompt) and, for each new prompt, reuses the row it shares the longest prefix
 with: only the tokens after that prefix are prefilled. Nothing is keyed by episode: matching is by
-tokens, so it works for any caller (a policy that re-renders its chat as text reuses as much as
-its re-tokenised history still matches; a template that re-renders earlier turns, e.g. dropping
-past reasoning, is detected as a shorter match and recomputed from where it differs, counted in
-``stats["recomputed_tokens"]``).
+tokens, so it works for any caller (a chat request rendered from text, as ``knowlyr-trainer
+serve``'s chat endpoint gets them, reuses as much as its re-tokenised history still matches; a
+template that re-renders earlier turns, e.g. dropping past reasoning, is detected as a shorter
+match and recomputed from where it differs, counted in ``stats["recomputed_tokens"]``).
 
 Layout (why it is cheap): one store per layer, keys and values ``(R, Hkv, C, D)`` for R rows and C
 columns, and a row mask ``(R, C)`` saying which columns hold that row's tokens. All rows append at
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,13 @@ DEFAULT_PREFILL_TOKENS = 4096
 # Fewer tokens than this in a prefill forward and splitting it to save padding costs more than it saves.
 MIN_CHUNK_TOKENS = 256
 GQA_ATTENTION = "knowlyr_gqa_sdpa"
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword ``model``'s forward and ``generate`` take a KV cache under: ``cache`` where
+    transformers has renamed it (5.x, where ``past_key_values`` warns on every call), else
+    ``past_key_values`` (4.x, which has no ``cache``)."""
+    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
 
 
 def default_cache_bytes() -> int:
@@ -549,8 +557,6 @@ class ActingEngine:
 
     def _cache_kw(self) -> str:
         if self._cache_keyword is None:
-            from agenttrainer.generation import cache_keyword
-
             self._cache_keyword = cache_keyword(self.model)
         return self._cache_keyword
 

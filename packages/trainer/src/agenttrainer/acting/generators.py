@@ -1,6 +1,7 @@
 """Token-in / token-out generation: prompts are token ids, answers are token ids with log-probs.
 
-Online RL trains on exactly the tokens the policy sampled. Text is never the interface: a
+The local policy (``agenttrainer.acting.TokenPolicy``) acts through a ``Generator``, and online RL
+trains on exactly the tokens it sampled. Text is never the interface: a
 chat re-rendered from text can tokenize differently from what was sampled (merged tokens,
 canonicalised JSON, stripped whitespace), and the log-probs of the update would then belong to
 a sequence the policy never produced. So a ``Generator`` takes prompt token ids and returns, per
@@ -11,13 +12,13 @@ Two implementations share the interface (and ``SamplingGenerator``'s ``generate`
 no prompts without a model call or a request):
 
 - ``LocalGenerator``: an in-process transformers model, through the acting engine
-  (``agenttrainer.engine.ActingEngine``): each prompt reuses the keys and values of the last
+  (``agenttrainer.acting.engine.ActingEngine``): each prompt reuses the keys and values of the last
   call's row it extends, so a turn prefills only its new tokens, the prompts' shared prefix is
   prefilled once, and a row leaves the decode batch when its answer ends. ``reuse_cache=False``
   is the re-prefill path: the prompts of one call are LEFT-padded into one batch and
   ``model.generate`` runs once per chunk of ``batch_size`` rows, their longest common prefix
-  prefilled once into a static KV cache that every row starts from. Log-probs are the model's own (``log_softmax`` of the raw logits, i.e.
-  temperature 1): what the trainer's update computes again, so their difference measures
+  prefilled once into a static KV cache that every row starts from. Log-probs are the model's
+  own (``log_softmax`` of the raw logits, i.e. temperature 1): what the trainer's update computes again, so their difference measures
   numerical drift between sampling and training, not a different distribution.
 - ``ServerGenerator``: any OpenAI-compatible server with the completions endpoint taking token
   ids as the prompt and returning them (vLLM's ``return_token_ids``; ``knowlyr-trainer serve``
@@ -26,17 +27,18 @@ no prompts without a model call or a request):
 
 An endpoint that is down or times out raises ``GenerationError``, an ``InfrastructureError``:
 the episodes waiting on it did not fail on their merits and are masked out of the update. A
-server's answers are not trusted either: ``check_sample`` (which ``collect_rollouts`` applies to
+server's answers are not trusted either: ``check_sample`` (which ``TokenPolicy`` applies to
 every answer of every generator) refuses token ids outside ``[0, vocab_size)`` or not integers
 and log-probs that are not finite numbers, as a ``GenerationError`` for that episode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
-import inspect
 import json
 import math
+import threading
 import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
@@ -46,19 +48,10 @@ from typing import Any, Protocol
 
 import torch
 
-from agenttrainer.engine import ActingEngine
+from agenttrainer.acting.engine import MIN_SHARED_PREFIX_TOKENS, ActingEngine, cache_keyword
+from agenttrainer.models import load_model_and_tokenizer
 from agenttrainer.models.attention import base_model
 from knowlyrcore.errors import InfrastructureError
-
-# Shorter common prefixes are not worth a separate forward pass and a cache copy.
-MIN_SHARED_PREFIX_TOKENS = 16
-
-
-def cache_keyword(model: Any) -> str:
-    """The keyword ``model``'s forward and ``generate`` take a KV cache under: ``cache`` where
-    transformers has renamed it (5.x, where ``past_key_values`` warns on every call), else
-    ``past_key_values`` (4.x, which has no ``cache``)."""
-    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
 
 
 class GenerationError(InfrastructureError):
@@ -113,6 +106,17 @@ def _show(value: Any) -> str:
     return repr(value)[:40]
 
 
+def load_acting_model(
+    path_or_alias: str, *, torch_dtype: Any = None, device: str | torch.device | None = None
+) -> tuple[Any, Any]:
+    """A checkpoint directory, alias (``smollm2-135m``) or Hub id loaded to act: the model on
+    ``device`` (default CUDA when available, else the CPU) and its tokenizer."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_model_and_tokenizer(path_or_alias, torch_dtype=torch_dtype)
+    return model.to(device), tokenizer
+
+
 def end_token_ids(tokenizer: Any) -> list[int]:
     """Tokens that end an assistant turn: the tokenizer's EOS and ChatML's ``<|im_end|>``."""
     ids = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
@@ -164,10 +168,13 @@ class LocalGenerator(SamplingGenerator):
         reuse_cache: bool = True,
         cache_bytes: int | None = None,
         engine: ActingEngine | None = None,
+        lock: threading.Lock | None = None,
     ) -> None:
         """``engine``: an acting engine of ``model`` to generate through instead of a new one, so
         that everything acting with one model shares one KV cache (``knowlyr-trainer serve``: the
-        chat endpoint's engine, ``AgentInference.acting_engine``); it keeps its own settings."""
+        chat endpoint's engine, ``AgentInference.acting_engine``); it keeps its own settings.
+        ``lock``: held through every call, when others act with the same model and engine from
+        other threads (``AgentInference.acting_lock``: its agents and its chat answers)."""
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None (one batch), got {batch_size}")
         if engine is not None and not reuse_cache:
@@ -176,6 +183,7 @@ class LocalGenerator(SamplingGenerator):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.logprobs = logprobs
+        self.lock = lock
         self.end_token_ids = end_token_ids(tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.end_token_ids[0]
@@ -211,9 +219,17 @@ class LocalGenerator(SamplingGenerator):
     ) -> list[TokenSample]:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        if self.engine is not None:
+        with self.lock if self.lock is not None else contextlib.nullcontext():
+            if self.engine is None:
+                return self._reprefill(prompts, max_new_tokens, temperature, top_p)
             answers = self.engine.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-            return [TokenSample(a.token_ids, a.logprobs, a.finish_reason, a.entropy) for a in answers]
+        return [TokenSample(a.token_ids, a.logprobs, a.finish_reason, a.entropy) for a in answers]
+
+    def _reprefill(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float
+    ) -> list[TokenSample]:
+        """The re-prefill path (``reuse_cache=False``): chunks of ``batch_size`` prompts, one
+        ``generate`` call each."""
         # Longest first: chunks then hold prompts of similar length, so little of them is padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
         size = self.batch_size or len(order)

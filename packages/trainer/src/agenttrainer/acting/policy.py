@@ -1,19 +1,24 @@
-"""``TokenPolicy``: a ``BatchPolicy`` that samples token-in / token-out and keeps every token.
+"""``TokenPolicy``: the local policy. It samples token-in / token-out and keeps every token.
 
-It is the policy of online RL (``collect_rollouts``) and of the GRPO wrapper's sampling, and
-plays in knowlyr-hub's ``collect_batched`` and ``evaluate_policy`` as well: any runner of
-knowlyr-core's acting loop (``knowlyrcore.rollout.play_episodes``) gets trajectories whose steps
-carry ``token_ids`` and ``logprobs``, exactly what the policy sampled.
+One class acts for every caller with a model of ours: ``knowlyr-hub evaluate`` (built by
+``policy_from_spec``), ``collect`` and ``collect_batched``, the demo, online RL
+(``collect_rollouts``), the seed wrappers' sampling and ``AgentInference.create_agent``. So the
+number evaluation reports is measured on the path RL trains: greedy evaluation and greedy RL
+rollouts of one checkpoint on the same tasks take the same actions. It is a ``BatchPolicy``
+(``reset_batch`` / ``act_batch``, every live episode's ids to the generator in ONE call per
+turn) and, as a batch of one, a per-episode ``Policy`` (``reset`` / ``policy(observation)``).
+Any runner of knowlyr-core's acting loop (``knowlyrcore.rollout.play_episodes``) gets
+trajectories whose steps carry ``token_ids`` and ``logprobs``, exactly what the policy sampled.
 
 Each episode is one growing list of token ids (``ChatTokens``): the first prompt is the chat
-template's rendering of the system turn (the policy's ``system_prompt``, else the task's
-``metadata['system_prompt']``), the episode's tool schemas (with ``include_tools``) and the
-first observation (a list of chat messages is taken as the chat itself); each answer is appended
-as the ids the ``Generator`` sampled, each later observation as the template's tokens for it. Every
-live episode's ids go to the generator in ONE call per turn. An answer becomes an action by the
-parser every knowlyr policy shares (``knowlyrcore.tool_parsing.parse_reply``; a reply without a
-tool call becomes ``closing_tool``); a malformed call is passed on as the parser's action and
-counted in ``format_errors``.
+template's rendering of the system turn (the policy's ``system_prompt``; None: the task's
+``metadata['system_prompt']``; "": none), the episode's tool schemas (with ``include_tools``)
+and the first observation (a list of chat messages is taken as the chat itself); each answer is
+appended as the ids the ``Generator`` sampled, each later observation as the template's tokens
+for it, in the message ``observation_message`` picks. An answer becomes an action by the parser
+every knowlyr policy shares (``knowlyrcore.tool_parsing.parse_reply``; a reply without a tool
+call becomes ``closing_tool``); a malformed call is passed on as the parser's action (with its
+``format_error``) and counted in ``format_errors``.
 
 The policy ends an episode itself (``STOP``) before a turn that would not fit in
 ``max_episode_tokens`` (``finish="token_budget"``), and when the generator failed it (the
@@ -25,8 +30,7 @@ puts each step's sampled ids and log-probs on the recorded trajectory, with the 
 tokens that followed it and the first prompt's ids, so the token sequence is reproducible.
 
 Example:
-    >>> from agenttrainer.generation import LocalGenerator  # doctest: +SKIP
-    >>> policy = TokenPolicy(LocalGenerator(model, tokenizer), tokenizer, temperature=0.0)  # doctest: +SKIP
+    >>> policy = TokenPolicy.from_pretrained("smollm2-135m", temperature=0.0)  # doctest: +SKIP
     >>> collect_batched("knowlyr/retail", policy, tasks)[0].steps[0].token_ids  # doctest: +SKIP
     [27, 14739, 46, ...]
 """
@@ -37,9 +41,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agenttrainer.generation import GenerationError, Generator, TokenSample, check_sample
-from agenttrainer.inference import answer_style, chat_template_tools, observation_message
-from agenttrainer.online.chat_tokens import ChatTokens
+from agenttrainer.acting.chat import ChatTokens, answer_style, chat_template_tools, observation_message
+from agenttrainer.acting.generators import (
+    GenerationError,
+    Generator,
+    LocalGenerator,
+    TokenSample,
+    check_sample,
+    load_acting_model,
+)
 from knowlyrcore import TaskInfo, Trajectory
 from knowlyrcore.policy import STOP
 from knowlyrcore.tool_parsing import parse_reply
@@ -74,7 +84,8 @@ class TokenRecord:
 
 
 class TokenPolicy:
-    """A ``BatchPolicy`` over a ``Generator``: one token sequence per episode, one generate call per turn."""
+    """The local policy over a ``Generator``: one token sequence per episode, one generate call per
+    turn (a ``BatchPolicy``, and a per-episode ``Policy`` as a batch of one)."""
 
     def __init__(
         self,
@@ -109,6 +120,43 @@ class TokenPolicy:
         self.episode_tools: list[list[dict[str, Any]] | None] = []
         self._chats: list[ChatTokens | None] = []
         self._styles: list[str | None] = []  # per episode: style of the last answer, None before any
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_alias: str,
+        *,
+        torch_dtype: Any = None,
+        device: Any = None,
+        batch_size: int | None = None,
+        reuse_cache: bool = True,
+        cache_bytes: int | None = None,
+        **options: Any,
+    ) -> TokenPolicy:
+        """The policy of a checkpoint directory, alias (``smollm2-135m``) or Hub id, acting through
+        a ``LocalGenerator`` (the acting engine; ``batch_size`` rows per forward at most,
+        ``reuse_cache=False``: the re-prefill path). ``torch_dtype`` e.g. ``torch.bfloat16``:
+        about 2x faster generation on a CPU with AMX. ``options`` are the policy's own
+        (``system_prompt``, ``tools``, ``temperature``, ...)."""
+        model, tokenizer = load_acting_model(path_or_alias, torch_dtype=torch_dtype, device=device)
+        generator = LocalGenerator(
+            model, tokenizer, batch_size=batch_size, reuse_cache=reuse_cache, cache_bytes=cache_bytes
+        )
+        return cls(generator, tokenizer, **options)
+
+    # -- the Policy protocol: one episode ----------------------------------------------------
+
+    def reset(self, task: TaskInfo | None = None) -> None:
+        """Start one episode (the task arrives as the first observation)."""
+        self.reset_batch([task])
+
+    def __call__(self, observation: Any) -> Any:
+        """The episode's next action (``STOP`` when the policy ends it: see the module docs)."""
+        return self.act_batch([observation])[0]
+
+    def set_tools(self, tools: list[Any]) -> None:
+        """The episode's environment offers ``tools`` from now on."""
+        self.set_tools_batch([tools])
 
     # -- the BatchPolicy protocol ----------------------------------------------------------
 
@@ -160,8 +208,8 @@ class TokenPolicy:
             start, end = spans[j]
             following = spans[j + 1][0] if j + 1 < len(spans) else len(record.token_ids)
             metadata = {**step.metadata, "observation_token_ids": record.token_ids[end:following]}
-            if record.format_errors[j]:
-                metadata["format_error"] = True
+            if record.format_errors[j]:  # the parser's message, recorded from the action; True for a refusal
+                metadata.setdefault("format_error", True)
             update = {"token_ids": record.token_ids[start:end], "logprobs": record.logprobs[start:end]}
             steps.append(step.model_copy(update={**update, "metadata": metadata}))
         metadata = {**trajectory.metadata, "prompt_token_ids": record.token_ids[: spans[0][0]]}
@@ -176,7 +224,9 @@ class TokenPolicy:
         chat = self._chats[i]
         if chat is None:  # the first observation: the task
             task = self.tasks[i]
-            system = self.system_prompt or (task.metadata.get("system_prompt") if task else None) or None
+            system = self.system_prompt
+            if system is None:
+                system = (task.metadata.get("system_prompt") if task else None) or None
             tools = self.episode_tools[i] if self.include_tools else None
             chat = self._chats[i] = ChatTokens(self.tokenizer, system_prompt=system, tools=tools)
             first = observation if _is_chat(observation) else [observation_message(observation, None)]
@@ -233,7 +283,7 @@ class TokenPolicy:
         reply = parse_reply(text, self.episode_tools[i], closing_tool=self.closing_tool)
         record.format_errors.append("format_error" in reply.action)
         self._styles[i] = answer_style(reply)
-        return {k: v for k, v in reply.action.items() if k != "format_error"}
+        return reply.action
 
 
 def _is_chat(observation: Any) -> bool:
