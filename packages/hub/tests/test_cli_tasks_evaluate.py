@@ -181,30 +181,20 @@ def test_evaluate_errors(plan_env, tasks_file, tmp_path, capsys, monkeypatch):
     assert "either --policy" in error(["evaluate"])
 
 
+def smollm2_evaluate(tasks_file, env_id) -> list[str]:
+    """``knowlyr-hub evaluate`` of the embedded SmolLM2-135M on ``tasks_file`` in ``env_id``."""
+    return ["evaluate", "--policy", "smollm2-135m", "--tasks", str(tasks_file), "--env", env_id]
+
+
 @pytest.mark.integration
 def test_evaluate_local_model(plan_env, tasks_file, tmp_path, capsys):
     """The embedded SmolLM2-135M plays every task in one batch; whatever it answers, each episode
     is recorded and scored against the expert's plan."""
     require(find_spec("agenttrainer") is not None, "local model policies need knowlyr-trainer")
     out = tmp_path / "smol.jsonl"
+    model_options = ["--max-steps", "3", "--max-new-tokens", "32"]
     code = main(
-        [
-            "evaluate",
-            "--policy",
-            "smollm2-135m",
-            "--tasks",
-            str(tasks_file),
-            "--env",
-            plan_env,
-            "--max-steps",
-            "3",
-            "--max-new-tokens",
-            "32",
-            "-o",
-            str(out),
-            "--report-dir",
-            str(tmp_path / "r"),
-        ]
+        [*smollm2_evaluate(tasks_file, plan_env), *model_options, "-o", str(out), "--report-dir", str(tmp_path / "r")]
     )
     assert code == 0
     trajectories = list(read_trajectories(out))
@@ -223,29 +213,8 @@ def test_evaluate_sampled_local_model_repeats_with_its_seed(plan_env, tasks_file
     runs = []
     for n in range(2):
         out = tmp_path / f"s{n}.jsonl"
-        code = main(
-            [
-                "evaluate",
-                "--policy",
-                "smollm2-135m",
-                "--tasks",
-                str(tasks_file),
-                "--env",
-                plan_env,
-                "--max-steps",
-                "2",
-                "--max-new-tokens",
-                "16",
-                "--samples",
-                "2",
-                "--seed",
-                "3",
-                "--dtype",
-                "float32",
-                "-o",
-                str(out),
-            ]
-        )
+        sampling = ["--max-steps", "2", "--max-new-tokens", "16", "--samples", "2", "--seed", "3", "--dtype", "float32"]
+        code = main([*smollm2_evaluate(tasks_file, plan_env), *sampling, "-o", str(out)])
         assert code == 0
         runs.append(list(read_trajectories(out)))
         printed = capsys.readouterr().out

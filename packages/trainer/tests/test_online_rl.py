@@ -639,32 +639,10 @@ def test_cli_runs_online_rl(tiny_path, tmp_path):
 
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "system_prompt": SYSTEM}}])
     args = [
-        "grpo",
-        "--online",
-        "--env",
-        "test/countdown",
-        "--tasks",
-        tasks_file,
-        "--model",
-        tiny_path,
-        "--output-dir",
-        str(tmp_path / "out"),
-        "--num-iterations",
-        "2",
-        "--group-size",
-        "2",
-        "--tasks-per-iteration",
-        "1",
-        "--max-new-tokens",
-        "4",
-        "--max-steps",
-        "3",
-        "--no-bf16",
-        "--process-reward",
-        "none",
-        "--learning-rate",
-        "1e-3",
-        "--no-progress-bar",
+        *["grpo", "--online", "--env", "test/countdown", "--tasks", tasks_file, "--model", tiny_path],
+        *["--output-dir", str(tmp_path / "out"), "--num-iterations", "2", "--group-size", "2"],
+        *["--tasks-per-iteration", "1", "--max-new-tokens", "4", "--max-steps", "3", "--no-bf16"],
+        *["--process-reward", "none", "--learning-rate", "1e-3", "--no-progress-bar"],
     ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output

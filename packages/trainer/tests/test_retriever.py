@@ -11,7 +11,7 @@ import torch
 from agenttrainer.config import ConfigError, RetrieverConfig
 from agenttrainer.retrieval import DenseIndex, Encoder, contrastive_loss, mine_pairs, train_retriever
 from agenttrainer.retrieval.encoder import RetrieverError, embeddings_cache_path, tool_document
-from knowlyrcore import Step, TaskInfo, ToolCall, Trajectory
+from knowlyrcore import Step, TaskInfo, ToolCall, Trajectory, write_jsonl
 from knowlyrcore.domain import ToolSpec
 from knowlyrcore.testing import require_module
 from knowlyrcore.tool_library import ToolLibrary
@@ -100,18 +100,13 @@ def tiny_encoder(minilm_path, tmp_path_factory):
 
 def test_the_recipe_trains_saves_and_reloads_a_tiny_encoder(tiny_encoder, tmp_path):
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text(
-        "".join(
-            json.dumps({"query": q, "tool": t}) + "\n"
-            for q, t in [
-                ("cancel order #1", "shop_cancel_order"),
-                ("show order #2", "shop_get_order"),
-                ("what's the weather in Oslo", "weather_get_forecast"),
-                ("book a room", "hotels_create_booking"),
-            ]
-            * 4
-        )
-    )
+    queries = {
+        "cancel order #1": "shop_cancel_order",
+        "show order #2": "shop_get_order",
+        "what's the weather in Oslo": "weather_get_forecast",
+        "book a room": "hotels_create_booking",
+    }
+    write_jsonl(pairs, [{"query": q, "tool": t} for q, t in queries.items()] * 4)
     config = RetrieverConfig(
         model_name_or_path=tiny_encoder,
         train_file=str(pairs),
@@ -233,16 +228,12 @@ def test_retriever_search_hybrid_fuses_bm25_with_the_encoder(tiny_encoder, tmp_p
 
     monkeypatch.setenv("KNOWLYR_CACHE", str(tmp_path / "cache"))
     tools = tmp_path / "tools.jsonl"
-    tools.write_text(
-        "".join(
-            json.dumps({"name": n, "description": d}) + "\n"
-            for n, d in [
-                ("shop_cancel_order", "Cancel an order"),
-                ("shop_get_order", "Show an order"),
-                ("weather_get_forecast", "Weather forecast for a city"),
-            ]
-        )
-    )
+    descriptions = {
+        "shop_cancel_order": "Cancel an order",
+        "shop_get_order": "Show an order",
+        "weather_get_forecast": "Weather forecast for a city",
+    }
+    write_jsonl(tools, [{"name": n, "description": d} for n, d in descriptions.items()])
     args = ["retriever-search", "cancel my order", "--library", str(tools), "--model", tiny_encoder, "-k", "3"]
     dense = CliRunner().invoke(cli, args)
     fused = CliRunner().invoke(cli, [*args, "--hybrid"])
