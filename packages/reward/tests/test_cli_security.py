@@ -15,20 +15,21 @@ from pathlib import Path
 
 import pytest
 
+from knowlyrcore import Observation, Step, TaskInfo, ToolCall, Trajectory
 from knowlyrcore.testing import real_data
 
-TRAJ = {
-    "schema_version": "1.0",
-    "id": "t1",
-    "task": {"description": "read a.py", "domain": "coding"},
-    "steps": [
-        {
-            "index": 0,
-            "tool_call": {"name": "read_file", "parameters": {"path": "a.py"}},
-            "observation": {"output": "x = 1"},
-        }
+#: one step of a coding trajectory, as a JSONL line's object
+TRAJ = Trajectory(
+    id="t1",
+    task=TaskInfo(description="read a.py", domain="coding"),
+    steps=[
+        Step(
+            index=0,
+            tool_call=ToolCall(name="read_file", parameters={"path": "a.py"}),
+            observation=Observation(output="x = 1"),
+        )
     ],
-}
+).model_dump(mode="json", exclude_none=True)
 OLD = '{"untouched": true}\n'
 
 

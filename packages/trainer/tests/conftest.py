@@ -2,9 +2,14 @@
 
 import json
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+# --import-mode=importlib puts nothing on sys.path; the shared test helpers (small_online) live beside this file.
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def write_jsonl(path, rows):

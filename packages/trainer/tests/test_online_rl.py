@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from small_online import small_online_config
 
 from agenttrainer.acting import ChatTokens, GenerationError, LocalGenerator, ServerGenerator, TokenSample
 from agenttrainer.algorithms import get_algorithm
@@ -12,7 +13,7 @@ from agenttrainer.algorithms.grpo import grpo_loss
 from agenttrainer.algorithms.ppo import gae, value_loss
 from agenttrainer.algorithms.rft import rejection_advantages
 from agenttrainer.algorithms.steps import spread_over_steps
-from agenttrainer.config import ConfigError, OnlineRLConfig
+from agenttrainer.config import ConfigError
 from agenttrainer.online import OnlineRLTrainer, collect_rollouts
 from knowlyrcore import AgentEnv, InfrastructureError, InvalidActionError, TimeStep, register, unregister
 from knowlyrcore.testing import require_module
@@ -98,27 +99,9 @@ class Scripted:
 
 
 def config(tmp_path, tasks_file, **overrides):
-    values = dict(
-        model_name_or_path="unused",
-        env_id="test/countdown",
-        tasks_file=tasks_file,
-        output_dir=str(tmp_path / "out"),
-        system_prompt=SYSTEM,
-        group_size=3,
-        tasks_per_iteration=2,
-        num_iterations=2,
-        max_steps=4,
-        max_new_tokens=6,
-        max_episode_tokens=512,
-        learning_rate=1e-2,
-        warmup_ratio=0.0,
-        bf16=False,
-        progress_bar=False,
-        process_reward="none",
-        batch_size=4,
-    )
-    values.update(overrides)
-    return OnlineRLConfig.from_dict(values)
+    group = {"group_size": 3, "tasks_per_iteration": 2, "num_iterations": 2, "batch_size": 4}
+    episode = {"system_prompt": SYSTEM, "max_steps": 4, "max_new_tokens": 6, "max_episode_tokens": 512}
+    return small_online_config(tmp_path, tasks_file, **{"env_id": "test/countdown", **group, **episode, **overrides})
 
 
 # -- chat tokens ------------------------------------------------------------------------------
@@ -407,20 +390,9 @@ def test_loss_normalisations_by_hand():
 def test_ppo_token_rewards_and_update(tiny, tmp_path):
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2}}])
-    trainer = OnlineRLTrainer(
-        config(
-            tmp_path,
-            tasks_file,
-            algorithm="ppo",
-            num_iterations=1,
-            group_size=2,
-            tasks_per_iteration=1,
-            process_reward_coef=0.5,
-            format_penalty=0.25,
-        ),
-        model=model,
-        tokenizer=tokenizer,
-    )
+    shaping = {"algorithm": "ppo", "process_reward_coef": 0.5, "format_penalty": 0.25}
+    one_group = {"num_iterations": 1, "group_size": 2, "tasks_per_iteration": 1}
+    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, **shaping, **one_group), model=model, tokenizer=tokenizer)
     rollouts = trainer.rollout(0)
     r = rollouts[0]
     r.step_rewards, r.format_errors, r.env_reward = [1.0, 0.0], [False, True], 1.0
@@ -570,20 +542,9 @@ def test_rft_update_is_supervised_fine_tuning_on_the_successful_samples(tiny, tm
     of the successful episodes' sampled tokens; failed episodes contribute nothing."""
     model, tokenizer = tiny
     tasks_file = write_tasks(tmp_path / "t.jsonl", [{"metadata": {"n": 2, "reward_by_seed": True}}])
-    trainer = OnlineRLTrainer(
-        config(
-            tmp_path,
-            tasks_file,
-            algorithm="rft",
-            kl_coef=0.0,
-            group_size=4,
-            tasks_per_iteration=1,
-            num_iterations=1,
-            max_grad_norm=0.0,
-        ),
-        model=model,
-        tokenizer=tokenizer,
-    )
+    rft = {"algorithm": "rft", "kl_coef": 0.0, "max_grad_norm": 0.0}
+    one_group = {"num_iterations": 1, "group_size": 4, "tasks_per_iteration": 1}
+    trainer = OnlineRLTrainer(config(tmp_path, tasks_file, **rft, **one_group), model=model, tokenizer=tokenizer)
     rollouts = trainer.rollout(0)
     trainer.score(rollouts)
     successes = [r for r in rollouts if r.success]

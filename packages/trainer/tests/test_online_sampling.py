@@ -10,8 +10,9 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+from small_online import small_online_config
 
-from agenttrainer.config import ConfigError, OnlineRLConfig
+from agenttrainer.config import ConfigError
 from agenttrainer.online import OnlineRLTrainer
 from agenttrainer.online.sampling import (
     BAND_WEIGHT,
@@ -54,27 +55,9 @@ def make_config(tmp_path, signals, **overrides):
     tasks.write_text(
         "".join(json.dumps({"id": f"t{i}", "metadata": {"signal": s}}) + "\n" for i, s in enumerate(signals))
     )
-    values = dict(
-        model_name_or_path="unused",
-        env_id="test/stub-signal",
-        tasks_file=str(tasks),
-        output_dir=str(tmp_path / "out"),
-        system_prompt="Test.",
-        group_size=2,
-        tasks_per_iteration=2,
-        num_iterations=1,
-        max_steps=1,
-        max_new_tokens=4,
-        max_episode_tokens=256,
-        learning_rate=1e-2,
-        warmup_ratio=0.0,
-        bf16=False,
-        progress_bar=False,
-        process_reward="none",
-        batch_size=8,
-    )
-    values.update(overrides)
-    return OnlineRLConfig.from_dict(values)
+    group = {"group_size": 2, "tasks_per_iteration": 2, "num_iterations": 1, "batch_size": 8}
+    episode = {"system_prompt": "Test.", "max_steps": 1, "max_new_tokens": 4, "max_episode_tokens": 256}
+    return small_online_config(tmp_path, tasks, **{"env_id": "test/stub-signal", **group, **episode, **overrides})
 
 
 # -- the draws ---------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from small_online import small_online_config
 
 from agenttrainer.acting.generators import ServerGenerator, TokenSample
-from agenttrainer.config import OnlineRLConfig
 from agenttrainer.online import OnlineRLTrainer, collect_rollouts
 from knowlyrcore import AgentEnv, TimeStep, register, unregister
 
@@ -140,28 +140,9 @@ def _answer_ids(tokenizer, text=ANSWER):
 def _config(tmp_path, env_id, **overrides):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}"}) + "\n" for i in range(2)))
-    values = dict(
-        model_name_or_path="unused",
-        env_id=env_id,
-        tasks_file=str(tasks),
-        output_dir=str(tmp_path / "out"),
-        system_prompt=SYSTEM,
-        group_size=3,
-        tasks_per_iteration=2,
-        num_iterations=1,
-        max_steps=2,
-        max_new_tokens=24,
-        max_episode_tokens=1024,
-        learning_rate=1e-2,
-        warmup_ratio=0.0,
-        bf16=False,
-        progress_bar=False,
-        process_reward="none",
-        batch_size=8,
-        kl_coef=0.0,
-    )
-    values.update(overrides)
-    return OnlineRLConfig.from_dict(values)
+    group = {"group_size": 3, "tasks_per_iteration": 2, "num_iterations": 1, "batch_size": 8, "kl_coef": 0.0}
+    episode = {"system_prompt": SYSTEM, "max_steps": 2, "max_new_tokens": 24, "max_episode_tokens": 1024}
+    return small_online_config(tmp_path, tasks, env_id=env_id, **{**group, **episode, **overrides})
 
 
 def _replace(position, value):

@@ -15,8 +15,9 @@ import json
 
 import pytest
 import torch
+from small_online import small_online_config
 
-from agenttrainer.config import DPOConfig, GRPOConfig, OnlineRLConfig, SFTConfig
+from agenttrainer.config import DPOConfig, GRPOConfig, SFTConfig
 from agenttrainer.config.run import LoRA
 from agenttrainer.data import Example
 from agenttrainer.models import shared_prefix
@@ -362,22 +363,9 @@ def online_trainer(model, tok, tmp_path, **overrides):
     from agenttrainer.online import OnlineRLTrainer
 
     (tmp_path / "tasks.jsonl").write_text('{"id": "a"}\n')
-    values = dict(
-        env_id="unused/env",
-        tasks_file=str(tmp_path / "tasks.jsonl"),
-        output_dir=str(tmp_path / "out"),
-        group_size=3,
-        batch_size=3,
-        max_steps=2,
-        max_new_tokens=8,
-        learning_rate=1e-2,
-        warmup_ratio=0.0,
-        bf16=False,
-        progress_bar=False,
-        process_reward="none",
-        kl_coef=0.1,
-    )
-    return OnlineRLTrainer(OnlineRLConfig.from_dict({**values, **overrides}), model=model, tokenizer=tok)
+    values = {"group_size": 3, "batch_size": 3, "max_steps": 2, "max_new_tokens": 8, "kl_coef": 0.1, **overrides}
+    config = small_online_config(tmp_path, tmp_path / "tasks.jsonl", **values)
+    return OnlineRLTrainer(config, model=model, tokenizer=tok)
 
 
 def rollouts(tok, n_groups=2, group=3, seed=0):
