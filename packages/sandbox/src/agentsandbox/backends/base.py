@@ -43,7 +43,9 @@ from knowlyrcore.models import ToolResult
 SNAPSHOT_MOUNT = "/.knowlyr/snapshot"
 #: Exit code reported for a command killed by its timeout (as coreutils ``timeout`` does).
 TIMEOUT_EXIT_CODE = 124
-STARTUP_TIMEOUT = 30.0
+#: How long a new sandbox's shell may take to greet. About a second when the machine is idle; a
+#: container start on a saturated 2-core machine (tests, training and dockerd at once) took over 30 s.
+STARTUP_TIMEOUT = 90.0
 RESET_TIMEOUT = 30.0
 TEMP_PREFIX = "knowlyr-sandbox-"
 #: In-shell sweep before a reset: every process but the shell, repeated while anything is left
