@@ -256,6 +256,7 @@ def test_engine_refuses_an_empty_prompt(model_and_tokenizer):
 
 
 @pytest.mark.integration
+@pytest.mark.long  # minutes of SmolLM2 generation twice over (cached and re-prefilled): the long tier
 def test_smollm2_retail_episodes_act_the_same_with_the_cache():
     """SmolLM2-135M, fp32, greedy: retail test episodes through the local policy give the same
     action at every step with the acting engine as with a full re-prefill each turn."""
@@ -291,6 +292,7 @@ def test_smollm2_retail_episodes_act_the_same_with_the_cache():
 
 
 @pytest.mark.integration
+@pytest.mark.long  # minutes of SmolLM2 generation twice over (cached and re-prefilled): the long tier
 def test_smollm2_multi_turn_chats_equal_full_reprefill():
     """SmolLM2-135M, fp32, greedy, token-in/token-out as online RL acts (``ChatTokens``): four turns
     of four chats, each turn's prompt the last one + the answer + a tool observation; every answer
