@@ -45,7 +45,9 @@ SNAPSHOT_MOUNT = "/.knowlyr/snapshot"
 TIMEOUT_EXIT_CODE = 124
 #: How long a new sandbox's shell may take to greet. About a second when the machine is idle; a
 #: container start on a saturated 2-core machine (tests, training and dockerd at once) took over 30 s.
-STARTUP_TIMEOUT = 90.0
+STARTUP_TIMEOUT = 60.0
+#: Spawns of the shell tried before the sandbox is given up as broken.
+STARTUP_ATTEMPTS = 2
 RESET_TIMEOUT = 30.0
 TEMP_PREFIX = "knowlyr-sandbox-"
 #: In-shell sweep before a reset: every process but the shell, repeated while anything is left
@@ -224,17 +226,25 @@ class Sandbox(ABC):
             KNOWLYR_DRIVER_TEXT=DRIVER,
             KNOWLYR_BOOT=BOOT,
         )
-        transport = self._spawn_shell(["bash", "--noprofile", "--norc", "-c", BOOT], shell_env)
-        shell = PersistentShell(
-            transport,
-            greeting,
-            max_output_bytes=self.config.max_output_bytes,
-            overflow_bytes=self.config.overflow_bytes,
-        )
-        ready = shell.wait_ready(STARTUP_TIMEOUT)
-        if ready.exit_code is None:
+        # A spawn can hang without a word (a `docker exec` seen stuck under load in CI while the next
+        # one started at once): one more attempt before the sandbox is given up as broken.
+        for attempt in range(1, STARTUP_ATTEMPTS + 1):
+            transport = self._spawn_shell(["bash", "--noprofile", "--norc", "-c", BOOT], shell_env)
+            shell = PersistentShell(
+                transport,
+                greeting,
+                max_output_bytes=self.config.max_output_bytes,
+                overflow_bytes=self.config.overflow_bytes,
+            )
+            ready = shell.wait_ready(STARTUP_TIMEOUT)
+            if ready.exit_code is not None:
+                break
             shell.close()
-            raise SandboxError(f"{self.backend} sandbox shell did not start: {ready.output.strip() or 'no output'}")
+            if attempt == STARTUP_ATTEMPTS:
+                raise SandboxError(
+                    f"{self.backend} sandbox shell did not start ({STARTUP_ATTEMPTS} attempts): "
+                    f"{ready.output.strip() or 'no output'}"
+                )
         self._shell = shell
         if cwd and cwd != ready.cwd:
             shell.run_argv(["cd", cwd], STARTUP_TIMEOUT)
