@@ -16,6 +16,7 @@ from agentreward.judge import Judge, parse_scores
 from agentreward.preferences import build_preference_pairs
 from agentreward.presets import PRESETS, SEED_003_WEIGHTS, target_tools, tool_f1
 from agentreward.quality import evaluate, hide_labels, roc_auc
+from agentreward.relative import RelativeJudge
 from agentreward.rubrics import (
     CONVERSATION_PENALTIES,
     DEFAULT_PENALTIES,
@@ -37,6 +38,7 @@ __all__ = [
     "analyse",
     "rule_scores",
     "Judge",
+    "RelativeJudge",
     "parse_scores",
     "Calibrator",
     "agreement",

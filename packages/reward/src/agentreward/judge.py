@@ -471,8 +471,10 @@ class Judge:
             unique.setdefault(entry["token"], _check_logprob(entry.get("logprob")))
         return list(unique.items())
 
-    def _ask(self, prompt: str, system: str, parse: Any, what: str) -> Any:
-        """A parsed reply, or ``None`` (abstain) after ``max_retries`` unusable replies."""
+    def ask(self, prompt: str, system: str, parse: Any, what: str) -> Any:
+        """``parse(reply)`` of a reply to ``prompt`` (its text, or its first-token logprobs with the
+        logprobs verdict), or ``None`` (abstain, the reason in ``failures`` under ``what``) after
+        ``max_retries`` unusable replies; ``parse`` raises ``JudgeError`` for an unusable one."""
         key = hashlib.sha256((self.verdict + "\x00" + system + "\x00" + prompt).encode()).hexdigest()
         if key in self._cache:
             return self._cache[key]
@@ -505,8 +507,8 @@ class Judge:
         """Scores for one step, or ``None`` (abstain) after ``max_retries`` unusable replies."""
         if self.verdict == "logprobs":
             prompt = build_prompt(trajectory, index) + "\n\n" + VERDICT_QUESTION
-            return self._ask(prompt, VERDICT_SYSTEM_PROMPT, _rubrics_from_verdict, f"step {index}")
-        return self._ask(build_prompt(trajectory, index), SYSTEM_PROMPT, parse_scores, f"step {index}")
+            return self.ask(prompt, VERDICT_SYSTEM_PROMPT, _rubrics_from_verdict, f"step {index}")
+        return self.ask(build_prompt(trajectory, index), SYSTEM_PROMPT, parse_scores, f"step {index}")
 
     def score_steps(self, trajectory: dict[str, Any]) -> list[dict[str, float] | None]:
         """Per-step scores (``None`` where the judge abstains, or for every step in trajectory mode)."""
@@ -520,10 +522,10 @@ class Judge:
         if self.mode == "step":
             return None
         if self.verdict == "logprobs":
-            return self._ask(
+            return self.ask(
                 build_trajectory_prompt(trajectory), TRAJECTORY_VERDICT_SYSTEM_PROMPT, parse_verdict, "trajectory"
             )
-        return self._ask(build_trajectory_prompt(trajectory), TRAJECTORY_SYSTEM_PROMPT, parse_success, "trajectory")
+        return self.ask(build_trajectory_prompt(trajectory), TRAJECTORY_SYSTEM_PROMPT, parse_success, "trajectory")
 
 
 def _rubrics_from_verdict(top: list[tuple[str, float]]) -> dict[str, float]:

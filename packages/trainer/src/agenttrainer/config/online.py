@@ -6,6 +6,7 @@ and flags name them flat (``temperature: 0.7``, ``--temperature 0.7``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -77,8 +78,27 @@ class Rewards:
     format_penalty: float = field(
         default=0.1, metadata={"help": "Subtracted from a trajectory's reward per malformed tool call."}
     )
+    group_judge_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "OpenAI-compatible endpoint of a group-relative LLM judge (knowlyr-reward's RelativeJudge): the "
+            "episodes of a task with metadata.rubric are scored against each other in one call, each in [0, 1], "
+            "and group_judge_coef x its score is added to its reward (nothing when the judge abstains). Its API key "
+            "is read from $KNOWLYR_JUDGE_API_KEY."
+        },
+    )
+    group_judge_model: str | None = field(
+        default=None, metadata={"help": "Model name at group_judge_url (needed with it)."}
+    )
+    group_judge_coef: float = field(
+        default=1.0, metadata={"help": "Weight of the group judge's score in a trajectory's reward."}
+    )
 
     def __post_init__(self) -> None:
+        if bool(self.group_judge_url) != bool(self.group_judge_model):
+            raise ConfigError("group_judge_url and group_judge_model go together: the endpoint and the model it serves")
+        if not math.isfinite(self.group_judge_coef):
+            raise ConfigError(f"group_judge_coef must be a finite number, got {self.group_judge_coef!r}")
         if self.process_reward not in ("rules", "none") and ":" not in self.process_reward:
             raise ConfigError(
                 f"process_reward must be rules, learned:CHECKPOINT, none or module:function, got {self.process_reward!r}"

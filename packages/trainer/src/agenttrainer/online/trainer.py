@@ -134,6 +134,23 @@ def resolve_process_reward(name: str) -> Any:
         raise ConfigError(f"process_reward={name!r}: cannot load it ({exc})") from None
 
 
+def make_group_judge(config: OnlineRLConfig) -> Any:
+    """knowlyr-reward's group-relative judge at ``rewards.group_judge_url`` (None when unset); its
+    key comes from the environment, never the config (configs are saved with runs)."""
+    rewards = config.rewards
+    if not rewards.group_judge_url:
+        return None
+    relative = require_extra("agentreward.relative", "knowlyr-trainer", "online", "group_judge_url")
+    require_extra("openai", "knowlyr-reward", "llm", "group_judge_url")  # before any rollout, not at the first call
+    judge = relative.Judge(
+        model=rewards.group_judge_model,
+        base_url=rewards.group_judge_url,
+        api_key=os.environ.get("KNOWLYR_JUDGE_API_KEY"),
+        max_tokens=64 + 16 * config.group_size,  # room for G scores after a few words
+    )
+    return relative.RelativeJudge(judge, seed=config.seed)
+
+
 class OnlineRLTrainer:
     """``OnlineRLTrainer(config).train()``; pass ``model``/``tokenizer`` to train a loaded model,
     ``generator`` to sample with something other than the config's backend, ``process_reward``
@@ -165,6 +182,7 @@ class OnlineRLTrainer:
         self.process_reward = (
             resolve_process_reward(c.rewards.process_reward) if process_reward == "config" else process_reward
         )
+        self.group_judge = make_group_judge(c)
         self.model, self.tokenizer = load_policy(c, model, tokenizer)
         self.prompt = self._prompt_contract()
         attach_contract(self.model, self.prompt)  # the checkpoints this run writes are prompted this way
@@ -315,9 +333,27 @@ class OnlineRLTrainer:
         keep = set(informative_groups(rollouts)[: self.config.tasks_per_iteration])
         return [r for r in rollouts if r.group in keep]
 
+    def judge_groups(self, rollouts: list[Rollout]) -> dict[int, float | None]:
+        """The group judge's score of each valid rollout whose task has a rubric, by ``id(rollout)``:
+        the rollouts of a group are judged together (``None``: the judge abstained)."""
+        groups: dict[int, list[Rollout]] = {}
+        for r in rollouts:
+            if self.group_judge is not None and r.valid and r.trajectory is not None and r.task.metadata.get("rubric"):
+                groups.setdefault(r.group, []).append(r)
+        scores: dict[int, float | None] = {}
+        for members in groups.values():
+            task = members[0].task
+            judged = self.group_judge.score_group(
+                task.description, str(task.metadata["rubric"]), [m.trajectory for m in members]
+            )
+            scores.update(zip(map(id, members), judged))
+        return scores
+
     def score(self, rollouts: list[Rollout]) -> None:
-        """Fill each valid rollout's process step rewards and total reward (and its trajectory's)."""
+        """Fill each valid rollout's process step rewards and total reward (and its trajectory's,
+        with the group judge's score in its metadata when it was judged)."""
         c = self.config
+        judged = self.judge_groups(rollouts)
         for r in rollouts:
             if not r.valid or r.trajectory is None:
                 continue
@@ -329,6 +365,7 @@ class OnlineRLTrainer:
             r.step_rewards = steps
             coef, penalty = c.rewards.process_reward_coef, c.rewards.format_penalty
             r.reward = r.env_reward + coef * (sum(steps) / n) - penalty * sum(r.format_errors)
+            r.reward += c.rewards.group_judge_coef * (judged.get(id(r)) or 0.0)  # an abstention adds nothing
             if not math.isfinite(r.reward):  # one NaN would reach every weight through the advantages
                 raise DataError(
                     f"task {r.task.id or '?'}: episode reward is not finite (environment {r.env_reward!r}, "
@@ -338,7 +375,10 @@ class OnlineRLTrainer:
                 s.model_copy(update={"reward": steps[j], "metadata": {**s.metadata, "env_reward": s.reward}})
                 for j, s in enumerate(r.trajectory.steps)
             ]
-            r.trajectory = r.trajectory.model_copy(update={"steps": recorded, "reward": r.reward})
+            update: dict[str, Any] = {"steps": recorded, "reward": r.reward}
+            if id(r) in judged:
+                update["metadata"] = {**r.trajectory.metadata, "group_judge": judged[id(r)]}
+            r.trajectory = r.trajectory.model_copy(update=update)
 
     def token_advantages(self, rollouts: list[Rollout]) -> list[list[float]]:
         """Per valid rollout, one advantage per sampled token (the algorithm's; PPO fills them later)."""
@@ -363,14 +403,16 @@ class OnlineRLTrainer:
         return out
 
     def token_rewards(self, r: Rollout) -> list[float]:
-        """PPO's per-token rewards of a rollout: step terms on each step's last token, outcome at the end."""
+        """PPO's per-token rewards of a rollout: step terms on each step's last token, outcome (and the
+        group judge's score) at the end."""
         c = self.config
         rewards: list[float] = []
         for j, (s, e) in enumerate(r.step_spans):
             rewards += [0.0] * (e - s)
             rewards[-1] += c.rewards.process_reward_coef * r.step_rewards[j] / len(r.step_spans)
             rewards[-1] -= c.rewards.format_penalty * r.format_errors[j]
-        rewards[-1] += r.env_reward
+        judged = r.trajectory.metadata.get("group_judge") if r.trajectory is not None else None
+        rewards[-1] += r.env_reward + c.rewards.group_judge_coef * (judged or 0.0)
         return rewards
 
     # -- model passes -----------------------------------------------------------------------
@@ -672,6 +714,15 @@ def rollout_metrics(rollouts: list[Rollout], seconds: float) -> dict[str, float]
     }
     if entropies:
         metrics["rollout/entropy"] = sum(entropies) / len(entropies)
+    judged = [
+        r.trajectory.metadata["group_judge"] for r in valid if "group_judge" in getattr(r.trajectory, "metadata", {})
+    ]
+    if judged:
+        scores = [s for s in judged if s is not None]
+        metrics["judge/episodes"] = float(len(judged))
+        metrics["judge/abstained"] = float(len(judged) - len(scores))
+        if scores:
+            metrics["judge/score_mean"] = sum(scores) / len(scores)
     return metrics
 
 
