@@ -15,6 +15,7 @@ knowlyr-hub store feedback HASH 0.9     (HASH: the 12 characters store list prin
 knowlyr-hub store stats
 knowlyr-hub tasks --list
 knowlyr-hub tasks retail --split test --n 50 --seed 0 -o tasks.jsonl
+knowlyr-hub tasks mcp --server mcp-server-git --generator-url http://host/v1 [--generator-model M] -n 20 -o tasks.jsonl
 knowlyr-hub evaluate --policy expert|smollm2-135m|./checkpoint|http://host/v1 --tasks tasks.jsonl \
     [--env ENV_ID] [--max-steps N] [--name NAME] [--samples K --temperature T] [--report-dir DIR] [-o trajectories.jsonl]
 """
@@ -576,7 +577,23 @@ def _evaluate_policy(args: Any) -> None:
         click.echo(f"report -> {written['html']}", err=True)
 
 
-@cli.command("tasks")
+class TasksGroup(HubGroup):
+    """``tasks SUITE ...`` runs the ``suite`` command (as it did before ``tasks`` had subcommands);
+    ``tasks mcp ...`` and ``tasks suite ...`` run theirs; ``tasks --help`` lists both."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = ["suite", *args]
+        return super().parse_args(ctx, args)
+
+
+@cli.group("tasks", cls=TasksGroup)
+def tasks_group() -> None:
+    """Write tasks as JSONL: a task suite's (`tasks SUITE ...`, `tasks --list`), or tasks a model
+    writes for any MCP server (`tasks mcp --server CMD --generator-url URL ...`)."""
+
+
+@tasks_group.command("suite")
 @click.argument("suite", required=False)
 @click.option("--list", "list_suites_", is_flag=True, help="List the installed suites.")
 @click.option(
@@ -590,7 +607,8 @@ def _evaluate_policy(args: Any) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Tasks JSONL to write.")
 def tasks_command(suite: str | None, list_suites_: bool, split: str, n: int, seed: int, output: str | None) -> None:
-    """Write a task suite's tasks as JSONL (--list: the installed suites)."""
+    """Write a task suite's tasks as JSONL (--list: the installed suites); `tasks SUITE` is short for
+    `tasks suite SUITE`."""
     try:
         from agentsandbox.suites import SuiteError, get_suite, list_suites
     except ImportError:
@@ -618,6 +636,99 @@ def tasks_command(suite: str | None, list_suites_: bool, split: str, n: int, see
             task["metadata"].setdefault("system_prompt", chosen.system_prompt)
     write_jsonl(output, tasks)
     click.echo(f"{len(tasks)} {suite} tasks ({split}, seed {seed}) -> {output}", err=True)
+
+
+@tasks_group.command("mcp")
+@click.option(
+    "--server",
+    metavar="CMD",
+    help="The MCP server's command line, e.g. 'mcp-server-time' (a bare name is looked up on PATH, then in "
+    "$KNOWLYR_MCP_PATH).",
+)
+@click.option("--url", metavar="URL", help="A running MCP server over streamable HTTP instead of --server.")
+@click.option(
+    "--generator-url",
+    metavar="URL",
+    required=True,
+    help="Base URL of the model that writes the tasks: OpenAI-compatible (http://127.0.0.1:8000/v1) or Anthropic.",
+)
+@click.option(
+    "--generator-model",
+    metavar="NAME",
+    default="default",
+    show_default=True,
+    help="The model name the endpoint serves.",
+)
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the generator's API key.")
+@click.option("-n", "--n", type=click.IntRange(min=1), default=20, show_default=True, help="How many tasks.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Picks the tools each batch favours.")
+@click.option("--instructions", metavar="TEXT", help="What the tasks should be about, in your words.")
+@click.option(
+    "--workspace-copy",
+    metavar="PATH",
+    type=click.Path(exists=True, file_okay=False),
+    help="A directory (a repository, a database folder) copied fresh for every episode: recorded in each task "
+    "and its files shown to the generator.",
+)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Tasks JSONL to write.")
+@click.option(
+    "--sandbox",
+    type=click.Choice(["auto", "bwrap", "none"]),
+    default="auto",
+    show_default=True,
+    help="Run the server in bubblewrap (auto: where it works) while its tools are listed.",
+)
+def tasks_mcp_command(
+    server: str | None,
+    url: str | None,
+    generator_url: str,
+    generator_model: str,
+    api_key_env: str | None,
+    n: int,
+    seed: int,
+    instructions: str | None,
+    workspace_copy: str | None,
+    output: str,
+    sandbox: str,
+) -> None:
+    """Write tasks for any MCP server: list its tools, and ask a model to write requests and rubrics.
+
+    Each task is a knowlyr/mcp task (metadata.template "generated") with a rubric for the judge and,
+    where the generator is sure of them, facts the answer must contain. Every proposal is checked
+    (types, lengths, tools that exist, no duplicates); the refused ones are counted on stderr. With no
+    valid proposal at all, nothing is written (exit 2).
+
+    \b
+    knowlyr-hub tasks mcp --server mcp-server-time --generator-url http://127.0.0.1:8000/v1 \\
+        --generator-model my-model -n 20 -o time-tasks.jsonl
+    """
+    import os
+
+    from trajectoryhub.mcp_tasks import TaskGenerator, generate_tasks, list_tools
+
+    if (server is None) == (url is None):
+        raise click.UsageError("tasks mcp needs exactly one of --server CMD and --url URL")
+    api_key = None
+    if api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise click.UsageError(f"--api-key-env {api_key_env}: the variable is not set")
+    tools = list_tools(server=server, url=url, sandbox=sandbox)
+    click.echo(f"{len(tools)} tools on {server or url}: {', '.join(shown(t['name']) for t in tools)}", err=True)
+    result = generate_tasks(
+        TaskGenerator(generator_url, generator_model, api_key=api_key),
+        tools,
+        n,
+        server=server,
+        url=url,
+        seed=seed,
+        instructions=instructions,
+        workspace_copy=workspace_copy,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    write_jsonl(output, result.tasks)
+    short = f" (only {len(result.tasks)} of {n} in {result.attempts} attempts)" if len(result.tasks) < n else ""
+    click.echo(f"{len(result.tasks)} tasks{short} -> {output}; dropped proposals: {result.dropped_summary()}", err=True)
 
 
 @cli.command("compare")

@@ -333,6 +333,11 @@ class Judge:
             )
         return self._client
 
+    def connect(self) -> None:
+        """Build the SDK client now, so a missing SDK stops a run before its first episode rather
+        than at its first judge call."""
+        self._get_client()
+
     def _deadline(self) -> float:
         """The monotonic time by which this call must be done: its own deadline, or the run's if
         sooner; ``JudgeError`` once the run's has passed."""

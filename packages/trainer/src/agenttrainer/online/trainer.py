@@ -141,13 +141,13 @@ def make_group_judge(config: OnlineRLConfig) -> Any:
     if not rewards.group_judge_url:
         return None
     relative = require_extra("agentreward.relative", "knowlyr-trainer", "online", "group_judge_url")
-    require_extra("openai", "knowlyr-reward", "llm", "group_judge_url")  # before any rollout, not at the first call
     judge = relative.Judge(
         model=rewards.group_judge_model,
         base_url=rewards.group_judge_url,
         api_key=os.environ.get("KNOWLYR_JUDGE_API_KEY"),
         max_tokens=64 + 16 * config.group_size,  # room for G scores after a few words
     )
+    judge.connect()  # a missing SDK (knowlyr-reward[llm]) stops the run here, before any rollout
     return relative.RelativeJudge(judge, seed=config.seed)
 
 
