@@ -16,11 +16,14 @@ BFCL_SPEC ?= bfcl-eval==2026.3.23
 # mpmath: what its MathAPI backend (knowlyr/bfcl-multi-turn) imports.
 MPMATH_SPEC ?= mpmath==1.3.0
 # Three published MCP servers nobody here wrote (knowlyr/mcp's tests and the mcp-git demo act
-# through them), pinned, in a venv of their own as a user's own server would be: the sandboxed
-# server sees its own install, not ours. Tests and the demo find them through KNOWLYR_MCP_PATH.
-MCP_SERVERS_SPEC ?= mcp-server-git==2026.10.19 mcp-server-time==2026.10.19 mcp-server-sqlite==2025.4.25
+# through them), pinned, in venvs of their own as a user's own server would be: the sandboxed
+# server sees its own install, not ours. mcp-server-sqlite needs mcp 1.x (it fails at start on
+# 2.x) and mcp-server-git needs 2.x, hence two. Tests and the demo find them through KNOWLYR_MCP_PATH.
+MCP_SERVERS_SPEC ?= mcp-server-git==2026.10.19 mcp-server-time==2026.10.19
+MCP_SQLITE_SPEC ?= mcp-server-sqlite==2025.4.25 "mcp<2"
 MCP_VENV ?= .venv-mcp
-export KNOWLYR_MCP_PATH ?= $(abspath $(MCP_VENV))/bin
+MCP_SQLITE_VENV ?= .venv-mcp-sqlite
+export KNOWLYR_MCP_PATH ?= $(abspath $(MCP_VENV))/bin:$(abspath $(MCP_SQLITE_VENV))/bin
 PYTEST_ARGS ?=
 # TEST_ORDER_SEED=N runs the tests in a random order drawn from N (pytest-random-order: modules
 # shuffled, and the tests inside each module): an outcome that depends on which test ran before
@@ -59,6 +62,8 @@ $(VENV)/.installed: $(BIN)/python $(wildcard packages/*/pyproject.toml) Makefile
 mcp-servers: ## the published MCP servers (git, time, sqlite) in .venv-mcp, for knowlyr/mcp's tests and DEMO_SUITE=mcp-git
 	test -x $(MCP_VENV)/bin/python || $(PYTHON) -m venv $(MCP_VENV)
 	$(MCP_VENV)/bin/pip install --quiet $(MCP_SERVERS_SPEC)
+	test -x $(MCP_SQLITE_VENV)/bin/python || $(PYTHON) -m venv $(MCP_SQLITE_VENV)
+	$(MCP_SQLITE_VENV)/bin/pip install --quiet $(MCP_SQLITE_SPEC)
 
 install: $(VENV)/.installed ## create .venv and install every package (editable, dev extras)
 

@@ -50,14 +50,17 @@ _ENV_IGNORED_PREFIXES = ("RAY_", "COV_CORE_", "TORCHINDUCTOR_", "TRITON_", "WAND
 #: runs), from where the clone cannot be found; a worktree elsewhere sets the variable.
 REAL_DATA_ENV_VAR = "KNOWLYR_REAL_DATA"
 #: Where knowlyr/mcp finds a server command that is not on PATH; ``make install`` puts the
-#: published MCP servers the tests act through (git, time, sqlite) in ``.venv-mcp`` beside this file.
+#: published MCP servers the tests act through in venvs beside this file (git and time on mcp 2.x,
+#: sqlite on mcp 1.x: see the Makefile).
 MCP_PATH_ENV_VAR = "KNOWLYR_MCP_PATH"
+MCP_VENVS = (".venv-mcp", ".venv-mcp-sqlite")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     default = Path(__file__).resolve().parent.parent / "shared" / "data" / "real"
     os.environ[REAL_DATA_ENV_VAR] = str(Path(os.environ.get(REAL_DATA_ENV_VAR) or default).resolve())
-    os.environ.setdefault(MCP_PATH_ENV_VAR, str(Path(__file__).resolve().parent / ".venv-mcp" / "bin"))
+    here = Path(__file__).resolve().parent
+    os.environ.setdefault(MCP_PATH_ENV_VAR, os.pathsep.join(str(here / v / "bin") for v in MCP_VENVS))
     share_cores_between_workers(config)
     config.pluginmanager.register(LongestFilesFirst(config), "knowlyr-longest-files-first")
 

@@ -318,6 +318,12 @@ def _load_runs(paths: list[str]) -> dict[str, list]:
 @click.option("--tasks", type=click.Path(dir_okay=False), help="JSONL of tasks, e.g. from `knowlyr-hub tasks`.")
 @click.option("--env", help="Environment id (default: the tasks' suite's, else the one of their domain).")
 @click.option(
+    "--env-kwargs",
+    metavar="JSON",
+    help="Keyword arguments of the environment, a JSON object, e.g. knowlyr/mcp's "
+    '\'{"server": "mcp-server-git --repository {workspace}"}\' (default: the suite\'s).',
+)
+@click.option(
     "--max-steps", type=click.IntRange(min=1), help="Step budget per episode (default: the suite's, else 30)."
 )
 @click.option(
@@ -412,6 +418,17 @@ def _env_for_domain(tasks: list[TaskInfo]) -> str:
             f"(registered for it: {found}): pass --env"
         )
     return candidates[0]
+
+
+def _env_kwargs(text: str) -> dict[str, Any]:
+    """``--env-kwargs``: a JSON object, else a one-line usage error."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON ({exc})", param_hint="--env-kwargs") from None
+    if not isinstance(value, dict):
+        raise click.BadParameter(f"a JSON object is needed, got {type(value).__name__}", param_hint="--env-kwargs")
+    return value
 
 
 def _tool_specs(env_id: str, env_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -509,7 +526,7 @@ def _evaluate_policy(args: Any) -> None:
     suite = _suite_of(tasks, env_given=args.env is not None)
     env_id = args.env or (suite.env_id if suite is not None else _env_for_domain(tasks))
     from_suite = suite is not None and suite.env_id == env_id  # the suite's settings are for its own env
-    env_kwargs = dict(suite.env_kwargs) if from_suite else {}
+    env_kwargs = _env_kwargs(args.env_kwargs) if args.env_kwargs else dict(suite.env_kwargs) if from_suite else {}
     max_steps = args.max_steps or (suite.max_steps if from_suite else 30)
     splits = {str(t.metadata.get("split", "")) for t in tasks}
     split = args.split or (splits.pop() if len(splits) == 1 else "")

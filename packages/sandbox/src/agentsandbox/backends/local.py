@@ -41,7 +41,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 from agentsandbox.backends import seccomp
 from agentsandbox.backends.base import SNAPSHOT_MOUNT, BackendUnavailable, Sandbox, SandboxError, private_owner
@@ -73,7 +76,7 @@ _ETC_FILES = (
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNS = 0x00020000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
 
 
 def bwrap_status() -> tuple[bool, str]:
@@ -106,11 +109,16 @@ def bwrap_version() -> tuple[int, ...]:
         return ()
 
 
-def _mount_scratch(target: bytes, size_mb: int, inodes: int, owner: tuple[int, int]) -> None:
+def _mount_scratch(
+    target: bytes, size_mb: int, inodes: int, owner: tuple[int, int], host_dirs: Sequence[bytes] = ()
+) -> None:
     """Pre-exec, as root: a private mount namespace with a ``size_mb`` tmpfs at ``target``.
 
     The tmpfs exists only in this process's namespace (bwrap and the sandbox inherit it) and
     disappears with the last process in it; the host never sees it, so nothing can leak it.
+    Each of ``host_dirs`` is bind-mounted at ``target/host<i>``: bwrap, run as the sandbox's
+    private uid, can then bind a directory that uid could not reach by its own path (a program
+    installed under root's 0700 home).
     """
     for result in (
         _LIBC.unshare(_CLONE_NEWNS),
@@ -127,6 +135,11 @@ def _mount_scratch(target: bytes, size_mb: int, inodes: int, owner: tuple[int, i
         os.mkdir(path)
         os.chown(path, *owner)
         os.chmod(path, 0o1777)
+    for index, source in enumerate(host_dirs):
+        path = target + b"/host%d" % index
+        os.mkdir(path)
+        if _LIBC.mount(source, path, None, _MS_BIND | _MS_REC, None) != 0:
+            raise OSError(ctypes.get_errno(), "cannot bind a host directory into the sandbox's scratch")
 
 
 @functools.cache
@@ -172,6 +185,178 @@ def _user_kwargs(owner: tuple[int, int] | None) -> dict:
     return {"user": owner[0], "group": owner[1], "extra_groups": []}
 
 
+def prepare_scratch(scratch: Path, owner: tuple[int, int] | None) -> None:
+    """Create ``scratch``, the directory a sandbox's /tmp and /dev/shm come from (``scratch_mode``)."""
+    scratch.mkdir()
+    if scratch_mode() == "disk":
+        for sub in ("tmp", "shm"):
+            (scratch / sub).mkdir(mode=0o1777)
+            os.chmod(scratch / sub, 0o1777)
+            if owner is not None:
+                os.chown(scratch / sub, *owner)
+
+
+def bwrap_argv(
+    argv: Sequence[str],
+    *,
+    network: bool,
+    tmp_mb: int,
+    scratch: Path,
+    mounts: Sequence[str],
+    workdir: str,
+    seccomp_fd: int | None,
+) -> list[str]:
+    """The bubblewrap command line running ``argv`` in a sandbox as the module docstring describes:
+    read-only system directories and a minimal /etc, /tmp and /dev/shm from ``scratch``, then
+    ``mounts`` (bwrap options: the workspace and whatever else this sandbox may see)."""
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if network:
+        args.append("--share-net")
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if scratch_mode() == "size":
+        size = str(tmp_mb * 1024 * 1024)
+        args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
+    else:
+        args += ["--bind", str(scratch / "tmp"), "/tmp", "--bind", str(scratch / "shm"), "/dev/shm"]
+    args += ["--symlink", "../tmp", "/var/tmp", *mounts]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    # bwrap's own / and /dev are unbounded tmpfs mounts: nothing inside may write to them
+    # (not recursive: the mounts above stay writable)
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    args += ["--chdir", workdir]
+    return [*args, "--", *argv]
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What bounds a sandbox's processes, applied by ``enter`` between fork and exec of bwrap.
+
+    ``nproc`` is the ``RLIMIT_NPROC`` to set: the caller adds the processes its own uid already
+    runs when there is no private ``owner`` (``process_limit``). ``host_dirs`` are bound into the
+    scratch tmpfs while still root (``_mount_scratch``; ``host_dir`` says where).
+    """
+
+    owner: tuple[int, int] | None
+    cgroup: SandboxCgroup | None
+    memory_mb: int
+    nproc: int
+    max_file_mb: int
+    tmp_mb: int
+    tmp_inodes: int
+    scratch: bytes
+    scratch_mode: str
+    host_dirs: tuple[bytes, ...] = ()
+
+    def enter(self) -> None:
+        # Runs in the child between fork and exec, as the caller: join the cgroup and mount the
+        # scratch tmpfs while still root, then drop to the sandbox's uid and set the rlimits.
+        owner = self.owner
+        if self.cgroup is not None:
+            self.cgroup.join()
+        if owner is not None:
+            if self.scratch_mode == "tmpfs":
+                _mount_scratch(self.scratch, self.tmp_mb, self.tmp_inodes, owner, self.host_dirs)
+            os.setgroups([])
+            os.setresgid(owner[1], owner[1], owner[1])
+            os.setresuid(owner[0], owner[0], owner[0])
+        if self.cgroup is None:
+            mem = self.memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_NPROC, (self.nproc, self.nproc))
+        fsize = self.max_file_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    def host_dir(self, index: int) -> str:
+        """Where bwrap finds ``host_dirs[index]``: its bind in the scratch tmpfs when ``enter``
+        mounts one (a private uid), else the path itself."""
+        if self.owner is not None and self.scratch_mode == "tmpfs":
+            return os.fsdecode(self.scratch + b"/host%d" % index)
+        return os.fsdecode(self.host_dirs[index])
+
+
+def process_limit(pids_limit: int, owner: tuple[int, int] | None) -> int:
+    """The ``RLIMIT_NPROC`` giving a sandbox ``pids_limit`` processes. RLIMIT_NPROC counts every
+    process of the uid: a private uid (root host) starts at zero; the caller's own uid already
+    runs the caller's processes, so add those."""
+    return pids_limit + (0 if owner else _processes_of(os.getuid()))
+
+
+def spawn_bwrap(
+    command: Callable[[int | None], list[str]], limits: SandboxLimits, env: dict[str, str], *, stderr: int
+) -> subprocess.Popen:
+    """Start ``command(seccomp_fd)`` (a ``bwrap_argv``) under ``limits``, with exactly ``env``
+    (bwrap passes its own on: nothing leaks from the host), stdin and stdout piped, from the
+    spawner thread (``_SPAWNER``), in a new session."""
+    program = seccomp.filter_program()
+    seccomp_fd = None
+    if program is not None:
+        # bwrap reads the filter from this fd up to EOF; it fits in the pipe's buffer
+        seccomp_fd, writer = os.pipe()
+        os.write(writer, program)
+        os.close(writer)
+    try:
+        return _SPAWNER.submit(
+            subprocess.Popen,
+            command(seccomp_fd),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            preexec_fn=limits.enter,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+        ).result()
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+
+
+def namespace_inits(marker: str) -> list[int]:
+    """The pids of processes whose command line holds ``marker`` (a sandbox's private directory):
+    bwrap's inner init, pid 1 of the sandbox's pid namespace, is not the caller's child."""
+    needle = marker.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if needle in handle.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_sandbox(process: subprocess.Popen, marker: str) -> None:
+    """Kill a sandbox started by ``spawn_bwrap`` and wait until every process in it is gone.
+
+    When the namespace's init dies the kernel kills every process inside; find it by ``marker``
+    (``namespace_inits``), kill it and the session of ``process``, and wait for the kernel.
+    """
+    for pid in namespace_inits(marker):
+        _kill(pid)
+    _kill(-process.pid)
+    process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+    deadline = time.monotonic() + 10
+    while namespace_inits(marker) and time.monotonic() < deadline:
+        time.sleep(0.005)  # polling the kernel's process table, not guessing a duration
+
+
 class LocalSandbox(Sandbox):
     """Runs commands under bubblewrap on this machine; see the module docstring for the containment."""
 
@@ -184,13 +369,7 @@ class LocalSandbox(Sandbox):
             raise BackendUnavailable(f"local backend unavailable: {why}")
         self._process: subprocess.Popen | None = None
         self._scratch = self._tmp / "scratch"
-        self._scratch.mkdir()
-        if scratch_mode() == "disk":
-            for sub in ("tmp", "shm"):
-                (self._scratch / sub).mkdir(mode=0o1777)
-                os.chmod(self._scratch / sub, 0o1777)
-                if self._owner() is not None:
-                    os.chown(self._scratch / sub, *self._owner())
+        prepare_scratch(self._scratch, self._owner())
         if cgroup_status()[0]:
             cfg = self.config
             try:
@@ -234,119 +413,49 @@ class LocalSandbox(Sandbox):
 
     def _bwrap_argv(self, argv: list[str], seccomp_fd: int | None) -> list[str]:
         cfg = self.config
-        args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        if cfg.network:
-            args.append("--share-net")
-        for path in _SYSTEM_DIRS:
-            if os.path.islink(path):
-                args += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                args += ["--ro-bind", path, path]
-        for name in _ETC_FILES:
-            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        if scratch_mode() == "size":
-            size = str(cfg.tmp_mb * 1024 * 1024)
-            args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
-        else:
-            args += ["--bind", str(self._scratch / "tmp"), "/tmp", "--bind", str(self._scratch / "shm"), "/dev/shm"]
-        args += ["--symlink", "../tmp", "/var/tmp"]
-        args += ["--bind", str(self.workspace.root), cfg.workdir]
-        args += ["--ro-bind", str(self._snapshot.root), SNAPSHOT_MOUNT]
-        if seccomp_fd is not None:
-            args += ["--seccomp", str(seccomp_fd)]
-        # bwrap's own / and /dev are unbounded tmpfs mounts: nothing inside may write to them
-        # (not recursive: the mounts above stay writable)
-        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
-        args += ["--chdir", cfg.workdir]
-        return [*args, "--", *argv]
-
-    def _enter_sandbox(self) -> None:
-        # Runs in the child between fork and exec, as the caller: join the cgroup and mount the
-        # scratch tmpfs while still root, then drop to the sandbox's uid and set the rlimits.
-        cfg = self.config
-        owner = self._owner()
-        if self._cgroup is not None:
-            self._cgroup.join()
-        if owner is not None:
-            if self._scratch_mode == "tmpfs":
-                _mount_scratch(self._scratch_path, cfg.tmp_mb, cfg.tmp_inodes, owner)
-            os.setgroups([])
-            os.setresgid(owner[1], owner[1], owner[1])
-            os.setresuid(owner[0], owner[0], owner[0])
-        if self._cgroup is None:
-            mem = cfg.memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_NPROC, (self._nproc, self._nproc))
-        fsize = cfg.max_file_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        mounts = [
+            "--bind",
+            str(self.workspace.root),
+            cfg.workdir,
+            "--ro-bind",
+            str(self._snapshot.root),
+            SNAPSHOT_MOUNT,
+        ]
+        return bwrap_argv(
+            argv,
+            network=cfg.network,
+            tmp_mb=cfg.tmp_mb,
+            scratch=self._scratch,
+            mounts=mounts,
+            workdir=cfg.workdir,
+            seccomp_fd=seccomp_fd,
+        )
 
     def _spawn_shell(self, argv: list[str], env: dict[str, str]) -> Transport:
-        # RLIMIT_NPROC counts every process of the uid. A private uid (root host) starts at
-        # zero; the caller's own uid already runs the caller's processes, so add those.
-        self._nproc = self.config.pids_limit + (0 if self._owner() else _processes_of(os.getuid()))
+        cfg, owner = self.config, self._owner()
         # computed here: the pre-exec hook should do as little as it can
-        self._scratch_mode, self._scratch_path = scratch_mode(), os.fsencode(self._scratch)
-        program = seccomp.filter_program()
-        seccomp_fd = None
-        if program is not None:
-            # bwrap reads the filter from this fd up to EOF; it fits in the pipe's buffer
-            seccomp_fd, writer = os.pipe()
-            os.write(writer, program)
-            os.close(writer)
-        try:
-            self._process = _SPAWNER.submit(
-                subprocess.Popen,
-                self._bwrap_argv(argv, seccomp_fd),
-                # exactly this environment (bwrap passes its own on): nothing leaks from the host
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                preexec_fn=self._enter_sandbox,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
-            ).result()
-        finally:
-            if seccomp_fd is not None:
-                os.close(seccomp_fd)
+        limits = SandboxLimits(
+            owner=owner,
+            cgroup=self._cgroup,
+            memory_mb=cfg.memory_mb,
+            nproc=process_limit(cfg.pids_limit, owner),
+            max_file_mb=cfg.max_file_mb,
+            tmp_mb=cfg.tmp_mb,
+            tmp_inodes=cfg.tmp_inodes,
+            scratch=os.fsencode(self._scratch),
+            scratch_mode=scratch_mode(),
+        )
+        self._process = spawn_bwrap(
+            lambda seccomp_fd: self._bwrap_argv(argv, seccomp_fd), limits, env, stderr=subprocess.STDOUT
+        )
         return PipeTransport(self._process)
 
     def _kill_all(self) -> None:
-        # bwrap's inner init is the pid namespace's pid 1: when it dies the kernel kills every
-        # process inside. It is not our child, so find it by its command line (which names this
-        # sandbox's private directory), kill it, and wait until it is really gone.
         process = getattr(self, "_process", None)
         if process is None:
             return
-        for pid in self._namespace_inits():
-            _kill(pid)
-        _kill(-process.pid)
-        process.wait()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+        kill_sandbox(process, str(self._tmp))
         self._process = None
-        deadline = time.monotonic() + 10
-        while self._namespace_inits() and time.monotonic() < deadline:
-            time.sleep(0.005)  # polling the kernel's process table, not guessing a duration
-
-    def _namespace_inits(self) -> list[int]:
-        marker = str(self._tmp).encode()
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    if marker in handle.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-        return found
 
     def _destroy(self) -> None:
         self._kill_all()
