@@ -363,9 +363,13 @@ class SuiteConformance:
     def no_work_actions(self) -> dict[str, dict[str, Any]]:
         """Each terminal tool of the env's domain played at once: with empty text (doing nothing),
         and with ``stuffed_answer`` in its first required text parameter."""
+        suite = get_suite(self.suite)
         env = self.make_env()
-        profile = get_domain_profile(env.domain)
-        env.close()
+        try:  # an env whose tools come with the task (knowlyr/mcp, knowlyr/bfcl) names its domain at reset
+            env.reset(task=suite.generate(suite.splits[0], 1, self.seed)[0])
+            profile = get_domain_profile(env.domain)
+        finally:
+            env.close()
         actions = {}
         for tool in profile.terminal_tools:
             schema = profile.get_tool(tool).parameters
