@@ -18,8 +18,9 @@ from agentsandbox.backends.local import bwrap_status
 from knowlyrcore.testing import EnvConformance, require, require_module
 
 require_module("mcp", "the MCP env needs mcp (knowlyr-sandbox[mcp], in [dev])")
-from agentsandbox.mcp import WORKSPACE_MOUNT, MCPEnv, list_server_tools  # noqa: E402
+from agentsandbox.mcp import WORKSPACE_MOUNT, MCPEnv, episode_profile, list_server_tools  # noqa: E402
 from agentsandbox.mcp.server import MCP_PATH_ENV  # noqa: E402
+from knowlyrcore.domain import ToolCategory, get_domain_profile  # noqa: E402
 from knowlyrcore.errors import InfrastructureError, InputError  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -293,3 +294,37 @@ def test_list_server_tools():
     assert {"get_current_time", "convert_time"} <= set(by_name)
     assert by_name["get_current_time"]["input_schema"]["required"] == ["timezone"]
     assert by_name["get_current_time"]["description"]
+    assert by_name["get_current_time"]["read_only"] is True  # mcp-server-time annotates its tools
+
+
+def _categories(profile):
+    return {spec.name: spec.category for spec in profile.tools}
+
+
+def test_read_only_annotations_become_tool_categories():
+    require_server(GIT)
+    with MCPEnv(server=GIT) as env:
+        env.reset(task=_checked_task())
+        categories = _categories(get_domain_profile(env.domain))
+    assert categories["git_log"] == categories["git_status"] == ToolCategory.READ
+    assert categories["git_commit"] == categories["git_add"] == ToolCategory.WRITE
+    assert categories["respond"] == ToolCategory.COMMUNICATE
+
+
+def test_tools_without_annotations_are_other():
+    require_server(SQLITE)
+    tools = list_server_tools(server=SQLITE)
+    assert {tool["read_only"] for tool in tools} == {None}  # mcp-server-sqlite does not annotate
+    categories = _categories(episode_profile(tools))
+    assert categories["read_query"] == categories["write_query"] == ToolCategory.OTHER
+
+
+def test_the_profile_digest_covers_the_categories():
+    tool = {"name": "touch", "description": "", "input_schema": {"type": "object"}}
+    profiles = [episode_profile([{**tool, "read_only": flag}]) for flag in (True, False, None)]
+    assert len({profile.name for profile in profiles}) == 3
+    assert [p.get_tool("touch").category for p in profiles] == [
+        ToolCategory.READ,
+        ToolCategory.WRITE,
+        ToolCategory.OTHER,
+    ]

@@ -23,6 +23,7 @@ import pytest
 from test_mcp_env import GIT, git, require_server
 
 from agentsandbox.mcp import MCPEnv
+from knowlyrcore.domain import ToolCategory, get_domain_profile
 from knowlyrcore.errors import InfrastructureError, InputError
 from knowlyrcore.testing import require
 
@@ -181,10 +182,11 @@ def test_a_failing_server_is_an_infrastructure_error(tool, params, said):
         assert env.step({"tool": "echo", "params": {"text": "alive"}}).observation == "alive"
 
 
-def test_non_text_results_are_described():
+def test_non_text_results_and_unannotated_tools():
     with _hostile_env() as env:
         env.reset(task=TASK)
         assert env.step({"tool": "picture", "params": {}}).observation == "[image/png, 4 bytes]"
+        assert get_domain_profile(env.domain).get_tool("echo").category == ToolCategory.OTHER  # no annotations
 
 
 def test_a_server_tool_named_like_the_closing_tool_is_refused():

@@ -2,20 +2,29 @@
 hostile tests of ``agentsandbox.mcp``: every tool is one way a server someone else wrote can
 fail its client.
 
-Run it as ``python hostile_server.py`` (stdio) or ``python hostile_server.py --http PORT``; with ``HOSTILE_RESPOND=1`` in its environment it also
-offers a tool named ``respond`` (the env's closing tool, which it must refuse). It imports only
-the SDK, so it runs inside a sandbox that sees nothing of the repository but this file.
+Run it as ``python hostile_server.py`` (stdio) or ``python hostile_server.py --http PORT``; with
+``HOSTILE_RESPOND=1`` in its environment it also offers a tool named ``respond`` (the env's
+closing tool, which it must refuse). It imports only the SDK, so it runs inside a sandbox that
+sees nothing of the repository but this file: it bridges mcp 1.x (``FastMCP``) and 2.x
+(``MCPServer``) itself, as ``knowlyrcore.mcp`` does for the real servers.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib.util
 import os
 import sys
 import time
 
-from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ImageContent
+
+SDK_2 = importlib.util.find_spec("mcp.server.mcpserver") is not None
+if SDK_2:
+    from mcp.server.mcpserver import Context, MCPServer
+else:
+    from mcp.server.fastmcp import Context
+    from mcp.server.fastmcp import FastMCP as MCPServer
 
 #: The protocol's stdout, kept before the SDK diverts fd 1 to stderr (mcp >= 2 guards its wire
 #: from stray prints; servers on other SDKs do not, and this one writes there on purpose).
@@ -86,7 +95,7 @@ def allocate() -> str:
 @server.tool()
 def picture() -> ImageContent:
     """Return a 4-byte PNG-typed image: a non-text content part."""
-    return ImageContent(type="image", data=base64.b64encode(b"\x89PNG").decode(), mime_type="image/png")
+    return ImageContent(type="image", data=base64.b64encode(b"\x89PNG").decode(), mimeType="image/png")
 
 
 if os.environ.get("HOSTILE_RESPOND") == "1":
@@ -98,7 +107,10 @@ if os.environ.get("HOSTILE_RESPOND") == "1":
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--http"]:  # --http PORT: streamable HTTP on 127.0.0.1:PORT/mcp
+    if sys.argv[1:2] == ["--http"] and SDK_2:  # --http PORT: streamable HTTP on 127.0.0.1:PORT/mcp
         server.run("streamable-http", port=int(sys.argv[2]))
+    elif sys.argv[1:2] == ["--http"]:  # mcp 1.x: the port is a setting
+        server.settings.port = int(sys.argv[2])
+        server.run("streamable-http")
     else:
         server.run("stdio")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentsandbox.mcp import sdk
 from agentsandbox.mcp.client import MCPClient, one_line, result_text, substitute
 from knowlyrcore.errors import InputError
 
@@ -98,7 +99,11 @@ def state_verdict(check: dict[str, Any], client: MCPClient, *, timeout: float) -
         name = check["tool"]
         result = client.call_tool(name, substitute(check.get("arguments") or {}, workspace))
         text = result_text(result)
-        why = f"the tool answered an error: {one_line(text, 120)}" if result.is_error else _text_problem(text, check)
+        why = (
+            f"the tool answered an error: {one_line(text, 120)}"
+            if sdk.field(result, "is_error")
+            else _text_problem(text, check)
+        )
         return {"check": f"tool {name}", "ok": not why, "why": why}
     argv = substitute(check["command"], workspace)
     code, output = client.run_command(argv, timeout=timeout, max_bytes=_OUTPUT_BYTES)

@@ -8,7 +8,12 @@ the session open; ``call_tool`` runs a call there and waits for it, bounded by
 Over stdio the server is started by ``server.ServerSandbox`` (bubblewrap where it works) with
 a fresh workspace (``workspace.populate``), and spoken to through ``transport.BoundedStdio``.
 Over HTTP the SDK's streamable HTTP client is used with the same per-call timeout and
-``max_message_bytes`` as its largest SSE event.
+``max_message_bytes`` as its largest SSE event (mcp 2.x; 1.x has no such bound). Whatever
+differs between the SDK's 1.x and 2.x lines is in ``sdk.py``.
+
+``tool_record`` turns a listed tool into the plain record the env and the task generator use,
+``{"name", "description", "input_schema", "read_only"}`` (``read_only`` from the tool's
+``readOnlyHint`` annotation, None when the server gives none).
 
 Whatever goes wrong with the server — it does not answer in time, exits, floods, prints
 something that is not JSON-RPC, answers with a malformed result — ``call_tool`` raises
@@ -40,9 +45,9 @@ import anyio
 import anyio.from_thread
 from anyio.abc import TaskStatus
 from mcp import ClientSession, types
-from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from agentsandbox.mcp import sdk
 from agentsandbox.mcp import workspace as workspaces
 from agentsandbox.mcp.server import ServerSandbox, use_bwrap
 from agentsandbox.mcp.transport import BoundedStdio
@@ -93,12 +98,12 @@ def _part_text(part: Any) -> str:
     if isinstance(part, types.TextContent):
         return part.text
     if isinstance(part, types.ImageContent | types.AudioContent):
-        return f"[{part.mime_type}, {_decoded_size(part.data)} bytes]"
+        return f"[{sdk.field(part, 'mime_type')}, {_decoded_size(part.data)} bytes]"
     if isinstance(part, types.EmbeddedResource):
         resource = part.resource
         if isinstance(resource, types.TextResourceContents):
             return resource.text
-        return f"[{resource.mime_type or 'binary'} resource {resource.uri}, {_decoded_size(resource.blob)} bytes]"
+        return f"[{sdk.field(resource, 'mime_type') or 'binary'} resource {resource.uri}, {_decoded_size(resource.blob)} bytes]"
     if isinstance(part, types.ResourceLink):
         return f"[resource link {part.uri}]"
     return f"[{getattr(part, 'type', 'unknown')} content]"
@@ -107,9 +112,22 @@ def _part_text(part: Any) -> str:
 def result_text(result: types.CallToolResult) -> str:
     """A tool result as text: its content parts joined by newlines (``_part_text``); the
     structured content as JSON when there is no content part."""
-    if not result.content and result.structured_content is not None:
-        return json.dumps(result.structured_content, ensure_ascii=False)
+    structured = sdk.field(result, "structured_content")
+    if not result.content and structured is not None:
+        return json.dumps(structured, ensure_ascii=False)
     return "\n".join(_part_text(part) for part in result.content)
+
+
+def tool_record(tool: types.Tool) -> dict[str, Any]:
+    """An SDK ``Tool`` as ``{"name", "description", "input_schema", "read_only"}``: ``read_only`` is
+    the server's ``readOnlyHint`` annotation (a bool), None when the server does not say."""
+    annotations = tool.annotations
+    return {
+        "name": tool.name,
+        "description": tool.description or "",
+        "input_schema": sdk.field(tool, "input_schema"),
+        "read_only": None if annotations is None else sdk.field(annotations, "read_only_hint"),
+    }
 
 
 def _what_failed(exc: BaseException, failure: str | None, timeout: float) -> str:
@@ -118,7 +136,7 @@ def _what_failed(exc: BaseException, failure: str | None, timeout: float) -> str
         return failure
     if isinstance(exc, TimeoutError):
         return f"did not answer within {timeout:g} s"
-    if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+    if isinstance(exc, sdk.MCPError) and exc.error.code == types.CONNECTION_CLOSED:
         return "closed the connection"
     if isinstance(exc, ValidationError):
         return f"broke the protocol: a malformed result ({exc.error_count()} errors)"
@@ -220,17 +238,12 @@ class MCPClient:
             if self._transport is not None:
                 read, write = await stack.enter_async_context(self._transport.open())
             else:
-                import httpx2
-                from mcp.client.streamable_http import streamable_http_client
-                from mcp.shared._httpx_utils import create_mcp_http_client
-
-                http = await stack.enter_async_context(
-                    create_mcp_http_client(timeout=httpx2.Timeout(self.config.call_timeout))
-                )
                 assert self.config.url is not None
                 read, write = await stack.enter_async_context(
-                    streamable_http_client(
-                        self.config.url, http_client=http, max_sse_event_size=self.config.max_message_bytes
+                    sdk.streamable_http(
+                        self.config.url,
+                        timeout=self.config.call_timeout,
+                        max_event_bytes=self.config.max_message_bytes,
                     )
                 )
             session = await stack.enter_async_context(ClientSession(read, write))
@@ -249,7 +262,7 @@ class MCPClient:
             self._begin_call()
             page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
             tools += page.tools
-            cursor = page.next_cursor
+            cursor = sdk.field(page, "next_cursor")
             if not cursor:
                 break
         return tools
@@ -283,10 +296,10 @@ class MCPClient:
             raise InfrastructureError(self.dead)
         try:
             return self._portal.call(self._call, name, arguments)
-        except MCPError as exc:
-            if exc.code != types.CONNECTION_CLOSED and (self._transport is None or self._transport.failure is None):
-                text = types.TextContent(type="text", text=f"{exc.message} (JSON-RPC error {exc.code})")
-                return types.CallToolResult(content=[text], is_error=True)
+        except sdk.MCPError as exc:
+            error = exc.error
+            if error.code != types.CONNECTION_CLOSED and (self._transport is None or self._transport.failure is None):
+                return sdk.error_result(f"{error.message} (JSON-RPC error {error.code})")
             self._die(name, exc)
         except Exception as exc:
             self._die(name, exc)
@@ -341,8 +354,8 @@ def list_server_tools(
     memory_mb: int = 1024,
     max_message_bytes: int = 1 << 20,
 ) -> list[dict[str, Any]]:
-    """The tools a server offers, as ``{"name", "description", "input_schema"}`` (the server is
-    started with an empty workspace, asked, and stopped; the options are ``MCPServerConfig``'s)."""
+    """The tools a server offers, as ``tool_record``s (the server is started with an empty
+    workspace, asked, and stopped; the options are ``MCPServerConfig``'s)."""
     config = MCPServerConfig(
         server=server,
         url=url,
@@ -355,7 +368,4 @@ def list_server_tools(
         max_message_bytes=max_message_bytes,
     )
     with MCPClient(config) as client:
-        return [
-            {"name": tool.name, "description": tool.description or "", "input_schema": tool.input_schema}
-            for tool in client.tools
-        ]
+        return [tool_record(tool) for tool in client.tools]

@@ -45,8 +45,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentsandbox.envkit import episode_over, error_step, register_once
+from agentsandbox.mcp import sdk
 from agentsandbox.mcp.checks import answer_verdict, check_metadata, has_answer_check, state_verdict
-from agentsandbox.mcp.client import MCPClient, MCPServerConfig, one_line, result_text
+from agentsandbox.mcp.client import MCPClient, MCPServerConfig, one_line, result_text, tool_record
 from agentsandbox.mcp.workspace import check_spec
 from knowlyrcore.actions import parse_action
 from knowlyrcore.domain import (
@@ -96,11 +97,17 @@ def closing_spec(name: str) -> ToolSpec:
     )
 
 
+#: A tool's category from its ``read_only`` (the server's ``readOnlyHint``; None: it does not say).
+_CATEGORIES = {True: ToolCategory.READ, False: ToolCategory.WRITE, None: ToolCategory.OTHER}
+
+
 def _server_spec(tool: dict[str, Any]) -> ToolSpec:
+    """A server's tool (a ``tool_record``) as the episode's ``ToolSpec``."""
+    spec = {"name": tool["name"], "description": tool["description"], "category": _CATEGORIES[tool.get("read_only")]}
     try:
-        return ToolSpec(name=tool["name"], description=tool["description"], parameters=tool["input_schema"])
+        return ToolSpec(**spec, parameters=tool["input_schema"])
     except ValidationError:  # a schema the checker cannot use: let the server judge the arguments
-        return ToolSpec(name=tool["name"], description=tool["description"], parameters={"type": "object"})
+        return ToolSpec(**spec, parameters={"type": "object"})
 
 
 @functools.lru_cache(maxsize=256)
@@ -119,8 +126,10 @@ def _episode_profile(tools_json: str, closing_tool: str) -> DomainProfile:
 
 
 def episode_profile(tools: Sequence[dict[str, Any]], closing_tool: str = "respond") -> DomainProfile:
-    """The registered domain profile of an episode on ``tools`` (``{"name", "description",
-    "input_schema"}``, the first of each name kept) and the closing tool."""
+    """The registered domain profile of an episode on ``tools`` (``client.tool_record``s, the
+    first of each name kept) and the closing tool. A tool's category is READ when the server
+    annotates it read-only, WRITE when it says it is not, OTHER when it does not say; the
+    profile's name is a digest of all of it, categories included."""
     unique = {tool["name"]: tool for tool in reversed(tools)}
     ordered = [unique[name] for name in dict.fromkeys(tool["name"] for tool in tools)]
     return _episode_profile(json.dumps(ordered), closing_tool)  # key order kept: it is the server's
@@ -245,9 +254,7 @@ class MCPEnv(AgentEnv):
 
     def _offer(self, client: MCPClient) -> None:
         """Make ``client``'s tools (and the closing tool) this episode's profile."""
-        tools = [
-            {"name": t.name, "description": t.description or "", "input_schema": t.input_schema} for t in client.tools
-        ]
+        tools = [tool_record(tool) for tool in client.tools]
         if any(tool["name"] == self.closing_tool for tool in tools):
             self._close_client()
             raise InputError(
@@ -316,7 +323,7 @@ class MCPEnv(AgentEnv):
             self._close_client()
             raise
         text = self._clip(result_text(result))
-        if result.is_error:
+        if sdk.field(result, "is_error"):
             return error_step(text, tool=tool)
         return TimeStep(observation=text, info={"tool": tool})
 

@@ -28,8 +28,9 @@ from contextlib import asynccontextmanager
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp import types
 from mcp.shared.message import SessionMessage
+
+from agentsandbox.mcp import sdk
 
 _CHUNK = 65536
 _EXIT_WAIT = 2.0  # seconds to wait for the exit code of a server whose stdout ended
@@ -132,13 +133,13 @@ class BoundedStdio:
         if not line.strip():
             return True
         try:
-            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            message = sdk.session_message(line)
         except ValueError:
             self._fail(f"broke the protocol: printed {_preview(line)} on stdout, not a JSON-RPC message")
             return False
         assert self._read_send is not None
         try:
-            await self._read_send.send(SessionMessage(message))
+            await self._read_send.send(message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return False  # the session is gone
         return True
