@@ -4,7 +4,6 @@ template, the figures per layer, best-of-n from a file of sampled runs; one JSON
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -31,23 +30,11 @@ def tiny_text_model(tmp_path_factory):
 def sampled_runs(path: Path, n: int) -> None:
     """Four runs per test task: the expert once, three corrupted experts (a sampled policy's spread)."""
     from knowlyrcore import write_trajectories
-    from trajectoryhub import collect_batched
-    from trajectoryhub.corrupted import KINDS, CorruptedExpert
+    from trajectoryhub.corrupted import KINDS, expert_and_corrupted_runs
 
     suite = suites.get_suite("retail")
     tasks = suite.generate("test", n, 7)
-    runs = []
-    for agent in ("expert", *KINDS[:3]):
-        factory = suite.expert if agent == "expert" else (lambda a=agent: CorruptedExpert(a, random.Random(3)))
-        runs += collect_batched(
-            suite.env_id,
-            factory,
-            tasks,
-            max_steps=suite.max_steps,
-            env_kwargs=suite.env_kwargs,
-            progress=False,
-            agent_name=agent,
-        )
+    runs = expert_and_corrupted_runs(suite, tasks, KINDS[:3], seed=3)
     write_trajectories(path, runs)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import doctest
 import math
-import random
 import re
 
 import pytest
@@ -249,8 +248,7 @@ def record_groups(path) -> None:
     suites = require_module("agentsandbox.suites", "the retail suite comes with knowlyr-sandbox")
     require_module("trajectoryhub", "the batched collector comes with knowlyr-hub")
     from knowlyrcore import write_trajectories
-    from trajectoryhub import collect_batched
-    from trajectoryhub.corrupted import KINDS, CorruptedExpert
+    from trajectoryhub.corrupted import expert_and_corrupted_runs
 
     suite = suites.get_suite("retail")
     tasks = suite.generate("test", 3, 11)
@@ -259,18 +257,7 @@ def record_groups(path) -> None:
             "Follows the store's policy: looks up what the request is about, changes exactly what the user asked "
             "for and nothing else, and the final answer truthfully says what was done."
         )
-    runs = []
-    for agent in ("expert", *KINDS):
-        factory = suite.expert if agent == "expert" else (lambda kind=agent: CorruptedExpert(kind, random.Random(5)))
-        runs += collect_batched(
-            suite.env_id,
-            factory,
-            tasks,
-            max_steps=suite.max_steps,
-            env_kwargs=suite.env_kwargs,
-            progress=False,
-            agent_name=agent,
-        )
+    runs = expert_and_corrupted_runs(suite, tasks, seed=5)
     write_trajectories(path, runs)
 
 

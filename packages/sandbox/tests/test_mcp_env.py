@@ -6,22 +6,19 @@ shared ``EnvConformance``, episode isolation (a write in one episode is gone in 
 task checks and rewards, and the tool listing the task generator uses.
 """
 
-import functools
 import os
-import shutil
 import sqlite3
 import subprocess
 
 import pytest
 
-from agentsandbox.backends.local import bwrap_status
-from knowlyrcore.testing import EnvConformance, require, require_module
+from knowlyrcore.testing import EnvConformance, require_module
 
 require_module("mcp", "the MCP env needs mcp (knowlyr-sandbox[mcp], in [dev])")
 from agentsandbox.mcp import WORKSPACE_MOUNT, MCPEnv, episode_profile, list_server_tools  # noqa: E402
-from agentsandbox.mcp.server import MCP_PATH_ENV  # noqa: E402
+from agentsandbox.testing import require_mcp_server  # noqa: E402
 from knowlyrcore.domain import ToolCategory, get_domain_profile  # noqa: E402
-from knowlyrcore.errors import InfrastructureError, InputError  # noqa: E402
+from knowlyrcore.errors import InputError  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -54,29 +51,6 @@ RECIPE = {
     "checkout": "main",
     "unstaged": {"notes.txt": "draft\n"},
 }
-
-
-@functools.cache
-def _server_problem(command: str) -> str:
-    """Why ``command`` cannot serve here ('' when it can): no bubblewrap, not installed, or it
-    does not start (mcp-server-sqlite 2025.4.25 needs mcp < 2, for one)."""
-    ok, why = bwrap_status()
-    if not ok:
-        return why
-    name = command.split()[0]
-    if not (shutil.which(name) or shutil.which(name, path=os.environ.get(MCP_PATH_ENV, ""))):
-        return f"{name} not found on PATH or ${MCP_PATH_ENV} (pip install {name} into .venv-mcp)"
-    try:
-        list_server_tools(server=command)
-    except InfrastructureError as exc:
-        return str(exc)
-    return ""
-
-
-def require_server(command: str) -> None:
-    """Skip (or fail under KNOWLYR_REQUIRE_COMPONENTS) when ``command`` cannot serve here."""
-    problem = _server_problem(command)
-    require(not problem, problem)
 
 
 def git(cwd, *args):
@@ -116,7 +90,7 @@ class TestGitConformance(EnvConformance):
     terminal_action = RESPOND
 
     def make_env(self):
-        require_server(GIT)
+        require_mcp_server(GIT)
         return MCPEnv(server=GIT)
 
 
@@ -126,7 +100,7 @@ class TestTimeConformance(EnvConformance):
     terminal_action = RESPOND
 
     def make_env(self):
-        require_server(TIME)
+        require_mcp_server(TIME)
         return MCPEnv(server=TIME)
 
 
@@ -146,12 +120,12 @@ class TestSqliteConformance(EnvConformance):
         }
 
     def make_env(self):
-        require_server(SQLITE)
+        require_mcp_server(SQLITE)
         return MCPEnv(server=SQLITE)
 
 
 def test_git_episodes_are_isolated(repo):
-    require_server(GIT)
+    require_mcp_server(GIT)
     task = {"id": "write", "description": "Commit the notes.", "metadata": {"workspace": {"copy": str(repo)}}}
     with MCPEnv(server=GIT) as env:
         env.reset(task=task)
@@ -175,7 +149,7 @@ def test_git_episodes_are_isolated(repo):
 
 
 def test_sqlite_episodes_are_isolated(shop):
-    require_server(SQLITE)
+    require_mcp_server(SQLITE)
     task = {"id": "insert", "description": "Add a mug.", "metadata": {"workspace": {"copy": str(shop)}}}
     count = {"tool": "read_query", "params": {"query": "SELECT COUNT(*) AS n FROM products"}}
     with MCPEnv(server=SQLITE) as env:
@@ -205,7 +179,7 @@ STATE_CHECKS = [
 
 
 def test_answer_and_state_checks_decide_success():
-    require_server(GIT)
+    require_mcp_server(GIT)
     with MCPEnv(server=GIT, reward="partial") as env:
         env.reset(
             task=_checked_task(answer_contains=["alan turing"], answer_excludes=["Ada"], state_checks=STATE_CHECKS)
@@ -223,7 +197,7 @@ def test_answer_and_state_checks_decide_success():
 
 
 def test_rubric_only_task_leaves_success_to_the_judge():
-    require_server(TIME)
+    require_mcp_server(TIME)
     task = {"id": "r", "description": "Greet me.", "metadata": {"rubric": "A friendly greeting."}}
     with MCPEnv(server=TIME) as env:
         env.reset(task=task)
@@ -232,7 +206,7 @@ def test_rubric_only_task_leaves_success_to_the_judge():
 
 
 def test_malformed_task_checks_are_refused_in_one_line():
-    require_server(TIME)
+    require_mcp_server(TIME)
     with MCPEnv(server=TIME) as env:
         with pytest.raises(InputError, match=r"state_checks\[0\]: must have exactly one of 'tool' and 'command'"):
             env.reset(task={"id": "bad", "description": "x", "metadata": {"state_checks": [{"contains": ["x"]}]}})
@@ -241,7 +215,7 @@ def test_malformed_task_checks_are_refused_in_one_line():
 
 
 def test_policy_errors_are_observations():
-    require_server(GIT)
+    require_mcp_server(GIT)
     with MCPEnv(server=GIT, max_observation_chars=60) as env:
         env.reset(task=_checked_task())
         assert env.step({"tool": "rm_rf", "params": {}}).observation.startswith("[error] unknown tool 'rm_rf'")
@@ -255,7 +229,7 @@ def test_policy_errors_are_observations():
 
 
 def test_hostile_values_give_error_observations():
-    require_server(GIT)
+    require_mcp_server(GIT)
     huge = 10**4999  # 5000 digits; written as a literal string it would pass Python's own digit limit first
     deep: dict = {}
     for _ in range(200):
@@ -277,7 +251,7 @@ def test_hostile_values_give_error_observations():
 
 
 def test_tools_become_the_episode_profile_and_a_short_prompt():
-    require_server(GIT)
+    require_mcp_server(GIT)
     with MCPEnv(server=GIT) as env:
         env.reset(task=_checked_task())
         assert env.domain.startswith("mcp/") and len(env.domain) == 4 + 16
@@ -288,7 +262,7 @@ def test_tools_become_the_episode_profile_and_a_short_prompt():
 
 
 def test_list_server_tools():
-    require_server(TIME)
+    require_mcp_server(TIME)
     tools = list_server_tools(server=TIME)
     by_name = {tool["name"]: tool for tool in tools}
     assert {"get_current_time", "convert_time"} <= set(by_name)
@@ -302,7 +276,7 @@ def _categories(profile):
 
 
 def test_read_only_annotations_become_tool_categories():
-    require_server(GIT)
+    require_mcp_server(GIT)
     with MCPEnv(server=GIT) as env:
         env.reset(task=_checked_task())
         categories = _categories(get_domain_profile(env.domain))
@@ -312,7 +286,7 @@ def test_read_only_annotations_become_tool_categories():
 
 
 def test_tools_without_annotations_are_other():
-    require_server(SQLITE)
+    require_mcp_server(SQLITE)
     tools = list_server_tools(server=SQLITE)
     assert {tool["read_only"] for tool in tools} == {None}  # mcp-server-sqlite does not annotate
     categories = _categories(episode_profile(tools))

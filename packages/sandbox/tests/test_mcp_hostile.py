@@ -20,9 +20,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_mcp_env import GIT, git, require_server
+from test_mcp_env import GIT, git
 
 from agentsandbox.mcp import MCPEnv
+from agentsandbox.testing import require_mcp_server
 from knowlyrcore.domain import ToolCategory, get_domain_profile
 from knowlyrcore.errors import InfrastructureError, InputError
 from knowlyrcore.testing import require
@@ -67,7 +68,7 @@ def trap_repo(tmp_path, secret):
 
 @pytest.mark.parametrize("server", [GIT, "mcp-server-git --repository {workspace}"])
 def test_git_tools_never_show_host_files(server, secret, trap_repo):
-    require_server(GIT)
+    require_mcp_server(GIT)
     path, text = secret
     task = {**TASK, "metadata": {"workspace": {"copy": str(trap_repo)}}}
     places = ["..", "/workspace/..", str(path), str(path.parent), str(trap_repo), "/etc", "/work", "/"]
@@ -95,7 +96,7 @@ def test_git_tools_never_show_host_files(server, secret, trap_repo):
 
 
 def test_sqlite_cannot_attach_host_files(tmp_path, secret):
-    require_server("mcp-server-sqlite --db-path {workspace}/shop.db")
+    require_mcp_server("mcp-server-sqlite --db-path {workspace}/shop.db")
     import sqlite3
 
     path, text = secret
@@ -123,7 +124,7 @@ def test_sqlite_cannot_attach_host_files(tmp_path, secret):
 
 
 def test_planted_hooks_run_only_in_the_sandbox(tmp_path):
-    require_server(GIT)
+    require_mcp_server(GIT)
     marker = tmp_path / "host-marker"
     root = tmp_path / "repo"
     root.mkdir()
@@ -154,7 +155,7 @@ def test_planted_hooks_run_only_in_the_sandbox(tmp_path):
 
 
 def _hostile_env(**kwargs):
-    require_server(GIT)  # bubblewrap; the hostile server itself runs from this interpreter's venv
+    require_mcp_server(GIT)  # bubblewrap; the hostile server itself runs from this interpreter's venv
     return MCPEnv(server=HOSTILE, binds=[str(HOSTILE_DIR)], **kwargs)
 
 

@@ -10,7 +10,6 @@ The unit tests build repositories with git and need nothing else; the integratio
 
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -28,8 +27,7 @@ from agentsandbox.suites.mcp_git import (
     UNSEEN_TEMPLATES,
     check_answer_check,
 )
-from agentsandbox.testing import SuiteConformance
-from knowlyrcore.testing import require
+from agentsandbox.testing import SuiteConformance, require_mcp_server
 
 WRITE_TOOLS = {"git_add", "git_commit", "git_create_branch"}
 WRITE_TEMPLATES = {"stage_file", "commit_staged", "create_branch", "stage_and_commit", "stage_two"}
@@ -318,13 +316,7 @@ def test_tasks_pass_the_envs_metadata_validation():
 
 
 def needs_live_server():
-    from agentsandbox.backends.local import bwrap_status
-    from agentsandbox.mcp.server import MCP_PATH_ENV
-
-    found = shutil.which("mcp-server-git") or shutil.which("mcp-server-git", path=os.environ.get(MCP_PATH_ENV, ""))
-    require(found is not None, f"mcp-server-git not on PATH or in ${MCP_PATH_ENV} (pip install mcp-server-git)")
-    ok, why = bwrap_status()
-    require(ok, f"bubblewrap unavailable: {why}")
+    require_mcp_server(MCP_GIT.env_kwargs["server"])
 
 
 @pytest.mark.integration

@@ -20,6 +20,7 @@ from typing import Any
 
 from knowlyrcore import TaskInfo, ToolCategory, get_domain_profile
 from knowlyrcore.policy import SolutionReplay
+from trajectoryhub.batched import collect_batched
 
 KINDS = ("skip_write", "invented_id", "repeat", "give_up")
 GIVE_UP = {"tool": "respond", "params": {"message": "Sorry, I cannot help with that."}}
@@ -62,3 +63,22 @@ class CorruptedExpert:
 
     def __call__(self, observation: Any) -> dict[str, Any]:
         return self.actions.pop(0) if len(self.actions) > 1 else self.actions[0]
+
+
+def expert_and_corrupted_runs(suite: Any, tasks: list[Any], kinds: tuple[str, ...] = KINDS, seed: int = 0) -> list[Any]:
+    """One run of each task by the suite's expert, then one by a ``CorruptedExpert`` of each of
+    ``kinds`` (its mistakes drawn from ``seed``): labelled runs with a known spread, agent name
+    ``expert`` or the kind. ``suite`` is an ``agentsandbox.suites.TaskSuite``."""
+    runs = []
+    for agent in ("expert", *kinds):
+        factory = suite.expert if agent == "expert" else (lambda kind=agent: CorruptedExpert(kind, random.Random(seed)))
+        runs += collect_batched(
+            suite.env_id,
+            factory,
+            tasks,
+            max_steps=suite.max_steps,
+            env_kwargs=suite.env_kwargs,
+            progress=False,
+            agent_name=agent,
+        )
+    return runs

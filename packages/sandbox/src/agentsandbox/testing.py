@@ -20,9 +20,11 @@ candidate) succeed on none and earn no reward::
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
+import shutil
 import tarfile
 from typing import Any, ClassVar
 
@@ -418,3 +420,32 @@ class SuiteConformance:
                         gained.setdefault(f"{name} {overrides}", []).append(f"{template}: {ts.reward:g}")
             env.close()
         assert not gained, gained
+
+
+@functools.cache
+def _mcp_server_problem(command: str) -> str:
+    """Why ``command`` cannot serve as a sandboxed MCP server here ('' when it can): no
+    bubblewrap, not installed (PATH, then ``$KNOWLYR_MCP_PATH``), or it does not start."""
+    from agentsandbox.backends.local import bwrap_status
+    from agentsandbox.mcp import MCP_PATH_ENV, list_server_tools
+    from knowlyrcore.errors import InfrastructureError
+
+    ok, why = bwrap_status()
+    if not ok:
+        return why
+    name = command.split()[0]
+    if not (shutil.which(name) or shutil.which(name, path=os.environ.get(MCP_PATH_ENV, ""))):
+        return f"{name} not found on PATH or ${MCP_PATH_ENV} (make mcp-servers installs the ones the tests use)"
+    try:
+        list_server_tools(server=command)
+    except InfrastructureError as exc:
+        return str(exc)
+    return ""
+
+
+def require_mcp_server(command: str) -> None:
+    """Skip the calling test (fail it under ``KNOWLYR_REQUIRE_COMPONENTS``) when the MCP server
+    ``command`` cannot run here in bubblewrap (``{workspace}`` in it is fine: it lists its tools
+    on an empty workspace)."""
+    problem = _mcp_server_problem(command)
+    require(not problem, problem)
