@@ -342,12 +342,27 @@ def test_tasks_for_the_real_time_server_from_scripted_replies(tmp_path, capsys, 
         generator.replies += [{"content": reply} for reply in REPLIES]
         code, err = run_cli(
             [
-                "tasks", "mcp", "--server", server_command, "--generator-url", generator.base_url,
-                "--generator-model", "writer", "--api-key-env", "KNOWLYR_TEST_GENERATOR_KEY", "-n", "4",
-                "--instructions", INSTRUCTIONS, "--sandbox", "none", "-o", str(out),
+                "tasks",
+                "mcp",
+                "--server",
+                server_command,
+                "--generator-url",
+                generator.base_url,
+                "--generator-model",
+                "writer",
+                "--api-key-env",
+                "KNOWLYR_TEST_GENERATOR_KEY",
+                "-n",
+                "4",
+                "--instructions",
+                INSTRUCTIONS,
+                "--sandbox",
+                "none",
+                "-o",
+                str(out),
             ],
             capsys,
-        )  # fmt: skip
+        )
     assert code == 0, err
     assert [json.loads(line) for line in out.read_text().splitlines()] == expected_tasks(server=server_command)
     lines = err.splitlines()
@@ -388,11 +403,21 @@ def test_tasks_for_the_real_git_server_record_the_workspace(tmp_path, capsys):
         generator.replies += [{"content": reply}]
         code, err = run_cli(
             [
-                "tasks", "mcp", "--server", server_command, "--generator-url", generator.base_url, "-n", "1",
-                "--workspace-copy", str(repo), "-o", str(out),
+                "tasks",
+                "mcp",
+                "--server",
+                server_command,
+                "--generator-url",
+                generator.base_url,
+                "-n",
+                "1",
+                "--workspace-copy",
+                str(repo),
+                "-o",
+                str(out),
             ],
             capsys,
-        )  # fmt: skip
+        )
     assert code == 0, err
     (task,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert task == expected_task(
@@ -450,11 +475,21 @@ def test_a_tiny_random_model_served_for_real_ends_in_a_clear_error(tmp_path, cap
     with ServerProcess(checkpoint) as served:
         code, err = run_cli(
             [
-                "tasks", "mcp", "--server", server_command, "--generator-url", served.base_url,
-                "--generator-model", served.model_name, "-n", "1", "-o", str(out),
+                "tasks",
+                "mcp",
+                "--server",
+                server_command,
+                "--generator-url",
+                served.base_url,
+                "--generator-model",
+                served.model_name,
+                "-n",
+                "1",
+                "-o",
+                str(out),
             ],
             capsys,
-        )  # fmt: skip
+        )
     assert code == 2 and not out.exists(), err
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert errors == [err.splitlines()[-1]] and "Traceback" not in err
