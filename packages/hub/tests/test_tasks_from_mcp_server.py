@@ -7,7 +7,7 @@ command with one line and exit code 2. The tool lists come from the real ``mcp-s
 ``mcp-server-git`` processes (integration), or, for the generation loop alone, from a copy of
 mcp-server-time's list.
 
-    pytest packages/hub/tests/test_mcp_tasks.py -m "integration or not integration"
+    pytest packages/hub/tests/test_tasks_from_mcp_server.py -m "integration or not integration"
 """
 
 from __future__ import annotations
