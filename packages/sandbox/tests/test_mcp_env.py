@@ -9,6 +9,7 @@ task checks and rewards, and the tool listing the task generator uses.
 import os
 import sqlite3
 import subprocess
+import uuid
 
 import pytest
 
@@ -302,3 +303,20 @@ def test_the_profile_digest_covers_the_categories():
         ToolCategory.WRITE,
         ToolCategory.OTHER,
     ]
+
+
+@pytest.mark.integration
+def test_an_env_lists_the_tools_its_server_listed_before_without_starting_it():
+    """A rollout reads every env's tools before its reset: one listing serves every env of the
+    same server, so an episode starts its server once, at its reset."""
+    require_mcp_server(TIME)
+    mine = {"KNOWLYR_TEST_RUN": uuid.uuid4().hex}  # a server configured as no other test's is
+    with MCPEnv(server=TIME, env=mine) as first:
+        tools = first.available_tools
+        assert first.client is not None  # nothing was listed yet: it asked its own server
+    with MCPEnv(server=TIME, env=mine) as second:
+        assert second.available_tools == tools and second.client is None
+        second.reset(task={"id": "t", "description": "time?"})
+        assert second.client is not None and second.available_tools == tools
+    with MCPEnv(server=TIME, env={**mine, "TZ": "UTC"}) as other:  # another environment: another server
+        assert other.available_tools == tools and other.client is not None

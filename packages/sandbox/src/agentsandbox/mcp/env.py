@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,6 +66,9 @@ from knowlyrcore.models import TaskInfo
 from knowlyrcore.timestep import TimeStep
 
 REWARD_MODES = ("outcome", "partial")
+#: The tools each server (``MCPEnv._listing_key``) listed last in this process.
+_LISTED: dict[str, list[dict[str, Any]]] = {}
+_LISTED_LOCK = threading.Lock()
 
 MCP_PROFILE = DomainProfile(
     name="mcp",
@@ -261,16 +265,33 @@ class MCPEnv(AgentEnv):
                 f"MCP server {client.name!r} offers a tool named {self.closing_tool!r}, the env's closing tool; "
                 "choose another closing_tool"
             )
+        with _LISTED_LOCK:
+            _LISTED[self._listing_key] = tools
         profile = episode_profile(tools, self.closing_tool)
         self.domain = profile.name
         self._specs = {spec.name: spec for spec in profile.tools}
 
     @property
+    def _listing_key(self) -> str:
+        """What makes two envs' servers the same server: its command or URL, environment and binds."""
+        c = self.config
+        return json.dumps([c.argv, c.url, c.sandbox, c.binds, c.env], sort_keys=True)
+
+    @property
     def available_tools(self) -> list[str]:
-        """The tools of the episode; before the first reset, those of a server started without a
-        workspace (kept for the next task that has none)."""
+        """The tools of the episode. Before the first reset, those the same server listed last in
+        this process, else those of a server started without a workspace (kept for the next task
+        that has none). A rollout reads them from every env it builds, before any reset: without
+        the listing kept, each episode would start its server twice. Each reset offers the tools
+        its own server lists, so a server whose tools changed since is still seen as it is."""
         if not self._specs:
-            self._offer(self._server_for(None))
+            with _LISTED_LOCK:
+                listed = _LISTED.get(self._listing_key)
+            if listed is None:
+                self._offer(self._server_for(None))
+            else:
+                profile = episode_profile(listed, self.closing_tool)
+                self.domain, self._specs = profile.name, {spec.name: spec for spec in profile.tools}
         return get_domain_profile(self.domain).tool_names
 
     @property
