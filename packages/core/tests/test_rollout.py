@@ -143,6 +143,37 @@ def test_per_episode_agents_and_their_tools():
     assert [t["function"]["name"] for t in episode.trajectory.metadata["tools"]] == ["tick", "submit"]
 
 
+def test_tools_that_name_their_domain_when_listed_are_no_change():
+    """An environment whose domain is named by listing its tools (knowlyr/mcp: the server's tools
+    make a profile of their own) offers the same tools before and after its reset: nothing to tell."""
+    from knowlyrcore.domain import DomainProfile, register_domain_profile, tool_spec
+
+    register_domain_profile(
+        DomainProfile(name="rollout-test/listed", tools=[tool_spec("tick", "other", "Count down.")]), replace=True
+    )
+
+    class Listed(Countdown):
+        domain = "rollout-test"  # the class's, until the tools are listed
+
+        @property
+        def available_tools(self):
+            self.domain = "rollout-test/listed"
+            return ["tick"]
+
+    class Agent:
+        tools: list = []
+
+        def set_tools(self, tools):
+            self.tools = [*self.tools, tools]
+
+        def __call__(self, observation):
+            return TICK
+
+    policy = as_batch_policy(Agent)
+    (episode,) = play_episodes([wrap_episode_env(Listed())], policy, tasks(1))
+    assert policy.policies[0].tools == [] and "tools" not in episode.trajectory.metadata
+
+
 def test_argument_checks():
     with pytest.raises(ValueError, match="2 tasks for 1 environments"):
         play_episodes(envs(1), Script([]), tasks(1, 1))

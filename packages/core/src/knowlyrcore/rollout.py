@@ -120,7 +120,11 @@ class ToolWatch:
 
 def _tool_key(env: AgentEnv) -> tuple[str, list[Any]] | None:
     try:
-        return env.domain, list(env.available_tools)
+        # the tools first: an environment whose tools come from elsewhere (an MCP server) names
+        # its domain once it has listed them, and read the other way round the domain of the
+        # same tools would differ before and after the first reset
+        tools = list(env.available_tools)
+        return env.domain, tools
     except Exception:  # an environment that cannot tell (yet): no tools
         return None
 
