@@ -274,6 +274,12 @@ def run_cli(argv, capsys):
     return code, capsys.readouterr().err
 
 
+def tasks_mcp(capsys, server, generator_url, out, *options):
+    """``knowlyr-hub tasks mcp --server SERVER --generator-url URL [options] -o OUT``: exit code, stderr."""
+    argv = ["tasks", "mcp", "--server", server, "--generator-url", generator_url, *options, "-o", str(out)]
+    return run_cli(argv, capsys)
+
+
 @pytest.mark.parametrize(
     ("flags", "problem"),
     [
@@ -294,19 +300,7 @@ def test_usage_errors_are_one_line_and_write_nothing(tmp_path, capsys, flags, pr
 
 def test_without_knowlyr_sandbox_the_command_names_the_extra(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "agentsandbox.mcp", None)  # as if knowlyr-sandbox were not installed
-    code, err = run_cli(
-        [
-            "tasks",
-            "mcp",
-            "--server",
-            "mcp-server-time",
-            "--generator-url",
-            "http://127.0.0.1:9/v1",
-            "-o",
-            str(tmp_path / "t"),
-        ],
-        capsys,
-    )
+    code, err = tasks_mcp(capsys, "mcp-server-time", "http://127.0.0.1:9/v1", tmp_path / "t")
     assert code == 2 and err.startswith("error: knowlyr-hub tasks mcp needs the 'sandbox' extra: ")
     assert err.count("\n") == 1
 
@@ -340,28 +334,21 @@ def test_tasks_for_the_real_time_server_from_scripted_replies(tmp_path, capsys, 
     monkeypatch.setenv("KNOWLYR_TEST_GENERATOR_KEY", "s3cret")
     with ScriptedChatServer() as generator:
         generator.replies += [{"content": reply} for reply in REPLIES]
-        code, err = run_cli(
-            [
-                "tasks",
-                "mcp",
-                "--server",
-                server_command,
-                "--generator-url",
-                generator.base_url,
-                "--generator-model",
-                "writer",
-                "--api-key-env",
-                "KNOWLYR_TEST_GENERATOR_KEY",
-                "-n",
-                "4",
-                "--instructions",
-                INSTRUCTIONS,
-                "--sandbox",
-                "none",
-                "-o",
-                str(out),
-            ],
+        code, err = tasks_mcp(
             capsys,
+            server_command,
+            generator.base_url,
+            out,
+            "--generator-model",
+            "writer",
+            "--api-key-env",
+            "KNOWLYR_TEST_GENERATOR_KEY",
+            "-n",
+            "4",
+            "--instructions",
+            INSTRUCTIONS,
+            "--sandbox",
+            "none",
         )
     assert code == 0, err
     assert [json.loads(line) for line in out.read_text().splitlines()] == expected_tasks(server=server_command)
@@ -401,23 +388,7 @@ def test_tasks_for_the_real_git_server_record_the_workspace(tmp_path, capsys):
     )
     with ScriptedChatServer() as generator:
         generator.replies += [{"content": reply}]
-        code, err = run_cli(
-            [
-                "tasks",
-                "mcp",
-                "--server",
-                server_command,
-                "--generator-url",
-                generator.base_url,
-                "-n",
-                "1",
-                "--workspace-copy",
-                str(repo),
-                "-o",
-                str(out),
-            ],
-            capsys,
-        )
+        code, err = tasks_mcp(capsys, server_command, generator.base_url, out, "-n", "1", "--workspace-copy", str(repo))
     assert code == 0, err
     (task,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert task == expected_task(
@@ -438,21 +409,7 @@ def test_garbage_from_the_scripted_generator_ends_in_one_line_and_no_file(tmp_pa
     out = tmp_path / "time.jsonl"
     with ScriptedChatServer() as generator:
         generator.replies += [{"content": "lorem ipsum"}] * 3
-        code, err = run_cli(
-            [
-                "tasks",
-                "mcp",
-                "--server",
-                server_command,
-                "--generator-url",
-                generator.base_url,
-                "-n",
-                "2",
-                "-o",
-                str(out),
-            ],
-            capsys,
-        )
+        code, err = tasks_mcp(capsys, server_command, generator.base_url, out, "-n", "2")
     assert code == 2 and not out.exists()
     assert err.splitlines()[-1] == (
         "error: the generator proposed no valid task in 3 attempts (dropped: 3 reply without JSON); "
@@ -473,22 +430,8 @@ def test_a_tiny_random_model_served_for_real_ends_in_a_clear_error(tmp_path, cap
     checkpoint = str(save_model(*build_tiny_model(seed=0), tmp_path / "tiny"))
     out = tmp_path / "time.jsonl"
     with ServerProcess(checkpoint) as served:
-        code, err = run_cli(
-            [
-                "tasks",
-                "mcp",
-                "--server",
-                server_command,
-                "--generator-url",
-                served.base_url,
-                "--generator-model",
-                served.model_name,
-                "-n",
-                "1",
-                "-o",
-                str(out),
-            ],
-            capsys,
+        code, err = tasks_mcp(
+            capsys, server_command, served.base_url, out, "--generator-model", served.model_name, "-n", "1"
         )
     assert code == 2 and not out.exists(), err
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
