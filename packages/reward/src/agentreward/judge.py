@@ -102,7 +102,8 @@ TRAJECTORY_VERDICT_SYSTEM_PROMPT = (
 )
 
 
-def _clip(text: Any, limit: int = _CLIP) -> str:
+def clip_middle(text: Any, limit: int = _CLIP) -> str:
+    """``text`` (``str()`` of it; "" for None) in at most ``limit`` characters: its two ends around " … "."""
     text = str(text or "")
     return text if len(text) <= limit else text[: limit // 2] + " … " + text[-limit // 2 :]
 
@@ -119,12 +120,12 @@ def build_prompt(trajectory: dict[str, Any], index: int) -> str:
     """The user message for step ``index``: policy, task, recent history, the step, the criteria."""
     task = trajectory.get("task") or {}
     steps = trajectory["steps"]
-    lines = [*_policy_lines(trajectory), f"TASK: {_clip(task.get('description'), 1500)}", "", "HISTORY:"]
+    lines = [*_policy_lines(trajectory), f"TASK: {clip_middle(task.get('description'), 1500)}", "", "HISTORY:"]
     for j in range(max(0, index - _HISTORY_STEPS), index):
         s = steps[j]
         lines.append(
-            f"[{j}] {s['tool_call']['name']}({_clip(json.dumps(s['tool_call'].get('parameters', {})), 200)})"
-            f" -> {_clip((s.get('observation') or {}).get('output'), 200)}"
+            f"[{j}] {s['tool_call']['name']}({clip_middle(json.dumps(s['tool_call'].get('parameters', {})), 200)})"
+            f" -> {clip_middle((s.get('observation') or {}).get('output'), 200)}"
         )
     if index == 0:
         lines.append("(none)")
@@ -132,10 +133,10 @@ def build_prompt(trajectory: dict[str, Any], index: int) -> str:
     lines += [
         "",
         "CURRENT STEP:",
-        f"thought: {_clip(step.get('thought'))}",
+        f"thought: {clip_middle(step.get('thought'))}",
         f"tool: {step['tool_call']['name']}",
-        f"parameters: {_clip(json.dumps(step['tool_call'].get('parameters', {}), ensure_ascii=False))}",
-        f"observation: {_clip((step.get('observation') or {}).get('output'))}",
+        f"parameters: {clip_middle(json.dumps(step['tool_call'].get('parameters', {}), ensure_ascii=False))}",
+        f"observation: {clip_middle((step.get('observation') or {}).get('output'))}",
         "",
         "CRITERIA:",
         *[f"- {name}: {RUBRICS[name].description}" for name in MODEL_RUBRICS],
@@ -152,12 +153,12 @@ def build_trajectory_prompt(trajectory: dict[str, Any]) -> str:
     if len(shown) > _TRANSCRIPT_STEPS:
         half = _TRANSCRIPT_STEPS // 2
         shown = shown[:half] + shown[-half:]
-    lines = [*_policy_lines(trajectory), f"TASK: {_clip(task.get('description'), 1500)}", "", "TRANSCRIPT:"]
+    lines = [*_policy_lines(trajectory), f"TASK: {clip_middle(task.get('description'), 1500)}", "", "TRANSCRIPT:"]
     for j in shown:
         call = steps[j]["tool_call"]
-        params = _clip(json.dumps(call.get("parameters", {}), ensure_ascii=False), 300)
+        params = clip_middle(json.dumps(call.get("parameters", {}), ensure_ascii=False), 300)
         lines.append(
-            f"[{j}] {call['name']}({params}) -> {_clip((steps[j].get('observation') or {}).get('output'), 300)}"
+            f"[{j}] {call['name']}({params}) -> {clip_middle((steps[j].get('observation') or {}).get('output'), 300)}"
         )
     lines += ["", "Did the agent accomplish the task correctly and within the policy?"]
     return "\n".join(lines)
@@ -174,14 +175,14 @@ def _json_depth_ok(text: str, limit: int = _MAX_JSON_DEPTH) -> bool:
     return True
 
 
-def _loads(text: str) -> Any:
+def load_untrusted_json(text: str) -> Any:
     """``json.loads`` for untrusted text: ``JudgeError`` for anything it cannot or should not read."""
     if not _json_depth_ok(text):
         raise JudgeError(f"JSON nested deeper than {_MAX_JSON_DEPTH} levels")
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, and ints over 4300 digits
-        raise JudgeError(f"unreadable JSON: {_clip(exc, 160)}") from None
+        raise JudgeError(f"unreadable JSON: {clip_middle(exc, 160)}") from None
 
 
 def _unit(value: Any) -> float | None:
@@ -201,7 +202,7 @@ def _named_scores(text: str, names: tuple[str, ...]) -> dict[str, float]:
     """The scores of ``names`` in the first JSON object that has any, else in ``name: value`` prose."""
     for match in _JSON_OBJECT.finditer(text):
         try:
-            data = _loads(match.group(0))
+            data = load_untrusted_json(match.group(0))
         except JudgeError:
             continue
         if isinstance(data, dict):
@@ -238,7 +239,7 @@ def _check_logprob(value: Any) -> float:
         or not isinstance(value, (int, float))
         or not -_LOGPROB_FLOOR <= value <= 0  # also refuses NaN
     ):
-        raise JudgeError(f"a logprob must be a number in [-{_LOGPROB_FLOOR:g}, 0], got {_clip(repr(value), 40)}")
+        raise JudgeError(f"a logprob must be a number in [-{_LOGPROB_FLOOR:g}, 0], got {clip_middle(repr(value), 40)}")
     return float(value)
 
 
@@ -247,7 +248,9 @@ def _first_choice(reply: dict[str, Any]) -> dict[str, Any]:
     list of objects."""
     choices = reply.get("choices")
     if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
-        raise JudgeError(f"reply has no usable choices (a non-empty list of objects): {_clip(repr(choices), 120)}")
+        raise JudgeError(
+            f"reply has no usable choices (a non-empty list of objects): {clip_middle(repr(choices), 120)}"
+        )
     return choices[0]
 
 
@@ -256,7 +259,7 @@ def parse_success(text: str) -> float:
     scores = _named_scores(text or "", ("task_success",))
     if not scores:
         raise JudgeError(
-            f"no JSON object (or `name: value` text) with task_success in [0, 1] in reply: {_clip(text, 160)!r}"
+            f"no JSON object (or `name: value` text) with task_success in [0, 1] in reply: {clip_middle(text, 160)!r}"
         )
     return scores["task_success"]
 
@@ -266,7 +269,7 @@ def parse_scores(text: str) -> dict[str, float]:
     scores = _named_scores(text or "", MODEL_RUBRICS)
     if not scores:
         raise JudgeError(
-            f"no JSON object (or `name: value` text) with {', '.join(MODEL_RUBRICS)} in reply: {_clip(text, 160)!r}"
+            f"no JSON object (or `name: value` text) with {', '.join(MODEL_RUBRICS)} in reply: {clip_middle(text, 160)!r}"
         )
     return scores
 
@@ -387,9 +390,9 @@ class Judge:
             text = outcome["body"].decode("utf-8")
         except UnicodeDecodeError:
             raise JudgeError(self._where("the reply is not UTF-8")) from None
-        reply = _loads(text)
+        reply = load_untrusted_json(text)
         if not isinstance(reply, dict):
-            raise JudgeError(self._where(f"the reply is not a JSON object: {_clip(text, 120)!r}"))
+            raise JudgeError(self._where(f"the reply is not a JSON object: {clip_middle(text, 120)!r}"))
         return reply
 
     def _where(self, problem: str) -> str:
@@ -438,17 +441,17 @@ class Judge:
         if self.provider == "openai":
             message = _first_choice(reply).get("message")
             if not isinstance(message, dict):
-                raise JudgeError(f"reply's first choice has no message object: {_clip(repr(message), 120)}")
+                raise JudgeError(f"reply's first choice has no message object: {clip_middle(repr(message), 120)}")
             content = message.get("content")
             if content is not None and not isinstance(content, str):  # None: an empty reply, unusable later
-                raise JudgeError(f"reply's message content is not a string: {_clip(repr(content), 120)}")
+                raise JudgeError(f"reply's message content is not a string: {clip_middle(repr(content), 120)}")
             return content or ""
         blocks = reply.get("content")
         if not isinstance(blocks, list) or not all(isinstance(block, dict) for block in blocks):
-            raise JudgeError(f"reply's content is not a list of blocks: {_clip(repr(blocks), 120)}")
+            raise JudgeError(f"reply's content is not a list of blocks: {clip_middle(repr(blocks), 120)}")
         texts = [block.get("text", "") for block in blocks]
         if not all(isinstance(text, str) for text in texts):
-            raise JudgeError(f"reply has a content block whose text is not a string: {_clip(repr(texts), 120)}")
+            raise JudgeError(f"reply has a content block whose text is not a string: {clip_middle(repr(texts), 120)}")
         return "".join(texts)
 
     def first_token_logprobs(self, prompt: str, system: str) -> list[tuple[str, float]]:
@@ -464,15 +467,15 @@ class Judge:
             )
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         if not isinstance(content, list) or not isinstance(content[0], dict):
-            raise JudgeError(f"reply's logprobs are malformed: {_clip(repr(logprobs), 120)}")
+            raise JudgeError(f"reply's logprobs are malformed: {clip_middle(repr(logprobs), 120)}")
         alternatives = content[0].get("top_logprobs") or []
         if not isinstance(alternatives, list):
-            raise JudgeError(f"reply's top_logprobs are not a list: {_clip(repr(alternatives), 120)}")
+            raise JudgeError(f"reply's top_logprobs are not a list: {clip_middle(repr(alternatives), 120)}")
         entries = [content[0], *alternatives]
         unique: dict[str, float] = {}
         for entry in entries:  # the chosen token is usually among the top ones too
             if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
-                raise JudgeError(f"reply's logprobs are malformed: {_clip(repr(entry), 120)}")
+                raise JudgeError(f"reply's logprobs are malformed: {clip_middle(repr(entry), 120)}")
             unique.setdefault(entry["token"], _check_logprob(entry.get("logprob")))
         return list(unique.items())
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentreward.errors import JudgeError
-from agentreward.judge import Judge, _clip, _loads
+from agentreward.judge import Judge, clip_middle, load_untrusted_json
 from knowlyrcore.tool_parsing import CLOSING_TOOLS
 
 GROUP_SYSTEM_PROMPT = (
@@ -79,7 +79,7 @@ _SCORE = re.compile(r'"score"\s*:\s*([^\s,}\]]+)')
 def _unit_score(value: Any) -> float:
     """``value`` if it is a finite number in [0, 1] (NaN fails the comparison), else ``JudgeError``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise JudgeError(f"a score must be a number in [0, 1], got {_clip(repr(value), 40)}")
+        raise JudgeError(f"a score must be a number in [0, 1], got {clip_middle(repr(value), 40)}")
     return float(value)
 
 
@@ -97,12 +97,12 @@ def parse_group_scores(text: str, n: int) -> list[float]:
     """
     found = _SCORES.search(text or "")
     if found is None:
-        raise JudgeError(f'no "scores" list or object in reply: {_clip(text, 160)!r}')
-    scores = _loads(found.group(1))
+        raise JudgeError(f'no "scores" list or object in reply: {clip_middle(text, 160)!r}')
+    scores = load_untrusted_json(found.group(1))
     if isinstance(scores, dict):
         names = [str(i) for i in range(1, n + 1)]
         if set(scores) != set(names):
-            raise JudgeError(f"scores name trajectories {_clip(sorted(scores), 80)}, expected 1 to {n}")
+            raise JudgeError(f"scores name trajectories {clip_middle(sorted(scores), 80)}, expected 1 to {n}")
         scores = [scores[name] for name in names]
     if len(scores) != n:
         raise JudgeError(f"{len(scores)} scores for {n} trajectories")
@@ -113,8 +113,8 @@ def parse_rubric_score(text: str) -> float:
     """The ``score`` of a one-trajectory reply; ``JudgeError`` when absent or out of [0, 1]."""
     found = _SCORE.search(text or "")
     if found is None:
-        raise JudgeError(f'no "score" in reply: {_clip(text, 160)!r}')
-    return _unit_score(_loads(found.group(1)))
+        raise JudgeError(f'no "score" in reply: {clip_middle(text, 160)!r}')
+    return _unit_score(load_untrusted_json(found.group(1)))
 
 
 def transcript(trajectory: Any, observation_chars: int = 300, steps_shown: int = 20) -> str:
@@ -143,10 +143,10 @@ def transcript(trajectory: Any, observation_chars: int = 300, steps_shown: int =
         if j > previous + 1:
             lines.append(f"... ({j - previous - 1} steps not shown) ...")
         call = steps[j]["tool_call"]
-        params = _clip(json.dumps(call.get("parameters") or {}, ensure_ascii=False), 300)
-        output = _clip((steps[j].get("observation") or {}).get("output"), observation_chars)
+        params = clip_middle(json.dumps(call.get("parameters") or {}, ensure_ascii=False), 300)
+        output = clip_middle((steps[j].get("observation") or {}).get("output"), observation_chars)
         lines.append(f"[{j}] {call['name']}({params}) -> {output}")
-    ending = "(none: the episode ended without one)" if answer is None else _clip(answer, 600)
+    ending = "(none: the episode ended without one)" if answer is None else clip_middle(answer, 600)
     return "\n".join([*lines, f"FINAL ANSWER: {ending}"])
 
 
@@ -173,7 +173,7 @@ class RelativeJudge:
             )
 
     def _head(self, task_description: str, rubric: str) -> list[str]:
-        return [f"TASK: {_clip(task_description, 1500)}", "", f"RUBRIC: {_clip(rubric, 1500)}", ""]
+        return [f"TASK: {clip_middle(task_description, 1500)}", "", f"RUBRIC: {clip_middle(rubric, 1500)}", ""]
 
     def shown_order(self, texts: list[str], task_description: str, rubric: str) -> list[int]:
         """The trajectory shown at each position: a permutation seeded by ``seed`` and the group."""
@@ -206,7 +206,7 @@ class RelativeJudge:
                 prompt,
                 GROUP_SYSTEM_PROMPT,
                 lambda text: parse_group_scores(text, n),
-                f"group of {n} ({_clip(task_description, 60)})",
+                f"group of {n} ({clip_middle(task_description, 60)})",
             )
             if scores is None:
                 continue
@@ -222,7 +222,7 @@ class RelativeJudge:
             [*self._head(task_description, rubric), "TRAJECTORY:", text, "", 'Score it: {"score": <0 to 1>}']
         )
         return self.judge.ask(
-            prompt, RUBRIC_SYSTEM_PROMPT, parse_rubric_score, f"rubric ({_clip(task_description, 60)})"
+            prompt, RUBRIC_SYSTEM_PROMPT, parse_rubric_score, f"rubric ({clip_middle(task_description, 60)})"
         )
 
 
